@@ -1,0 +1,153 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Flag categories, in the order --help shows them.
+const (
+	catWorkers    = "WORKERS"
+	catRendezvous = "RENDEZVOUS"
+	catRestarts   = "RESTARTS AND STOPPING"
+	catLogging    = "LOGGING"
+	catMemory     = "MEMORY"
+)
+
+// Flag names (dash spelling). The underscore spelling is an alias.
+const (
+	fNnodes          = "nnodes"
+	fNprocPerNode    = "nproc-per-node"
+	fRdzvBackend     = "rdzv-backend"
+	fRdzvEndpoint    = "rdzv-endpoint"
+	fRdzvID          = "rdzv-id"
+	fRdzvConf        = "rdzv-conf"
+	fStandalone      = "standalone"
+	fMaxRestarts     = "max-restarts"
+	fMonitorInterval = "monitor-interval"
+	fStartMethod     = "start-method"
+	fEventLogHandler = "event-log-handler"
+	fRole            = "role"
+	fModule          = "module"
+	fNoPython        = "no-python"
+	fRunPath         = "run-path"
+	fLogDir          = "log-dir"
+	fRedirects       = "redirects"
+	fTee             = "tee"
+	fLocalRanks      = "local-ranks-filter"
+	fNodeRank        = "node-rank"
+	fMasterAddr      = "master-addr"
+	fMasterPort      = "master-port"
+	fLocalAddr       = "local-addr"
+	fLogsSpecs       = "logs-specs"
+	fNumaBinding     = "numa-binding"
+	fSignals         = "signals-to-handle"
+
+	fPython           = "python"
+	fStopTimeout      = "stop-timeout"
+	fBackoff          = "restart-backoff"
+	fBackoffMax       = "restart-backoff-max"
+	fNoRestartCodes   = "no-restart-on-exit-codes"
+	fPrefixTemplate   = "log-line-prefix-template"
+	fNoPrefix         = "no-prefix"
+	fNoMemoryDefaults = "no-memory-defaults"
+	fDryRun           = "dry-run"
+	fFormat           = "format"
+	fLogLevel         = "log-level"
+)
+
+// spelling returns the underscore alias of a dash flag name, if it differs.
+func spelling(name string, short ...string) []string {
+	aliases := append([]string{}, short...)
+	if u := strings.ReplaceAll(name, "-", "_"); u != name {
+		aliases = append(aliases, u)
+	}
+	return aliases
+}
+
+// envOf returns the environment variables a flag falls back to: GORUN_X,
+// then torchrun's PET_X for torchrun's own flags, then extra names.
+func envOf(name string, torchrun bool, extra ...string) []string {
+	dest := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	env := []string{"GORUN_" + dest}
+	if torchrun {
+		env = append(env, "PET_"+dest)
+	}
+	return append(env, extra...)
+}
+
+func str(cat, name, value, usage string, torchrun bool, short ...string) *cli.StringFlag {
+	return &cli.StringFlag{Name: name, Aliases: spelling(name, short...), Value: value, Usage: usage, Category: cat, EnvVars: envOf(name, torchrun)}
+}
+
+func boolean(cat, name, usage string, torchrun bool, short ...string) *cli.BoolFlag {
+	return &cli.BoolFlag{Name: name, Aliases: spelling(name, short...), Usage: usage, Category: cat, EnvVars: envOf(name, torchrun)}
+}
+
+func integer(cat, name string, value int, usage string, torchrun bool) *cli.IntFlag {
+	return &cli.IntFlag{Name: name, Aliases: spelling(name), Value: value, Usage: usage, Category: cat, EnvVars: envOf(name, torchrun)}
+}
+
+// launchFlags are the flags of `gorun SCRIPT`: every torchrun flag, then
+// gorun's own.
+func launchFlags() []cli.Flag {
+	python := str(catWorkers, fPython, "python3", "interpreter for the workers (run with -u); may include its own arguments", false)
+	python.EnvVars = append(python.EnvVars, "PYTHON_EXEC")
+	stop := str(catRestarts, fStopTimeout, "30s", "grace period between SIGTERM and SIGKILL when workers are stopped (a duration, or seconds)", false)
+	stop.EnvVars = append(stop.EnvVars, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+	prefix := str(catLogging, fPrefixTemplate, "[${role_name}${rank}]:", "console prefix of each worker line; placeholders ${role_name}, ${local_rank}, ${rank}", false)
+	prefix.EnvVars = append(prefix.EnvVars, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+	logLevel := str(catLogging, fLogLevel, "info", "gorun's own messages: debug, info, warning or error", false)
+	logLevel.EnvVars = append(logLevel.EnvVars, "LOGLEVEL")
+
+	return []cli.Flag{
+		// Workers.
+		str(catWorkers, fNprocPerNode, "1", "workers on this node: an integer, cpu, gpu, npu or auto (GPUs, else NPUs, else CPUs)", true),
+		str(catWorkers, fRole, "default", "role name of the workers (ROLE_NAME)", true),
+		boolean(catWorkers, fModule, "run SCRIPT as a module: python -u -m SCRIPT", true, "m"),
+		boolean(catWorkers, fNoPython, "run SCRIPT directly, without the interpreter", true),
+		boolean(catWorkers, fRunPath, "run SCRIPT with runpy.run_path, as torchrun --run-path", true),
+		python,
+		str(catWorkers, fStartMethod, "spawn", "spawn, fork or forkserver; accepted for torchrun compatibility (every worker is a fresh process)", true),
+		str(catWorkers, fNumaBinding, "", "torchrun's NUMA binding of GPU workers: node, socket, exclusive or core-complex (not applied yet: gorun warns)", false),
+		boolean(catWorkers, fDryRun, "print each worker's rank, command line and the environment gorun adds; start nothing", false),
+		str(catWorkers, fFormat, "text", "output of --dry-run: text or json", false),
+
+		// Rendezvous.
+		str(catRendezvous, fNnodes, "1:1", "number of nodes, N or MIN:MAX", true),
+		integer(catRendezvous, fNodeRank, 0, "this node's rank, for the static backend", true),
+		str(catRendezvous, fRdzvBackend, "static", "rendezvous backend: static (multi-node elastic backends come with the etcd rendezvous)", true),
+		str(catRendezvous, fRdzvEndpoint, "", "rendezvous endpoint host[:port]", true),
+		str(catRendezvous, fRdzvID, "none", "job id (TORCHELASTIC_RUN_ID)", true),
+		str(catRendezvous, fRdzvConf, "", "backend settings k1=v1,k2=v2", true),
+		boolean(catRendezvous, fStandalone, "single-node job with a fresh run id and a free master port", true),
+		str(catRendezvous, fMasterAddr, "127.0.0.1", "address of worker rank 0's store", true),
+		integer(catRendezvous, fMasterPort, 0, "port of worker rank 0's store; 0 picks a free port for a single-node job (29500 for static multi-node)", true),
+		str(catRendezvous, fLocalAddr, "", "address this node advertises (default: host name)", true),
+
+		// Restarts and stopping.
+		integer(catRestarts, fMaxRestarts, 0, "restarts of all workers after a worker failure", true),
+		str(catRestarts, fNoRestartCodes, "", "worker exit codes that are never retried, e.g. 2,3", false),
+		str(catRestarts, fBackoff, "0", "delay before the first restart, doubled at each further one (0: restart at once)", false),
+		str(catRestarts, fBackoffMax, "5m", "longest restart delay", false),
+		stop,
+		str(catRestarts, fSignals, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "signals forwarded to the workers that then stop them (SIGUSR1/SIGUSR2 are always forwarded)", true),
+		&cli.Float64Flag{Name: fMonitorInterval, Aliases: spelling(fMonitorInterval), Value: 0.1, Category: catRestarts, EnvVars: envOf(fMonitorInterval, true),
+			Usage: "accepted for torchrun compatibility; gorun sees every exit at once and does not poll"},
+
+		// Logging.
+		str(catLogging, fLogDir, "", "keep worker files in DIR/<run_id>/attempt_<n>/<local_rank>/", true),
+		str(catLogging, fRedirects, "0", "send worker streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:2", true, "r"),
+		str(catLogging, fTee, "0", "send worker streams to files and the console, same values as --redirects", true, "t"),
+		str(catLogging, fLocalRanks, "", "local ranks whose output reaches the console, e.g. 0,3 (default: all)", true),
+		prefix,
+		boolean(catLogging, fNoPrefix, "print worker lines without a prefix", false),
+		str(catLogging, fLogsSpecs, "", "torchrun's LogsSpecs plugin; gorun has none and refuses a value", false),
+		str(catLogging, fEventLogHandler, "null", "torchrun's event log handler plugin; gorun has none and ignores it", true),
+		logLevel,
+
+		// Memory.
+		boolean(catMemory, fNoMemoryDefaults, "do not add expandable_segments:True to PYTORCH_CUDA_ALLOC_CONF nor MULTI_STREAM_MEMORY_REUSE=2", false),
+	}
+}

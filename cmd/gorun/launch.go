@@ -1,0 +1,265 @@
+package main
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun-dev/gorun/launcher"
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// usageError marks bad input: gorun exits 2 for it, as torchrun does.
+func usageError(format string, a ...any) error {
+	return cli.Exit(fmt.Sprintf(format, a...), 2)
+}
+
+// launchAction runs `gorun [flags] SCRIPT [ARGS...]`.
+func launchAction(c *cli.Context) error {
+	log, err := newLogger(c.String(fLogLevel), c.App.ErrWriter)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	cfg, err := launchConfig(c, log)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	rdzv, round, err := selectRendezvous(c, &cfg, log)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError("%v", err)
+	}
+	if c.Bool(fDryRun) {
+		format := c.String(fFormat)
+		if format != "text" && format != "json" {
+			return usageError("--format=%q: want text or json", format)
+		}
+		if err := launcher.PlanDryRun(&cfg, round).Write(c.App.Writer, format); err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		return nil
+	}
+
+	sigs := make(chan os.Signal, 8)
+	var subscribed []os.Signal
+	for _, s := range append(slices.Clone(cfg.StopSignals), cfg.ForwardSignals...) {
+		subscribed = append(subscribed, s)
+	}
+	signal.Notify(sigs, subscribed...)
+	defer signal.Stop(sigs)
+
+	agent, err := launcher.NewAgent(cfg, rdzv, sigs)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	res, err := agent.Run(c.Context)
+	if err != nil {
+		return cli.Exit(err.Error(), max(res.ExitCode, 1))
+	}
+	if res.ExitCode != 0 {
+		return cli.Exit("", res.ExitCode)
+	}
+	return nil
+}
+
+// launchConfig maps the flags to the agent's configuration.
+func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
+	cfg := launcher.NewConfig()
+	cfg.Stdout, cfg.Stderr, cfg.Log = c.App.Writer, c.App.ErrWriter, log
+
+	args := c.Args().Slice()
+	if len(args) == 0 {
+		return cfg, errors.New("no training script given: usage: gorun [flags] SCRIPT [ARGS...]")
+	}
+	cfg.Entrypoint = launcher.Entrypoint{
+		Script:   args[0],
+		Args:     args[1:],
+		Module:   c.Bool(fModule),
+		NoPython: c.Bool(fNoPython),
+		RunPath:  c.Bool(fRunPath),
+		Python:   strings.Fields(c.String(fPython)),
+	}
+	n, what, err := launcher.NewDeviceProbe().ResolveNproc(c.Context, c.String(fNprocPerNode))
+	if err != nil {
+		return cfg, err
+	}
+	if what != "" {
+		log.Infof("--nproc-per-node=%s: %d workers, one per %s", c.String(fNprocPerNode), n, strings.TrimSuffix(what, "s"))
+	}
+	cfg.NprocPerNode = n
+	cfg.Role = c.String(fRole)
+	cfg.MaxRestarts = c.Int(fMaxRestarts)
+	if cfg.NoRestartExitCodes, err = launcher.ParseExitCodes(fNoRestartCodes, c.String(fNoRestartCodes)); err != nil {
+		return cfg, err
+	}
+	if cfg.RestartBackoff, err = parseSeconds(fBackoff, c.String(fBackoff)); err != nil {
+		return cfg, err
+	}
+	if cfg.RestartBackoffMax, err = parseSeconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
+		return cfg, err
+	}
+	if cfg.StopTimeout, err = parseSeconds(fStopTimeout, c.String(fStopTimeout)); err != nil {
+		return cfg, err
+	}
+	if cfg.StopSignals, err = launcher.ParseSignals(fSignals, c.String(fSignals)); err != nil {
+		return cfg, err
+	}
+	cfg.ForwardSignals = nil
+	for _, s := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
+		if !slices.Contains(cfg.StopSignals, s) {
+			cfg.ForwardSignals = append(cfg.ForwardSignals, s)
+		}
+	}
+
+	cfg.LogDir = c.String(fLogDir)
+	if cfg.Redirects, err = launcher.ParseStdSpec(fRedirects, c.String(fRedirects)); err != nil {
+		return cfg, err
+	}
+	if cfg.Tee, err = launcher.ParseStdSpec(fTee, c.String(fTee)); err != nil {
+		return cfg, err
+	}
+	if cfg.LocalRanksFilter, err = launcher.ParseIntList(fLocalRanks, c.String(fLocalRanks)); err != nil {
+		return cfg, err
+	}
+	cfg.PrefixTemplate = c.String(fPrefixTemplate)
+	cfg.NoPrefix = c.Bool(fNoPrefix)
+	cfg.MemoryDefaults = !c.Bool(fNoMemoryDefaults)
+
+	if v := c.String(fLogsSpecs); v != "" {
+		return cfg, fmt.Errorf("--logs-specs=%q names a torchrun LogsSpecs plugin, which gorun cannot load; use --log-dir, --redirects and --tee", v)
+	}
+	if v := c.String(fEventLogHandler); v != "null" {
+		log.Warnf("--event-log-handler=%q ignored: gorun has no event log handler plugins", v)
+	}
+	switch m := c.String(fStartMethod); m {
+	case "spawn", "fork", "forkserver":
+	default:
+		return cfg, fmt.Errorf("--start-method=%q: want spawn, fork or forkserver", m)
+	}
+	if v := c.Float64(fMonitorInterval); v <= 0 {
+		return cfg, fmt.Errorf("--monitor-interval=%v: want a positive number of seconds", v)
+	}
+	switch v := c.String(fNumaBinding); v {
+	case "":
+	case "node", "socket", "exclusive", "core-complex":
+		log.Warnf("--numa-binding=%s is not applied: this gorun does not bind workers to NUMA nodes yet", v)
+	default:
+		return cfg, fmt.Errorf("--numa-binding=%q: want node, socket, exclusive or core-complex", v)
+	}
+	return cfg, nil
+}
+
+// selectRendezvous picks the backend for the command line and returns it
+// with the first round as --dry-run shows it (master port 0 when it is
+// chosen at launch). It also settles cfg.RunID.
+func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) (launcher.Rendezvous, rendezvous.Round, error) {
+	minNodes, maxNodes, err := launcher.ParseNNodes(c.String(fNnodes))
+	if err != nil {
+		return nil, rendezvous.Round{}, err
+	}
+	if _, err := launcher.ParseKeyValues(fRdzvConf, c.String(fRdzvConf)); err != nil {
+		return nil, rendezvous.Round{}, err
+	}
+	backend := c.String(fRdzvBackend)
+	switch backend {
+	case "static", "c10d", "etcd", "etcd-v2", "embedded":
+	default:
+		return nil, rendezvous.Round{}, fmt.Errorf("--rdzv-backend=%q: want static, c10d, embedded, etcd or etcd-v2", backend)
+	}
+	cfg.RunID = c.String(fRdzvID)
+	round := rendezvous.Round{
+		RunID: cfg.RunID, GroupWorldSize: 1, WorldSize: cfg.NprocPerNode, RoleWorldSize: cfg.NprocPerNode,
+		MasterAddr: rendezvous.DefaultLocalAddr,
+	}
+
+	if c.Bool(fStandalone) || maxNodes == 1 {
+		if maxNodes > 1 {
+			log.Warnf("--standalone runs a single node: ignoring --nnodes=%s", c.String(fNnodes))
+		}
+		local := rendezvous.LocalConfig{RunID: cfg.RunID}
+		if c.Bool(fStandalone) {
+			id, err := newRunID()
+			if err != nil {
+				return nil, round, err
+			}
+			cfg.RunID, local.RunID = id, id
+		} else {
+			if c.IsSet(fMasterAddr) {
+				local.MasterAddr = c.String(fMasterAddr)
+			}
+			if c.IsSet(fMasterPort) {
+				local.MasterPort = c.Int(fMasterPort)
+			}
+		}
+		if local.MasterPort < 0 || local.MasterPort > 65535 {
+			return nil, round, fmt.Errorf("--master-port=%d: want 1..65535, or 0 for a free port", local.MasterPort)
+		}
+		round.RunID = cfg.RunID
+		if local.MasterAddr != "" {
+			round.MasterAddr = local.MasterAddr
+		}
+		round.MasterPort = local.MasterPort
+		return rendezvous.NewLocal(local), round, nil
+	}
+
+	if backend != "static" {
+		return nil, round, fmt.Errorf("--rdzv-backend=%s with --nnodes=%s: multi-node elastic rendezvous over etcd is not available in this gorun yet; use --rdzv-backend=static with a fixed --nnodes, --node-rank and --master-addr", backend, c.String(fNnodes))
+	}
+	if minNodes != maxNodes {
+		return nil, round, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
+	}
+	port := rendezvous.DefaultStaticPort
+	if c.IsSet(fMasterPort) {
+		port = c.Int(fMasterPort)
+	}
+	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
+		RunID: cfg.RunID, NNodes: maxNodes, NodeRank: c.Int(fNodeRank),
+		MasterAddr: c.String(fMasterAddr), MasterPort: port,
+	})
+	if err != nil {
+		return nil, round, err
+	}
+	return st, st.Plan(rendezvous.Node{LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role}), nil
+}
+
+// parseSeconds parses a duration flag: a Go duration ("30s", "1m30s") or a
+// plain number of seconds ("30", "0.5"), as TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+// is given.
+func parseSeconds(flag, s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 {
+			return 0, fmt.Errorf("--%s=%q: want 0 or more", flag, s)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("--%s=%q: want a duration such as 30s or 1m, or a number of seconds", flag, s)
+	}
+	return d, nil
+}
+
+// newRunID returns a random UUID (version 4), as torchrun --standalone
+// uses for the run id.
+func newRunID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generate a run id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
+}

@@ -1,0 +1,398 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// shellConfig returns a Config whose workers run script with /bin/sh, in
+// dir (exported to the script as $DIR).
+func shellConfig(t *testing.T, nproc int, script string) (Config, *syncBuffer, *syncBuffer) {
+	t.Helper()
+	dir := t.TempDir()
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	log := logrus.New()
+	log.SetOutput(stderr)
+	cfg := NewConfig()
+	cfg.Entrypoint = Entrypoint{Script: "/bin/sh", NoPython: true, Args: []string{"-c", script}}
+	cfg.NprocPerNode = nproc
+	cfg.Environ = append(os.Environ(), "DIR="+dir)
+	cfg.Stdout, cfg.Stderr, cfg.Log = stdout, stderr, log
+	cfg.StopTimeout = 5 * time.Second
+	return cfg, stdout, stderr
+}
+
+func runAgent(t *testing.T, cfg Config, signals <-chan os.Signal) (Result, error) {
+	t.Helper()
+	a, err := NewAgent(cfg, rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test"}), signals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Run(context.Background())
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// dirOf returns the $DIR of cfg.
+func dirOf(cfg Config) string {
+	v, _ := lookupEnv(cfg.Environ, "DIR")
+	return v
+}
+
+// processGone reports whether pid has exited (gone, or a zombie nobody
+// reaped yet).
+func processGone(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X")
+}
+
+func readPIDs(t *testing.T, pattern string) []int {
+	t.Helper()
+	files, _ := filepath.Glob(pattern)
+	var pids []int
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, field := range strings.Fields(string(data)) {
+			pid, err := strconv.Atoi(field)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func TestAgentRestartsWithCount(t *testing.T) {
+	t.Parallel()
+	cfg, stdout, _ := shellConfig(t, 3, `echo "rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT world=$WORLD_SIZE"
+if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" -lt 2 ]; then exit 7; fi`)
+	cfg.MaxRestarts = 3
+	res, err := runAgent(t, cfg, nil)
+	if err != nil || res.ExitCode != 0 || res.Restarts != 2 {
+		t.Fatalf("Run = %+v, %v; want exit 0 after 2 restarts", res, err)
+	}
+	out := stdout.String()
+	for _, want := range []string{"[default1]:rank=1 restart=0 world=3", "[default1]:rank=1 restart=1 world=3", "[default2]:rank=2 restart=2 world=3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestAgentOutOfRestarts(t *testing.T) {
+	t.Parallel()
+	cfg, _, stderr := shellConfig(t, 2, `[ "$RANK" = 1 ] && exit 5; exec sleep 30`)
+	cfg.MaxRestarts = 1
+	res, err := runAgent(t, cfg, nil)
+	if err != nil || res.ExitCode != 5 || res.Restarts != 1 {
+		t.Fatalf("Run = %+v, %v; want exit 5 after 1 restart", res, err)
+	}
+	if len(res.Failures) != 1 || res.Failures[0].Rank != 1 {
+		t.Fatalf("failures = %+v; want rank 1 only (rank 0 was stopped by gorun, not failed)", res.Failures)
+	}
+	for _, want := range []string{"FAILED", "rank      : 1 (local_rank: 1)", "exitcode  : 5", "no restarts left"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
+func TestAgentNoRestartExitCodes(t *testing.T) {
+	t.Parallel()
+	cfg, stdout, stderr := shellConfig(t, 2, `echo "attempt $TORCHELASTIC_RESTART_COUNT"; [ "$RANK" = 0 ] && exit 3; exit 0`)
+	cfg.MaxRestarts = 5
+	cfg.NoRestartExitCodes = []int{2, 3}
+	res, err := runAgent(t, cfg, nil)
+	if err != nil || res.ExitCode != 3 || res.Restarts != 0 {
+		t.Fatalf("Run = %+v, %v; want exit 3 without a restart", res, err)
+	}
+	if strings.Contains(stdout.String(), "attempt 1") || !strings.Contains(stderr.String(), "--no-restart-on-exit-codes") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+}
+
+func TestAgentSignalExitCode(t *testing.T) {
+	t.Parallel()
+	cfg, _, _ := shellConfig(t, 1, `kill -KILL $$`)
+	res, _ := runAgent(t, cfg, nil)
+	if res.ExitCode != 137 || len(res.Failures) != 1 || res.Failures[0].Signal != syscall.SIGKILL {
+		t.Fatalf("Run = %+v; want exit 137 with a SIGKILL failure", res)
+	}
+}
+
+// readyScript traps the signals a test sends, records them in $DIR, and
+// reports readiness (its pid) once the traps are in place.
+const readyScript = `trap 'echo USR1 >> $DIR/got.$RANK' USR1
+trap 'echo TERM >> $DIR/got.$RANK; exit 0' TERM
+echo $$ > $DIR/ready.$RANK
+while :; do sleep 0.05 & wait $!; done`
+
+func TestAgentForwardsSignals(t *testing.T) {
+	t.Parallel()
+	cfg, _, _ := shellConfig(t, 2, readyScript)
+	dir := dirOf(cfg)
+	sigs := make(chan os.Signal, 2)
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := runAgent(t, cfg, sigs)
+		done <- res
+	}()
+	waitFor(t, "workers ready", func() bool { return len(readPIDs(t, filepath.Join(dir, "ready.*"))) == 2 })
+	sigs <- syscall.SIGUSR1
+	waitFor(t, "SIGUSR1 forwarded", func() bool {
+		a, _ := os.ReadFile(filepath.Join(dir, "got.0"))
+		b, _ := os.ReadFile(filepath.Join(dir, "got.1"))
+		return strings.Contains(string(a), "USR1") && strings.Contains(string(b), "USR1")
+	})
+	sigs <- syscall.SIGTERM
+	res := <-done
+	if res.ExitCode != 128+int(syscall.SIGTERM) || res.Signal != syscall.SIGTERM {
+		t.Fatalf("Run = %+v; want exit 143 for SIGTERM", res)
+	}
+	for r := range 2 {
+		got, _ := os.ReadFile(filepath.Join(dir, "got."+strconv.Itoa(r)))
+		if !strings.Contains(string(got), "TERM") {
+			t.Errorf("rank %d did not get SIGTERM: %q", r, got)
+		}
+	}
+}
+
+func TestAgentStopTimeoutKills(t *testing.T) {
+	t.Parallel()
+	cfg, _, stderr := shellConfig(t, 2, `trap '' TERM INT; echo $$ > $DIR/ready.$RANK; while :; do sleep 0.05; done`)
+	cfg.StopTimeout = 100 * time.Millisecond
+	dir := dirOf(cfg)
+	sigs := make(chan os.Signal, 1)
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := runAgent(t, cfg, sigs)
+		done <- res
+	}()
+	waitFor(t, "workers ready", func() bool { return len(readPIDs(t, filepath.Join(dir, "ready.*"))) == 2 })
+	sigs <- syscall.SIGINT
+	res := <-done
+	if res.ExitCode != 130 {
+		t.Fatalf("Run = %+v; want exit 130 for SIGINT", res)
+	}
+	if !strings.Contains(stderr.String(), "sending SIGKILL") {
+		t.Errorf("stderr lacks the SIGKILL escalation:\n%s", stderr)
+	}
+	for _, pid := range readPIDs(t, filepath.Join(dir, "ready.*")) {
+		if !processGone(pid) {
+			t.Errorf("worker %d still running", pid)
+		}
+	}
+}
+
+func TestAgentSecondSignalKillsAtOnce(t *testing.T) {
+	t.Parallel()
+	cfg, _, _ := shellConfig(t, 1, `trap '' TERM; echo $$ > $DIR/ready.$RANK; while :; do sleep 0.05; done`)
+	cfg.StopTimeout = time.Hour
+	dir := dirOf(cfg)
+	sigs := make(chan os.Signal, 2)
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := runAgent(t, cfg, sigs)
+		done <- res
+	}()
+	waitFor(t, "worker ready", func() bool { return len(readPIDs(t, filepath.Join(dir, "ready.*"))) == 1 })
+	sigs <- syscall.SIGTERM
+	sigs <- syscall.SIGTERM
+	if res := <-done; res.ExitCode != 143 {
+		t.Fatalf("Run = %+v; want exit 143", res)
+	}
+}
+
+// TestAgentLeavesNoDescendants checks that the workers' children are gone
+// when Run returns, whether the workers failed, succeeded or were stopped.
+func TestAgentLeavesNoDescendants(t *testing.T) {
+	t.Parallel()
+	spawn := `sleep 300 & echo $! >> $DIR/child.$RANK; (sleep 300 & echo $! >> $DIR/child.$RANK; wait) &
+while [ "$(wc -l < $DIR/child.$RANK)" -lt 2 ]; do sleep 0.01; done
+`
+	tests := map[string]string{
+		"failure": spawn + `[ "$RANK" = 1 ] && exit 1; wait`,
+		"success": spawn + `exit 0`,
+	}
+	for name, script := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg, _, _ := shellConfig(t, 2, script)
+			dir := dirOf(cfg)
+			if _, err := runAgent(t, cfg, nil); err != nil {
+				t.Fatal(err)
+			}
+			pids := readPIDs(t, filepath.Join(dir, "child.*"))
+			if len(pids) != 4 {
+				t.Fatalf("got %d grandchildren pids; want 4", len(pids))
+			}
+			waitFor(t, "grandchildren gone", func() bool {
+				for _, pid := range pids {
+					if !processGone(pid) {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}
+
+func TestAgentLogDirLayout(t *testing.T) {
+	t.Parallel()
+	cfg, stdout, stderr := shellConfig(t, 2, `echo "out $RANK"; echo "err $RANK" >&2
+echo "{\"message\": \"failed on purpose\", \"timestamp\": 1700000000}" > "$TORCHELASTIC_ERROR_FILE"
+[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ] && exit 4; exit 0`)
+	logDir := t.TempDir()
+	cfg.LogDir = logDir
+	cfg.RunID = "job7"
+	cfg.MaxRestarts = 1
+	cfg.Redirects = StdSpec{Default: StdErr}
+	cfg.Tee = StdSpec{PerRank: map[int]Std{0: StdOut}}
+	res, err := runAgent(t, cfg, nil)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	for _, f := range []struct{ path, want string }{
+		{"job7/attempt_0/0/stdout.log", "out 0\n"},
+		{"job7/attempt_0/0/stderr.log", "err 0\n"},
+		{"job7/attempt_0/1/stderr.log", "err 1\n"},
+		{"job7/attempt_0/1/error.json", "failed on purpose"},
+		{"job7/attempt_1/1/stderr.log", "err 1\n"},
+	} {
+		data, err := os.ReadFile(filepath.Join(logDir, f.path))
+		if err != nil || !strings.Contains(string(data), f.want) {
+			t.Errorf("%s = %q, %v; want %q", f.path, data, err, f.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(logDir, "job7/attempt_0/1/stdout.log")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("rank 1 stdout was neither redirected nor teed, but has a file: %v", err)
+	}
+	// Rank 0's stdout is teed (console and file); stderr is redirected
+	// (file only); rank 1's stdout is on the console only.
+	if out := stdout.String(); !strings.Contains(out, "[default0]:out 0") || !strings.Contains(out, "[default1]:out 1") {
+		t.Errorf("stdout:\n%s", out)
+	}
+	if strings.Contains(stderr.String(), "err 0") {
+		t.Errorf("redirected stderr reached the console:\n%s", stderr)
+	}
+	// A second run with the same id keeps the first run's files.
+	if _, err := runAgent(t, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(logDir, "job7.1/attempt_0/0/stdout.log")); err != nil {
+		t.Errorf("second run: %v", err)
+	}
+}
+
+func TestAgentLocalRanksFilterAndNoPrefix(t *testing.T) {
+	t.Parallel()
+	cfg, stdout, _ := shellConfig(t, 3, `echo "line from $RANK"`)
+	cfg.LocalRanksFilter = []int{0, 2}
+	cfg.NoPrefix = true
+	if res, err := runAgent(t, cfg, nil); err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "line from 0\n") || !strings.Contains(out, "line from 2\n") || strings.Contains(out, "line from 1") || strings.Contains(out, "[") {
+		t.Errorf("stdout:\n%s", out)
+	}
+}
+
+func TestAgentErrorFileRemovedWithoutLogDir(t *testing.T) {
+	t.Parallel()
+	cfg, _, stderr := shellConfig(t, 1, `echo "$TORCHELASTIC_ERROR_FILE" > $DIR/path
+printf '%s' '{"message": {"message": "ValueError: bad", "extraInfo": {"py_callstack": "Traceback\nValueError: bad\n", "timestamp": "1"}}}' > "$TORCHELASTIC_ERROR_FILE"; exit 1`)
+	res, err := runAgent(t, cfg, nil)
+	if err != nil || res.ExitCode != 1 || res.Failures[0].Error == nil || res.Failures[0].Error.Message != "ValueError: bad" {
+		t.Fatalf("Run = %+v, %v; want the error file's message", res, err)
+	}
+	if !strings.Contains(stderr.String(), "message   : ValueError: bad") {
+		t.Errorf("summary lacks the message:\n%s", stderr)
+	}
+	path, _ := os.ReadFile(filepath.Join(dirOf(cfg), "path"))
+	tmp := filepath.Dir(filepath.Dir(filepath.Dir(strings.TrimSpace(string(path)))))
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary directory %s left behind: %v", tmp, err)
+	}
+}
+
+func TestAgentStartError(t *testing.T) {
+	t.Parallel()
+	cfg, _, _ := shellConfig(t, 2, "")
+	cfg.Entrypoint = Entrypoint{Script: filepath.Join(t.TempDir(), "missing"), NoPython: true}
+	res, err := runAgent(t, cfg, nil)
+	var se *StartError
+	if !errors.As(err, &se) || res.ExitCode != 127 {
+		t.Fatalf("Run = %+v, %v; want a StartError and exit 127", res, err)
+	}
+}
+
+func TestAgentBackoffInterruptedBySignal(t *testing.T) {
+	t.Parallel()
+	cfg, _, _ := shellConfig(t, 1, `echo x > $DIR/ran; exit 1`)
+	cfg.MaxRestarts = 1
+	cfg.RestartBackoff = time.Hour
+	cfg.RestartBackoffMax = time.Hour
+	sigs := make(chan os.Signal, 1)
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := runAgent(t, cfg, sigs)
+		done <- res
+	}()
+	waitFor(t, "first attempt", func() bool { _, err := os.Stat(filepath.Join(dirOf(cfg), "ran")); return err == nil })
+	sigs <- syscall.SIGTERM
+	if res := <-done; res.ExitCode != 143 {
+		t.Fatalf("Run = %+v; want exit 143 during the backoff", res)
+	}
+}

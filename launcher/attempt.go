@@ -1,0 +1,346 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// outputDrainTimeout bounds the wait for a worker's output after its
+// process group is gone; only a descendant that left the group (setsid)
+// can hold the pipe open that long.
+const outputDrainTimeout = 2 * time.Second
+
+// worker is one started worker of an attempt.
+type worker struct {
+	spec    WorkerSpec
+	proc    *process
+	readers []*os.File // pipe read ends, closed after draining
+	files   []*os.File // log files
+	logs    []string   // kept log files, for the summary
+}
+
+// attempt is one start of the node's workers.
+type attempt struct {
+	cfg     *Config
+	number  int
+	workers []*worker
+	byProc  map[*process]*worker
+	exited  chan *process
+	pumps   sync.WaitGroup
+}
+
+// outcomeKind says how an attempt ended.
+type outcomeKind int
+
+const (
+	outcomeSucceeded   outcomeKind = iota // every worker exited 0
+	outcomeFailed                         // a worker failed on its own
+	outcomeSignalled                      // the agent got a stop signal
+	outcomeInterrupted                    // the rendezvous ended the round
+	outcomeCancelled                      // the agent's context ended
+)
+
+type outcome struct {
+	kind     outcomeKind
+	failures []Failure
+	signal   syscall.Signal
+	event    rendezvous.Event
+}
+
+// streamPlan says where one stream of one worker goes.
+type streamPlan struct {
+	name    string // "stdout" or "stderr"
+	bit     Std
+	console *Console
+}
+
+// startAttempt starts every worker of specs. If one cannot be started, the
+// ones already running are killed and a *StartError is returned.
+func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout, stdout, stderr *Console) (*attempt, error) {
+	att := &attempt{
+		cfg:    cfg,
+		number: number,
+		byProc: make(map[*process]*worker, len(specs)),
+		exited: make(chan *process, len(specs)),
+	}
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+	}
+	defer devNull.Close()
+	for _, spec := range specs {
+		w := &worker{spec: spec}
+		var childEnds []*os.File
+		var ends [2]*os.File
+		for i, sp := range []streamPlan{{"stdout", StdOut, stdout}, {"stderr", StdErr, stderr}} {
+			end, err := att.plumb(w, sp, layout, devNull)
+			if err != nil {
+				att.abort()
+				return nil, err
+			}
+			ends[i] = end
+			if end != devNull {
+				childEnds = append(childEnds, end)
+			}
+		}
+		proc, err := startProcess(spec.Argv, spec.Env, ends[0], ends[1], att.exited)
+		for _, f := range childEnds {
+			f.Close() // the child holds its own copies
+		}
+		att.workers = append(att.workers, w)
+		if err != nil {
+			att.abort()
+			return nil, &StartError{LocalRank: spec.LocalRank, Argv0: spec.Argv[0], Err: err}
+		}
+		w.proc = proc
+		att.byProc[proc] = w
+	}
+	return att, nil
+}
+
+// plumb prepares one stream of w and returns the file the child writes
+// to: /dev/null when the stream goes nowhere, else a pipe whose read end a
+// pump copies to the console and/or the stream's log file.
+func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull *os.File) (*os.File, error) {
+	cfg, lr := att.cfg, w.spec.LocalRank
+	redirect, tee := cfg.Redirects.For(lr).Has(sp.bit), cfg.Tee.For(lr).Has(sp.bit)
+	toFile := redirect || tee
+	toConsole := (!redirect || tee) && (cfg.LocalRanksFilter == nil || slices.Contains(cfg.LocalRanksFilter, lr))
+	if !toFile && !toConsole {
+		return devNull, nil
+	}
+	var file *os.File
+	if toFile {
+		path := layout.streamFile(att.number, lr, sp.name)
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, fmt.Errorf("create worker log: %w", err)
+		}
+		file = f
+		w.files = append(w.files, f)
+		w.logs = append(w.logs, path)
+	}
+	r, wr, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("create pipe for local rank %d %s: %w", lr, sp.name, err)
+	}
+	w.readers = append(w.readers, r)
+	var console *Console
+	prefix := ""
+	if toConsole {
+		console = sp.console
+		if !cfg.NoPrefix {
+			prefix = ExpandPrefix(cfg.PrefixTemplate, cfg.Role, lr, w.spec.Rank)
+		}
+	}
+	var sink io.Writer // stays a nil interface without a file
+	if file != nil {
+		sink = file
+	}
+	att.pumps.Add(1)
+	go func() {
+		defer att.pumps.Done()
+		if err := pump(r, sink, console, prefix); err != nil {
+			cfg.Log.Warnf("local rank %d %s: %v", lr, sp.name, err)
+		}
+	}()
+	return wr, nil
+}
+
+// abort kills whatever this attempt started and releases its files; used
+// when the attempt cannot be started completely.
+func (att *attempt) abort() {
+	for _, w := range att.workers {
+		if w.proc != nil {
+			_ = w.proc.signalGroup(syscall.SIGKILL)
+			<-w.proc.done
+		}
+	}
+	att.finish()
+}
+
+// running returns the workers whose process has not been reaped.
+func (att *attempt) running() []*worker {
+	var out []*worker
+	for _, w := range att.workers {
+		if w.proc != nil && !w.proc.exited() {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func (att *attempt) signalRunning(sig syscall.Signal) {
+	for _, w := range att.running() {
+		if err := w.proc.signalGroup(sig); err != nil {
+			att.cfg.Log.Warnf("local rank %d: %v", w.spec.LocalRank, err)
+		}
+	}
+}
+
+// monitor waits until every worker has exited and says why the attempt
+// ended. It reacts to each exit, signal and rendezvous event the moment it
+// arrives. The first failure, stop signal, event or cancellation starts
+// the stop sequence: the signal (SIGTERM, or the stop signal received) to
+// every worker's process group, then SIGKILL after the grace period. A
+// second stop signal skips what is left of the grace period.
+func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, events <-chan rendezvous.Event) outcome {
+	cfg := att.cfg
+	var (
+		out      = outcome{kind: outcomeSucceeded}
+		stopping bool
+		sent     syscall.Signal
+		grace    <-chan time.Time
+		timer    *time.Timer
+		done     = ctx.Done()
+		left     = len(att.workers)
+	)
+	beginStop := func(sig syscall.Signal) {
+		if stopping {
+			return
+		}
+		stopping, sent = true, sig
+		att.signalRunning(sig)
+		timer = time.NewTimer(cfg.StopTimeout)
+		grace = timer.C
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for left > 0 {
+		select {
+		case p := <-att.exited:
+			left--
+			w := att.byProc[p]
+			// The worker's process tree does not outlive it.
+			_ = p.signalGroup(syscall.SIGKILL)
+			st := p.status
+			if st.Code == 0 || (stopping && (st.Signal == sent || st.Signal == syscall.SIGKILL)) {
+				continue
+			}
+			out.failures = append(out.failures, Failure{
+				LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.pid,
+				ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname,
+			})
+			if out.kind == outcomeSucceeded {
+				out.kind = outcomeFailed
+				cfg.Log.Errorf("worker failed: rank %d (local rank %d, pid %d) %s; stopping the other workers", w.spec.Rank, w.spec.LocalRank, p.pid, describeExit(st))
+				beginStop(syscall.SIGTERM)
+			}
+		case s := <-signals:
+			sig, ok := s.(syscall.Signal)
+			if !ok {
+				continue
+			}
+			if !slices.Contains(cfg.StopSignals, sig) {
+				att.signalRunning(sig)
+				continue
+			}
+			if stopping && out.kind == outcomeSignalled {
+				cfg.Log.Warnf("received %s again: killing the workers now", SignalName(sig))
+				att.signalRunning(syscall.SIGKILL)
+				continue
+			}
+			out.kind, out.signal = outcomeSignalled, sig
+			cfg.Log.Warnf("received %s: forwarding it to the workers, SIGKILL in %v (send it again to kill at once)", SignalName(sig), cfg.StopTimeout)
+			if stopping {
+				att.signalRunning(sig)
+			}
+			beginStop(sig)
+		case ev := <-events:
+			events = nil
+			if !stopping {
+				out.kind, out.event = outcomeInterrupted, ev
+				cfg.Log.Warnf("round ended: %s; stopping the workers", ev.Reason)
+				beginStop(syscall.SIGTERM)
+			}
+		case <-grace:
+			grace = nil
+			for _, w := range att.running() {
+				cfg.Log.Warnf("local rank %d (pid %d) still running %v after %s: sending SIGKILL", w.spec.LocalRank, w.proc.pid, cfg.StopTimeout, SignalName(sent))
+			}
+			att.signalRunning(syscall.SIGKILL)
+		case <-done:
+			done = nil
+			if !stopping {
+				out.kind = outcomeCancelled
+				beginStop(syscall.SIGTERM)
+			}
+		}
+	}
+	return out
+}
+
+// finish waits for the workers' output to be copied, then closes pipes
+// and files. Call it once every worker has exited.
+func (att *attempt) finish() {
+	drained := make(chan struct{})
+	go func() {
+		att.pumps.Wait()
+		close(drained)
+	}()
+	timer := time.NewTimer(outputDrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		att.cfg.Log.Warnf("worker output still open %v after the workers exited (a descendant left the worker's process group); closing it", outputDrainTimeout)
+	}
+	for _, w := range att.workers {
+		for _, r := range w.readers {
+			r.Close()
+		}
+	}
+	<-drained
+	for _, w := range att.workers {
+		for _, f := range w.files {
+			if err := f.Close(); err != nil {
+				att.cfg.Log.Warnf("worker log: %v", err)
+			}
+		}
+	}
+}
+
+// completeFailures adds what the workers wrote to their error files and
+// their log paths, and orders the failures by time: the root cause first.
+func (att *attempt) completeFailures(failures []Failure, layout *logLayout) []Failure {
+	byRank := make(map[int]*worker, len(att.workers))
+	for _, w := range att.workers {
+		byRank[w.spec.LocalRank] = w
+	}
+	for i := range failures {
+		f := &failures[i]
+		w := byRank[f.LocalRank]
+		rep, err := ReadErrorFile(w.spec.ErrorFile)
+		switch {
+		case err != nil:
+			f.ErrorFileProblem = err.Error()
+		case rep != nil:
+			f.Error = rep
+			if layout.kept() {
+				f.ErrorFile = w.spec.ErrorFile
+			}
+		}
+		f.Logs = w.logs
+	}
+	slices.SortStableFunc(failures, func(a, b Failure) int { return a.Time.Compare(b.Time) })
+	return failures
+}
+
+// describeExit says how a process ended, for a log line.
+func describeExit(st exitStatus) string {
+	if st.Signal != 0 {
+		return fmt.Sprintf("was killed by %s (exit code %d)", SignalName(st.Signal), st.Code)
+	}
+	return fmt.Sprintf("exited with code %d", st.Code)
+}

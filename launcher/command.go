@@ -1,0 +1,60 @@
+package launcher
+
+import (
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// runPathCode runs the script named by sys.argv[1] as __main__ with the
+// remaining arguments, which is what torchrun's --run-path does inside a
+// multiprocessing child.
+const runPathCode = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+// Argv returns the worker's command line. Script arguments are passed as
+// they are: nothing is appended (torchrun's --local-rank is not).
+func (e Entrypoint) Argv() []string {
+	var argv []string
+	switch {
+	case e.NoPython && !e.RunPath:
+		argv = []string{e.Script}
+	case e.Module:
+		argv = append(append(argv, e.Python...), "-u", "-m", e.Script)
+	case e.RunPath:
+		argv = append(append(argv, e.Python...), "-u", "-c", runPathCode, e.Script)
+	default:
+		argv = append(append(argv, e.Python...), "-u", e.Script)
+	}
+	return append(argv, e.Args...)
+}
+
+// WorkerSpec is everything needed to start one worker of an attempt.
+type WorkerSpec struct {
+	LocalRank int      `json:"local_rank"`
+	Rank      int      `json:"rank"`
+	Argv      []string `json:"argv"`
+	// Added lists the variables gorun sets, in a fixed order.
+	Added []EnvVar `json:"env"`
+	// Env is the worker's whole environment.
+	Env []string `json:"-"`
+	// ErrorFile is the worker's TORCHELASTIC_ERROR_FILE.
+	ErrorFile string `json:"error_file"`
+}
+
+// PlanWorkers returns the workers of one attempt: a round, the restart
+// count, and where each local rank writes its error file.
+func PlanWorkers(cfg *Config, shared []EnvVar, round rendezvous.Round, restartCount int, errorFile func(localRank int) string) []WorkerSpec {
+	argv := cfg.Entrypoint.Argv()
+	specs := make([]WorkerSpec, cfg.NprocPerNode)
+	for lr := range specs {
+		ef := errorFile(lr)
+		added := append(rankEnv(cfg, round, restartCount, lr, ef), shared...)
+		specs[lr] = WorkerSpec{
+			LocalRank: lr,
+			Rank:      round.BaseRank + lr,
+			Argv:      argv,
+			Added:     added,
+			Env:       withEnv(cfg.Environ, added),
+			ErrorFile: ef,
+		}
+	}
+	return specs
+}

@@ -1,0 +1,211 @@
+package launcher
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Defaults of Config fields, named after the flags that set them.
+const (
+	// DefaultStopTimeout is the grace period between SIGTERM and SIGKILL,
+	// torchrun's 30 s.
+	DefaultStopTimeout = 30 * time.Second
+	// DefaultRestartBackoffMax caps the exponential restart backoff.
+	DefaultRestartBackoffMax = 5 * time.Minute
+	// DefaultRole is torchrun's default --role.
+	DefaultRole = "default"
+	// DefaultRunID is torchrun's default --rdzv-id.
+	DefaultRunID = "none"
+	// DefaultPython is the interpreter used unless --python says otherwise.
+	DefaultPython = "python3"
+	// DefaultPrefixTemplate is the console prefix of each worker line:
+	// role name and global rank, in torchrun's "[default0]:" shape.
+	DefaultPrefixTemplate = "[${role_name}${rank}]:"
+)
+
+// Std selects a worker's streams: torchrun's --redirects / --tee values.
+type Std int
+
+// The Std values are a bit set, as in torchrun: 1 stdout, 2 stderr.
+const (
+	StdNone   Std = 0
+	StdOut    Std = 1
+	StdErr    Std = 2
+	StdAll    Std = 3
+	stdMaxBit Std = 3
+)
+
+// Has reports whether s selects stream t (StdOut or StdErr).
+func (s Std) Has(t Std) bool { return s&t != 0 }
+
+// StdSpec is a per-local-rank Std: Default for every rank, overridden by
+// PerRank.
+type StdSpec struct {
+	Default Std
+	PerRank map[int]Std
+}
+
+// For returns the Std of localRank.
+func (s StdSpec) For(localRank int) Std {
+	if v, ok := s.PerRank[localRank]; ok {
+		return v
+	}
+	return s.Default
+}
+
+// Any reports whether any rank selects any stream.
+func (s StdSpec) Any() bool {
+	if s.Default != StdNone {
+		return true
+	}
+	for _, v := range s.PerRank {
+		if v != StdNone {
+			return true
+		}
+	}
+	return false
+}
+
+// Entrypoint says how a worker runs the training script.
+type Entrypoint struct {
+	// Script is the script path, module name (Module) or binary (NoPython).
+	Script string
+	// Args reach the script unchanged.
+	Args []string
+	// Module runs `python -u -m Script`.
+	Module bool
+	// NoPython executes Script directly.
+	NoPython bool
+	// RunPath runs Script with runpy.run_path, as torchrun's --run-path.
+	RunPath bool
+	// Python is the interpreter (with any arguments of its own).
+	Python []string
+}
+
+// Config is everything the agent needs to run one node's workers.
+type Config struct {
+	Entrypoint Entrypoint
+
+	// NprocPerNode is the resolved number of workers on this node.
+	NprocPerNode int
+	// Role is the workers' role name (ROLE_NAME).
+	Role string
+	// RunID is the job id (TORCHELASTIC_RUN_ID).
+	RunID string
+
+	// MaxRestarts is the number of restarts after a worker failure.
+	MaxRestarts int
+	// NoRestartExitCodes lists worker exit codes that are never retried.
+	NoRestartExitCodes []int
+	// RestartBackoff is the delay before the first restart; it doubles with
+	// every further restart up to RestartBackoffMax. 0 restarts at once.
+	RestartBackoff    time.Duration
+	RestartBackoffMax time.Duration
+	// StopTimeout is the grace period between SIGTERM and SIGKILL.
+	StopTimeout time.Duration
+
+	// LogDir, when set, holds <run_id>/attempt_<n>/<local_rank>/ with the
+	// redirected streams and each worker's error.json.
+	LogDir string
+	// Redirects sends a worker's streams to files only; Tee to files and
+	// the console.
+	Redirects StdSpec
+	Tee       StdSpec
+	// LocalRanksFilter, when not nil, lists the local ranks whose output
+	// reaches the console.
+	LocalRanksFilter []int
+	// PrefixTemplate is the console line prefix; "" with NoPrefix set
+	// prints lines as they are.
+	PrefixTemplate string
+	NoPrefix       bool
+
+	// MemoryDefaults adds SEEDS.md's allocator defaults to the worker
+	// environment unless the user set them.
+	MemoryDefaults bool
+
+	// StopSignals are forwarded to the workers and then stop them;
+	// ForwardSignals are only forwarded.
+	StopSignals    []syscall.Signal
+	ForwardSignals []syscall.Signal
+
+	// Environ is the launcher's environment, the base of every worker's.
+	Environ []string
+	// Hostname is reported in the failure summary.
+	Hostname string
+	// Stdout and Stderr receive the workers' console output and the
+	// failure summary.
+	Stdout, Stderr io.Writer
+	// Log receives the agent's own messages.
+	Log logrus.FieldLogger
+}
+
+// NewConfig returns a Config with the defaults filled in and the process's
+// own environment, streams and host name.
+func NewConfig() Config {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return Config{
+		Entrypoint:        Entrypoint{Python: []string{DefaultPython}},
+		NprocPerNode:      1,
+		Role:              DefaultRole,
+		RunID:             DefaultRunID,
+		RestartBackoffMax: DefaultRestartBackoffMax,
+		StopTimeout:       DefaultStopTimeout,
+		PrefixTemplate:    DefaultPrefixTemplate,
+		MemoryDefaults:    true,
+		StopSignals:       []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT},
+		ForwardSignals:    []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2},
+		Environ:           os.Environ(),
+		Hostname:          host,
+		Stdout:            os.Stdout,
+		Stderr:            os.Stderr,
+		Log:               logrus.StandardLogger(),
+	}
+}
+
+// Validate reports the first field that is out of range, naming the flag
+// that sets it.
+func (c *Config) Validate() error {
+	e := c.Entrypoint
+	switch {
+	case e.Script == "":
+		return fmt.Errorf("no training script given: usage: gorun [flags] SCRIPT [ARGS...]")
+	case e.Module && e.NoPython:
+		return fmt.Errorf("--no-python and --module cannot be used together")
+	case e.RunPath && e.Module:
+		return fmt.Errorf("--run-path and --module cannot be used together")
+	case !e.NoPython && len(e.Python) == 0:
+		return fmt.Errorf("--python: empty interpreter")
+	case c.NprocPerNode < 1:
+		return fmt.Errorf("--nproc-per-node: %d workers, want at least 1", c.NprocPerNode)
+	case c.Role == "":
+		return fmt.Errorf("--role: empty role name")
+	case c.RunID == "":
+		return fmt.Errorf("--rdzv-id: empty run id")
+	case c.MaxRestarts < 0:
+		return fmt.Errorf("--max-restarts: %d, want 0 or more", c.MaxRestarts)
+	case c.RestartBackoff < 0:
+		return fmt.Errorf("--restart-backoff: %v, want 0 or more", c.RestartBackoff)
+	case c.RestartBackoffMax < c.RestartBackoff:
+		return fmt.Errorf("--restart-backoff-max: %v is below --restart-backoff %v", c.RestartBackoffMax, c.RestartBackoff)
+	case c.StopTimeout < 0:
+		return fmt.Errorf("--stop-timeout: %v, want 0 or more", c.StopTimeout)
+	case (c.Redirects.Any() || c.Tee.Any()) && c.LogDir == "":
+		return fmt.Errorf("--redirects/--tee write each worker's output to files: give --log-dir DIR as well (gorun leaves no temporary log directories behind)")
+	case c.Stdout == nil || c.Stderr == nil || c.Log == nil:
+		return fmt.Errorf("launcher: Stdout, Stderr and Log must be set")
+	}
+	for _, r := range c.LocalRanksFilter {
+		if r < 0 || r >= c.NprocPerNode {
+			return fmt.Errorf("--local-ranks-filter: local rank %d outside 0..%d (--nproc-per-node=%d)", r, c.NprocPerNode-1, c.NprocPerNode)
+		}
+	}
+	return nil
+}

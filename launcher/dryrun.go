@@ -1,0 +1,82 @@
+package launcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// DryRunPlan is what a launch would start in its first round.
+type DryRunPlan struct {
+	RunID string `json:"run_id"`
+	// MasterPortAtLaunch is true when MASTER_PORT is a free port chosen
+	// when the job starts, so the value shown is only a placeholder.
+	MasterPortAtLaunch bool         `json:"master_port_chosen_at_launch"`
+	Warnings           []string     `json:"warnings,omitempty"`
+	Workers            []WorkerSpec `json:"workers"`
+}
+
+// PlanDryRun returns the workers of the first attempt of cfg in round,
+// without creating or starting anything. A round with MasterPort 0 stands
+// for a port chosen at launch.
+func PlanDryRun(cfg *Config, round rendezvous.Round) DryRunPlan {
+	shared, warnings := SharedEnv(cfg)
+	errorFile := func(lr int) string {
+		if cfg.LogDir == "" {
+			return filepath.Join("<temporary directory>", "attempt_0", strconv.Itoa(lr), "error.json")
+		}
+		return filepath.Join(cfg.LogDir, cfg.RunID, "attempt_0", strconv.Itoa(lr), "error.json")
+	}
+	return DryRunPlan{
+		RunID:              round.RunID,
+		MasterPortAtLaunch: round.MasterPort == 0,
+		Warnings:           warnings,
+		Workers:            PlanWorkers(cfg, shared, round, 0, errorFile),
+	}
+}
+
+// Write prints the plan as text, or as JSON when format is "json".
+func (p DryRunPlan) Write(w io.Writer, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "run id %s: %d workers on this node (dry run: nothing started)\n", p.RunID, len(p.Workers))
+	if p.MasterPortAtLaunch {
+		b.WriteString("MASTER_PORT=0 stands for a free port chosen when the job starts\n")
+	}
+	for _, wk := range p.Workers {
+		fmt.Fprintf(&b, "\nrank %d (local rank %d)\n  command: %s\n  environment added by gorun:\n", wk.Rank, wk.LocalRank, shellJoin(wk.Argv))
+		for _, v := range wk.Added {
+			fmt.Fprintf(&b, "    %s=%s\n", v.Name, v.Value)
+		}
+	}
+	for _, warn := range p.Warnings {
+		fmt.Fprintf(&b, "\nnote: %s\n", warn)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// shellJoin quotes argv so that it can be pasted into a POSIX shell.
+func shellJoin(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' || r == '+' ||
+				(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+		}) < 0 {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}

@@ -1,0 +1,143 @@
+package launcher
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// Names of the memory defaults gorun adds (SEEDS.md).
+const (
+	// EnvAllocConf is PyTorch's CUDA caching allocator configuration.
+	EnvAllocConf = "PYTORCH_CUDA_ALLOC_CONF"
+	// EnvReuseMode selects the multi-stream memory reuse mode, 0..3.
+	EnvReuseMode = "MULTI_STREAM_MEMORY_REUSE"
+	// DefaultReuseMode is the reuse mode gorun sets when unset.
+	DefaultReuseMode = "2"
+	// expandableSegments is the allocator option gorun adds.
+	expandableSegments = "expandable_segments:True"
+	// ncclUBFlag is Megatron's NCCL user buffer registration flag, which
+	// cannot be combined with expandable segments.
+	ncclUBFlag = "--use-nccl-ub"
+)
+
+// EnvVar is one variable that gorun sets for a worker.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// lookupEnv returns the value of name in environ; the last entry wins, as
+// in os/exec.
+func lookupEnv(environ []string, name string) (string, bool) {
+	for i := len(environ) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(environ[i], "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// withEnv returns environ with vars set, replacing earlier entries of the
+// same names.
+func withEnv(environ []string, vars []EnvVar) []string {
+	set := make(map[string]bool, len(vars))
+	for _, v := range vars {
+		set[v.Name] = true
+	}
+	out := make([]string, 0, len(environ)+len(vars))
+	for _, kv := range environ {
+		if k, _, _ := strings.Cut(kv, "="); !set[k] {
+			out = append(out, kv)
+		}
+	}
+	for _, v := range vars {
+		out = append(out, v.Name+"="+v.Value)
+	}
+	return out
+}
+
+// SharedEnv returns the variables every worker of the node gets whatever
+// its rank, beyond torchrun's per-rank ones: OMP_NUM_THREADS=1 when unset
+// and more than one worker runs (torchrun's rule), and the memory defaults
+// of SEEDS.md unless disabled. The warnings say what the user should know
+// about these choices, once per job.
+func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
+	if _, set := lookupEnv(cfg.Environ, "OMP_NUM_THREADS"); !set && cfg.NprocPerNode > 1 {
+		vars = append(vars, EnvVar{"OMP_NUM_THREADS", "1"})
+		warnings = append(warnings, "setting OMP_NUM_THREADS=1 for each worker, as torchrun does, to avoid overloading the system; set it yourself to tune it for your application")
+	}
+	// torchrun passes the launcher's value or "1"; 1.13 reads the older
+	// name, newer releases the TORCH_ one, so both are set.
+	for _, name := range []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
+		if _, set := lookupEnv(cfg.Environ, name); !set {
+			vars = append(vars, EnvVar{name, "1"})
+		}
+	}
+	if !cfg.MemoryDefaults {
+		return vars, warnings
+	}
+	if v, ok := allocConf(cfg); ok {
+		vars = append(vars, EnvVar{EnvAllocConf, v})
+	} else if slices.Contains(cfg.Entrypoint.Args, ncclUBFlag) {
+		warnings = append(warnings, "not adding expandable_segments:True to "+EnvAllocConf+": the script's "+ncclUBFlag+" (NCCL user buffer registration) does not work with expandable segments")
+	}
+	if _, set := lookupEnv(cfg.Environ, EnvReuseMode); !set {
+		vars = append(vars, EnvVar{EnvReuseMode, DefaultReuseMode})
+	}
+	return vars, warnings
+}
+
+// allocConf returns the PYTORCH_CUDA_ALLOC_CONF value with expandable
+// segments added, and false when nothing is to be added: the user already
+// chose an expandable_segments setting, or the script registers NCCL user
+// buffers.
+func allocConf(cfg *Config) (string, bool) {
+	if slices.Contains(cfg.Entrypoint.Args, ncclUBFlag) {
+		return "", false
+	}
+	cur, set := lookupEnv(cfg.Environ, EnvAllocConf)
+	if !set || strings.TrimSpace(cur) == "" {
+		return expandableSegments, true
+	}
+	for _, opt := range strings.Split(cur, ",") {
+		if k, _, _ := strings.Cut(opt, ":"); strings.TrimSpace(k) == "expandable_segments" {
+			return "", false
+		}
+	}
+	return cur + "," + expandableSegments, true
+}
+
+// rankEnv returns torchrun's per-worker variables (TORCHRUN.md section 2).
+func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, errorFile string) []EnvVar {
+	itoa := strconv.Itoa
+	return []EnvVar{
+		{"LOCAL_RANK", itoa(localRank)},
+		{"RANK", itoa(round.BaseRank + localRank)},
+		{"GROUP_RANK", itoa(round.GroupRank)},
+		{"ROLE_RANK", itoa(round.BaseRoleRank + localRank)},
+		{"ROLE_NAME", cfg.Role},
+		{"LOCAL_WORLD_SIZE", itoa(cfg.NprocPerNode)},
+		{"WORLD_SIZE", itoa(round.WorldSize)},
+		{"GROUP_WORLD_SIZE", itoa(round.GroupWorldSize)},
+		{"ROLE_WORLD_SIZE", itoa(round.RoleWorldSize)},
+		{"MASTER_ADDR", round.MasterAddr},
+		{"MASTER_PORT", itoa(round.MasterPort)},
+		{"TORCHELASTIC_RESTART_COUNT", itoa(restartCount)},
+		{"TORCHELASTIC_MAX_RESTARTS", itoa(cfg.MaxRestarts)},
+		{"TORCHELASTIC_RUN_ID", round.RunID},
+		{"TORCHELASTIC_USE_AGENT_STORE", pythonBool(round.UseAgentStore)},
+		{"TORCHELASTIC_ERROR_FILE", errorFile},
+	}
+}
+
+// pythonBool spells b as Python's str(bool) does, which is what torchrun
+// writes and what torch's env:// initialisation compares with.
+func pythonBool(b bool) string {
+	if b {
+		return "True"
+	}
+	return "False"
+}

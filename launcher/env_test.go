@@ -1,0 +1,133 @@
+package launcher
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+func envMap(vars []EnvVar) map[string]string {
+	m := map[string]string{}
+	for _, v := range vars {
+		m[v.Name] = v.Value
+	}
+	return m
+}
+
+func TestSharedEnvMemoryDefaults(t *testing.T) {
+	tests := []struct {
+		name      string
+		environ   []string
+		args      []string
+		noDefault bool
+		wantAlloc string // "" means not added
+		wantReuse string
+		wantWarn  string
+	}{
+		{name: "unset", wantAlloc: "expandable_segments:True", wantReuse: "2"},
+		{name: "user keys kept", environ: []string{"PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128"},
+			wantAlloc: "max_split_size_mb:128,expandable_segments:True", wantReuse: "2"},
+		{name: "user chose expandable segments", environ: []string{"PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6, expandable_segments:False"},
+			wantReuse: "2"},
+		{name: "user reuse mode wins", environ: []string{"MULTI_STREAM_MEMORY_REUSE=0"}, wantAlloc: "expandable_segments:True"},
+		{name: "nccl user buffers", args: []string{"--lr", "1", "--use-nccl-ub"}, wantReuse: "2", wantWarn: "--use-nccl-ub"},
+		{name: "disabled", noDefault: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{NprocPerNode: 1, Environ: tt.environ, MemoryDefaults: !tt.noDefault, Entrypoint: Entrypoint{Args: tt.args}}
+			vars, warns := SharedEnv(&cfg)
+			m := envMap(vars)
+			if got := m[EnvAllocConf]; got != tt.wantAlloc {
+				t.Errorf("%s = %q; want %q", EnvAllocConf, got, tt.wantAlloc)
+			}
+			if got := m[EnvReuseMode]; got != tt.wantReuse {
+				t.Errorf("%s = %q; want %q", EnvReuseMode, got, tt.wantReuse)
+			}
+			joined := strings.Join(warns, "\n")
+			if (tt.wantWarn == "") != (joined == "") || !strings.Contains(joined, tt.wantWarn) {
+				t.Errorf("warnings = %q; want one containing %q", joined, tt.wantWarn)
+			}
+		})
+	}
+}
+
+func TestSharedEnvOMP(t *testing.T) {
+	tests := []struct {
+		nproc   int
+		environ []string
+		want    string
+		warn    bool
+	}{
+		{2, nil, "1", true},
+		{1, nil, "", false},
+		{4, []string{"OMP_NUM_THREADS=8"}, "", false},
+	}
+	for _, tt := range tests {
+		cfg := Config{NprocPerNode: tt.nproc, Environ: tt.environ}
+		vars, warns := SharedEnv(&cfg)
+		if got := envMap(vars)["OMP_NUM_THREADS"]; got != tt.want || (len(warns) > 0) != tt.warn {
+			t.Errorf("nproc %d environ %v: OMP_NUM_THREADS=%q warnings %q; want %q, warning %v", tt.nproc, tt.environ, got, warns, tt.want, tt.warn)
+		}
+	}
+}
+
+func TestPlanWorkersEnvironment(t *testing.T) {
+	cfg := Config{
+		NprocPerNode: 2, Role: "trainer", MaxRestarts: 3,
+		Environ:    []string{"PATH=/bin", "RANK=99", "KEEP=me"},
+		Entrypoint: Entrypoint{Script: "train.py", Args: []string{"--lr", "3e-4"}, Python: []string{"python3"}},
+	}
+	round := rendezvous.Round{RunID: "job", GroupRank: 1, GroupWorldSize: 2, BaseRank: 2, WorldSize: 4,
+		BaseRoleRank: 2, RoleWorldSize: 4, MasterAddr: "10.0.0.1", MasterPort: 1234}
+	specs := PlanWorkers(&cfg, nil, round, 2, func(lr int) string { return "/e/" + string(rune('0'+lr)) })
+	if len(specs) != 2 {
+		t.Fatalf("got %d workers; want 2", len(specs))
+	}
+	want := map[string]string{
+		"LOCAL_RANK": "1", "RANK": "3", "GROUP_RANK": "1", "ROLE_RANK": "3", "ROLE_NAME": "trainer",
+		"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2", "ROLE_WORLD_SIZE": "4",
+		"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234", "TORCHELASTIC_RESTART_COUNT": "2",
+		"TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_USE_AGENT_STORE": "False",
+		"TORCHELASTIC_ERROR_FILE": "/e/1",
+	}
+	if got := envMap(specs[1].Added); !reflect.DeepEqual(got, want) {
+		t.Errorf("added env of local rank 1 =\n%v\nwant\n%v", got, want)
+	}
+	env := specs[1].Env
+	if !slices.Contains(env, "RANK=3") || slices.Contains(env, "RANK=99") || !slices.Contains(env, "KEEP=me") {
+		t.Errorf("worker env %v: want RANK replaced and KEEP kept", env)
+	}
+	if specs[1].Rank != 3 || specs[1].ErrorFile != "/e/1" {
+		t.Errorf("spec = %+v", specs[1])
+	}
+}
+
+func TestArgv(t *testing.T) {
+	py := []string{"python3", "-X", "dev"}
+	args := []string{"--name", "a b", "it's", ""}
+	tests := []struct {
+		name string
+		e    Entrypoint
+		want []string
+	}{
+		{"script", Entrypoint{Script: "t.py", Args: args, Python: py}, append([]string{"python3", "-X", "dev", "-u", "t.py"}, args...)},
+		{"module", Entrypoint{Script: "pkg.train", Module: true, Python: py}, []string{"python3", "-X", "dev", "-u", "-m", "pkg.train"}},
+		{"no python", Entrypoint{Script: "./bin", NoPython: true, Args: args}, append([]string{"./bin"}, args...)},
+		{"run path", Entrypoint{Script: "/t.py", RunPath: true, NoPython: true, Python: []string{"py"}}, []string{"py", "-u", "-c", runPathCode, "/t.py"}},
+	}
+	for _, tt := range tests {
+		if got := tt.e.Argv(); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: Argv() = %q; want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestExpandPrefix(t *testing.T) {
+	if got := ExpandPrefix("[${role_name}${rank}|${local_rank}]:", "default", 1, 9); got != "[default9|1]:" {
+		t.Errorf("ExpandPrefix = %q", got)
+	}
+}

@@ -1,0 +1,91 @@
+package launcher
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"time"
+)
+
+// ErrorReport is what a worker wrote to its TORCHELASTIC_ERROR_FILE, as
+// PyTorch's @record decorator writes it.
+type ErrorReport struct {
+	// Message is the exception, e.g. "RuntimeError: boom".
+	Message string `json:"message"`
+	// Traceback is the Python call stack, if any.
+	Traceback string `json:"traceback,omitempty"`
+	// Time is when the worker wrote the file; zero if it did not say.
+	Time time.Time `json:"time,omitzero"`
+}
+
+// maxErrorFile bounds how much of an error file is read.
+const maxErrorFile = 4 << 20
+
+// ReadErrorFile reads a worker's error file. A missing file gives nil and
+// no error: a worker that did not use @record, or was killed, writes none.
+// Both of PyTorch's layouts are accepted:
+//
+//	{"message": {"message": "...", "extraInfo": {"py_callstack": "...", "timestamp": "..."}}}
+//	{"message": "...", "timestamp": 1700000000}
+func ReadErrorFile(path string) (*ErrorReport, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read error file: %w", err)
+	}
+	if len(data) > maxErrorFile {
+		data = data[:maxErrorFile]
+	}
+	var top struct {
+		Message   json.RawMessage `json:"message"`
+		Timestamp json.RawMessage `json:"timestamp"`
+	}
+	if err := json.Unmarshal(data, &top); err != nil {
+		return nil, fmt.Errorf("error file %s is not PyTorch's error JSON: %w", path, err)
+	}
+	rep := &ErrorReport{}
+	var msg string
+	if json.Unmarshal(top.Message, &msg) == nil {
+		rep.Message = msg
+		rep.Time = unixTime(top.Timestamp)
+		return rep, nil
+	}
+	var nested struct {
+		Message   string `json:"message"`
+		ExtraInfo struct {
+			PyCallstack string          `json:"py_callstack"`
+			Timestamp   json.RawMessage `json:"timestamp"`
+		} `json:"extraInfo"`
+	}
+	if err := json.Unmarshal(top.Message, &nested); err != nil {
+		return nil, fmt.Errorf("error file %s: \"message\" is neither a string nor an object: %w", path, err)
+	}
+	rep.Message = nested.Message
+	rep.Traceback = nested.ExtraInfo.PyCallstack
+	rep.Time = unixTime(nested.ExtraInfo.Timestamp)
+	return rep, nil
+}
+
+// unixTime reads a timestamp in seconds given as a JSON number or string.
+func unixTime(raw json.RawMessage) time.Time {
+	if len(raw) == 0 {
+		return time.Time{}
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		s = string(raw)
+	}
+	sec, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || sec <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0)
+}

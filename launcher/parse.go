@@ -1,0 +1,175 @@
+package launcher
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// ParseNNodes parses torchrun's --nnodes value: "N" or "MIN:MAX" with
+// 0 < MIN <= MAX.
+func ParseNNodes(s string) (minNodes, maxNodes int, err error) {
+	bad := func(why string) (int, int, error) {
+		return 0, 0, fmt.Errorf("--nnodes=%q: %s; want N or MIN:MAX with 0 < MIN <= MAX", s, why)
+	}
+	parts := strings.Split(strings.TrimSpace(s), ":")
+	if len(parts) > 2 {
+		return bad("more than one ':'")
+	}
+	lo, err := strconv.Atoi(strings.TrimSpace(parts[0]))
+	if err != nil {
+		return bad("not an integer")
+	}
+	hi := lo
+	if len(parts) == 2 {
+		if hi, err = strconv.Atoi(strings.TrimSpace(parts[1])); err != nil {
+			return bad("not an integer")
+		}
+	}
+	if lo < 1 || hi < lo {
+		return bad("out of range")
+	}
+	return lo, hi, nil
+}
+
+// ParseStdSpec parses a --redirects or --tee value: one of 0 (none),
+// 1 (stdout), 2 (stderr), 3 (both) for every local rank, or a list of
+// LOCAL_RANK:VALUE pairs such as "0:3,1:2" (ranks not listed get 0).
+// Unlike torchrun, local ranks of more than one digit are accepted.
+func ParseStdSpec(flag, s string) (StdSpec, error) {
+	s = strings.TrimSpace(s)
+	parseStd := func(v string) (Std, error) {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || Std(n) > stdMaxBit {
+			return 0, fmt.Errorf("--%s=%q: %q is not one of 0 (none), 1 (stdout), 2 (stderr), 3 (both)", flag, s, v)
+		}
+		return Std(n), nil
+	}
+	if !strings.Contains(s, ":") {
+		v, err := parseStd(s)
+		return StdSpec{Default: v}, err
+	}
+	spec := StdSpec{PerRank: map[int]Std{}}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, ":")
+		if !ok {
+			return StdSpec{}, fmt.Errorf("--%s=%q: %q is not LOCAL_RANK:VALUE", flag, s, pair)
+		}
+		r, err := strconv.Atoi(strings.TrimSpace(k))
+		if err != nil || r < 0 {
+			return StdSpec{}, fmt.Errorf("--%s=%q: %q is not a local rank", flag, s, k)
+		}
+		std, err := parseStd(v)
+		if err != nil {
+			return StdSpec{}, err
+		}
+		spec.PerRank[r] = std
+	}
+	return spec, nil
+}
+
+// ParseIntList parses a comma-separated list of integers such as
+// --local-ranks-filter or --no-restart-on-exit-codes. An empty string gives
+// nil.
+func ParseIntList(flag, s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--%s=%q: %q is not an integer; want a comma-separated list such as 0,1", flag, s, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// ParseExitCodes parses --no-restart-on-exit-codes: exit codes 1..255.
+func ParseExitCodes(flag, s string) ([]int, error) {
+	codes, err := ParseIntList(flag, s)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range codes {
+		if c < 1 || c > 255 {
+			return nil, fmt.Errorf("--%s=%q: exit code %d outside 1..255", flag, s, c)
+		}
+	}
+	return codes, nil
+}
+
+// signalNames maps the names gorun accepts to signals.
+var signalNames = map[string]syscall.Signal{
+	"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT,
+	"SIGABRT": syscall.SIGABRT, "SIGKILL": syscall.SIGKILL, "SIGUSR1": syscall.SIGUSR1,
+	"SIGSEGV": syscall.SIGSEGV, "SIGUSR2": syscall.SIGUSR2, "SIGPIPE": syscall.SIGPIPE,
+	"SIGALRM": syscall.SIGALRM, "SIGTERM": syscall.SIGTERM, "SIGBUS": syscall.SIGBUS,
+	"SIGFPE": syscall.SIGFPE, "SIGILL": syscall.SIGILL, "SIGTRAP": syscall.SIGTRAP,
+	"SIGXCPU": syscall.SIGXCPU, "SIGXFSZ": syscall.SIGXFSZ, "SIGSYS": syscall.SIGSYS,
+	"SIGCONT": syscall.SIGCONT, "SIGSTOP": syscall.SIGSTOP, "SIGTSTP": syscall.SIGTSTP,
+}
+
+// SignalName returns the conventional name of sig, such as "SIGTERM", or
+// "signal N" for one without a name here.
+func SignalName(sig syscall.Signal) string {
+	for name, s := range signalNames {
+		if s == sig {
+			return name
+		}
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}
+
+// ParseSignals parses a comma-separated list of signal names (SIGTERM or
+// TERM, any case) as torchrun's --signals-to-handle takes it. SIGKILL and
+// SIGSTOP cannot be handled and are refused.
+func ParseSignals(flag, s string) ([]syscall.Signal, error) {
+	var out []syscall.Signal
+	for _, f := range strings.Split(s, ",") {
+		name := strings.ToUpper(strings.TrimSpace(f))
+		if name == "" {
+			continue
+		}
+		if !strings.HasPrefix(name, "SIG") {
+			name = "SIG" + name
+		}
+		sig, ok := signalNames[name]
+		if !ok || sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
+			known := make([]string, 0, len(signalNames))
+			for n, v := range signalNames {
+				if v != syscall.SIGKILL && v != syscall.SIGSTOP {
+					known = append(known, n)
+				}
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("--%s=%q: %q cannot be handled; want names from %s", flag, s, f, strings.Join(known, ", "))
+		}
+		out = append(out, sig)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--%s=%q: no signal given", flag, s)
+	}
+	return out, nil
+}
+
+// ParseKeyValues parses torchrun's --rdzv-conf syntax "k1=v1,k2=v2". Keys
+// and values are trimmed; an empty key or value is an error.
+func ParseKeyValues(flag, s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("--%s=%q: %q is not KEY=VALUE with a non-empty key and value", flag, s, kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,131 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// StartError is returned when a worker process cannot be started at all
+// (the program is missing or not executable). Restarting cannot help, so
+// the agent gives up at once.
+type StartError struct {
+	LocalRank int
+	Argv0     string
+	Err       error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("start worker local rank %d (%s): %v", e.LocalRank, e.Argv0, e.Err)
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// ExitCode returns the shell's code for the failure: 127 when the program
+// was not found, 126 when it could not be executed.
+func (e *StartError) ExitCode() int {
+	if errors.Is(e.Err, exec.ErrNotFound) || errors.Is(e.Err, os.ErrNotExist) {
+		return 127
+	}
+	return 126
+}
+
+// exitStatus is how a worker process ended.
+type exitStatus struct {
+	// Code is the exit code, or 128+signal for a process killed by a
+	// signal, as a shell reports it.
+	Code int
+	// Signal is the signal that killed the process, 0 if it exited.
+	Signal syscall.Signal
+	// At is when the exit was seen.
+	At time.Time
+}
+
+// process is one running worker process, the leader of its own process
+// group. One goroutine, locked to the OS thread that forked the process,
+// waits for it and then closes done.
+type process struct {
+	pid  int
+	done chan struct{}
+	// status is valid once done is closed.
+	status exitStatus
+}
+
+// startProcess starts argv with env, stdout and stderr in a new process
+// group, with SIGKILL as its parent death signal. When the process exits,
+// the waiting goroutine records the status, closes p.done and sends p on
+// exited (which must have room: the agent sizes it to the worker count).
+func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process) (*process, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid: true,
+		// Delivered when the forking thread ends; the goroutine below keeps
+		// that thread alive until the worker has exited.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	p := &process{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, after the
+		// worker has been reaped.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		p.pid = cmd.Process.Pid
+		started <- nil
+		_ = cmd.Wait() // the state says everything an error would
+		p.status = statusOf(cmd.ProcessState)
+		close(p.done)
+		exited <- p
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// statusOf converts a reaped process's state to an exitStatus.
+func statusOf(ps *os.ProcessState) exitStatus {
+	st := exitStatus{At: time.Now()}
+	if ps == nil {
+		// Wait failed without a state; report it as a generic failure.
+		st.Code = 1
+		return st
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		st.Signal = ws.Signal()
+		st.Code = 128 + int(st.Signal)
+		return st
+	}
+	st.Code = ps.ExitCode()
+	return st
+}
+
+// signalGroup sends sig to the process's whole group. A group with no
+// process left is not an error.
+func (p *process) signalGroup(sig syscall.Signal) error {
+	err := syscall.Kill(-p.pid, sig)
+	if err == nil || errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return fmt.Errorf("send %s to process group %d: %w", SignalName(sig), p.pid, err)
+}
+
+// exited reports whether the process has been reaped.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}

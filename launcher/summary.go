@@ -1,0 +1,134 @@
+package launcher
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Failure is one worker that failed on its own (not one the agent stopped).
+type Failure struct {
+	LocalRank int            `json:"local_rank"`
+	Rank      int            `json:"rank"`
+	PID       int            `json:"pid"`
+	ExitCode  int            `json:"exit_code"`
+	Signal    syscall.Signal `json:"signal,omitempty"`
+	Time      time.Time      `json:"time"`
+	Host      string         `json:"host"`
+	// ErrorFile is the path of the worker's error file when it is kept
+	// (--log-dir), else "".
+	ErrorFile string `json:"error_file,omitempty"`
+	// Error is what the worker wrote to its error file, if anything.
+	Error *ErrorReport `json:"error,omitempty"`
+	// ErrorFileProblem says why an error file could not be read.
+	ErrorFileProblem string `json:"error_file_problem,omitempty"`
+	// Logs are the worker's kept log files.
+	Logs []string `json:"logs,omitempty"`
+}
+
+// Traceback lines shown in the summary: a longer traceback keeps its first
+// and last lines (the exception is at the end) with a count of those left
+// out.
+const (
+	tracebackHead = 8
+	tracebackTail = 24
+)
+
+// FormatSummary renders the failures of the last attempt in the shape of
+// torchrun's ChildFailedError block: the root cause (the first failure
+// seen) and every other failure, each with its rank, host, exit code or
+// signal, time, the worker's own error message and traceback, and where its
+// logs are.
+func FormatSummary(entrypoint string, failures []Failure) string {
+	if len(failures) == 0 {
+		return ""
+	}
+	title := entrypoint + " FAILED"
+	blocks := make([]string, len(failures))
+	width := len(title)
+	for i, f := range failures {
+		blocks[i] = formatFailure(i, f)
+		for _, l := range strings.Split(blocks[i], "\n") {
+			width = max(width, len(l))
+		}
+	}
+	width = min(width, 60)
+	eq, dash := strings.Repeat("=", width), strings.Repeat("-", width)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n%s\n%s\nFailures:\n", eq, title, dash)
+	if len(failures) == 1 {
+		b.WriteString("  <NO_OTHER_FAILURES>\n")
+	}
+	for _, blk := range blocks[1:] {
+		b.WriteString(blk)
+	}
+	fmt.Fprintf(&b, "%s\nRoot Cause (first observed failure):\n%s%s\n", dash, blocks[0], eq)
+	return b.String()
+}
+
+func formatFailure(idx int, f Failure) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%d]:\n", idx)
+	fmt.Fprintf(&b, "  time      : %s\n", f.Time.Format("2006-01-02_15:04:05.000"))
+	fmt.Fprintf(&b, "  host      : %s\n", f.Host)
+	fmt.Fprintf(&b, "  rank      : %d (local_rank: %d)\n", f.Rank, f.LocalRank)
+	if f.Signal != 0 {
+		fmt.Fprintf(&b, "  exitcode  : %d (signal %d, %s; pid: %d)\n", f.ExitCode, int(f.Signal), SignalName(f.Signal), f.PID)
+	} else {
+		fmt.Fprintf(&b, "  exitcode  : %d (pid: %d)\n", f.ExitCode, f.PID)
+	}
+	switch {
+	case f.ErrorFile != "" && f.Error != nil:
+		fmt.Fprintf(&b, "  error_file: %s\n", f.ErrorFile)
+	case f.ErrorFileProblem != "":
+		fmt.Fprintf(&b, "  error_file: %s\n", f.ErrorFileProblem)
+	case f.Error != nil:
+		b.WriteString("  error_file: <read, not kept: no --log-dir>\n")
+	default:
+		b.WriteString("  error_file: <N/A>\n")
+	}
+	logs := "<console>"
+	if len(f.Logs) > 0 {
+		logs = strings.Join(f.Logs, ", ")
+	}
+	fmt.Fprintf(&b, "  logs      : %s\n", logs)
+	switch {
+	case f.Error != nil:
+		fmt.Fprintf(&b, "  message   : %s\n", f.Error.Message)
+		if tb := strings.TrimRight(f.Error.Traceback, "\n"); tb != "" {
+			b.WriteString("  traceback : ")
+			writeIndented(&b, trimLines(tb, tracebackHead, tracebackTail))
+		}
+	case f.Signal != 0:
+		fmt.Fprintf(&b, "  traceback : Signal %d (%s) received by PID %d\n", int(f.Signal), SignalName(f.Signal), f.PID)
+	default:
+		b.WriteString("  traceback : none: decorate the script's main with torch.distributed.elastic.multiprocessing.errors.record to get one\n")
+	}
+	return b.String()
+}
+
+// trimLines keeps the first head and last tail lines of s, marking the
+// cut.
+func trimLines(s string, head, tail int) []string {
+	lines := strings.Split(s, "\n")
+	if len(lines) <= head+tail+1 {
+		return lines
+	}
+	out := append([]string{}, lines[:head]...)
+	out = append(out, fmt.Sprintf("... %d lines not shown ...", len(lines)-head-tail))
+	return append(out, lines[len(lines)-tail:]...)
+}
+
+// writeIndented writes lines after a field label: the first on the label's
+// line, the others indented by two more spaces than the fields.
+func writeIndented(b *strings.Builder, lines []string) {
+	for i, l := range lines {
+		if i > 0 {
+			b.WriteString("    ")
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+}

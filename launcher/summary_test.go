@@ -1,0 +1,55 @@
+package launcher
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func TestFormatSummary(t *testing.T) {
+	at := time.Date(2026, 11, 29, 15, 41, 40, 123e6, time.UTC)
+	var tb []string
+	tb = append(tb, "Traceback (most recent call last):")
+	for i := range 40 {
+		tb = append(tb, fmt.Sprintf("  File \"train.py\", line %d, in f%d", i+1, i))
+	}
+	tb = append(tb, "RuntimeError: boom from rank 1")
+	failures := []Failure{
+		{LocalRank: 1, Rank: 1, PID: 17129, ExitCode: 1, Time: at, Host: "node0",
+			ErrorFile: "/logs/none/attempt_0/1/error.json", Logs: []string{"/logs/none/attempt_0/1/stderr.log"},
+			Error: &ErrorReport{Message: "RuntimeError: boom from rank 1", Traceback: strings.Join(tb, "\n") + "\n"}},
+		{LocalRank: 2, Rank: 2, PID: 17130, ExitCode: 137, Signal: syscall.SIGKILL, Time: at.Add(time.Millisecond), Host: "node0"},
+		{LocalRank: 0, Rank: 0, PID: 17128, ExitCode: 3, Time: at.Add(2 * time.Millisecond), Host: "node0"},
+	}
+	golden(t, "summary.txt", FormatSummary("train.py", failures))
+	golden(t, "summary_single.txt", FormatSummary("train.py", failures[2:]))
+	if FormatSummary("x", nil) != "" {
+		t.Error("FormatSummary with no failures is not empty")
+	}
+}

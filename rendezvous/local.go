@@ -1,0 +1,114 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// DefaultLocalAddr is the master address of a single-node job.
+const DefaultLocalAddr = "127.0.0.1"
+
+// LocalConfig configures a Local rendezvous.
+type LocalConfig struct {
+	// RunID is the job id reported in every round.
+	RunID string
+	// MasterAddr is the address worker rank 0 listens on. Empty means
+	// DefaultLocalAddr.
+	MasterAddr string
+	// MasterPort, when not 0, is used for every round. When 0, each round
+	// gets a port that the kernel reports free on MasterAddr.
+	MasterPort int
+}
+
+// Local is the rendezvous of a job that runs on one node. It needs no
+// store and no network peer: each round has exactly one member. It is safe
+// for concurrent use.
+type Local struct {
+	cfg LocalConfig
+
+	mu     sync.Mutex
+	round  int
+	closed bool
+}
+
+// NewLocal returns a single-node rendezvous.
+func NewLocal(cfg LocalConfig) *Local {
+	if cfg.MasterAddr == "" {
+		cfg.MasterAddr = DefaultLocalAddr
+	}
+	return &Local{cfg: cfg}
+}
+
+// Next closes the next round at once: the node is group rank 0 of 1, and
+// the master port is cfg.MasterPort or a free port on the master address.
+func (l *Local) Next(ctx context.Context, node Node) (Round, error) {
+	if err := node.Validate(); err != nil {
+		return Round{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Round{}, err
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return Round{}, ErrClosed
+	}
+	n := l.round
+	l.round++
+	l.mu.Unlock()
+
+	port := l.cfg.MasterPort
+	if port == 0 {
+		p, err := FreePort(l.cfg.MasterAddr)
+		if err != nil {
+			return Round{}, err
+		}
+		port = p
+	}
+	return Round{
+		RunID:          l.cfg.RunID,
+		Number:         n,
+		GroupRank:      0,
+		GroupWorldSize: 1,
+		BaseRank:       0,
+		WorldSize:      node.LocalWorldSize,
+		BaseRoleRank:   0,
+		RoleWorldSize:  node.LocalWorldSize,
+		MasterAddr:     l.cfg.MasterAddr,
+		MasterPort:     port,
+	}, nil
+}
+
+// Watch returns nil: a single-node round is never ended from outside, and
+// receiving from a nil channel blocks forever.
+func (l *Local) Watch(context.Context, Round) <-chan Event { return nil }
+
+// Close ends the rendezvous; later calls to Next return ErrClosed. It is
+// safe to call more than once.
+func (l *Local) Close(context.Context) error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	return nil
+}
+
+// FreePort asks the kernel for a TCP port that is free on addr and returns
+// it. The port is released before FreePort returns, so that a worker can
+// bind it; the kernel hands out ephemeral ports in a way that makes two
+// concurrent callers very unlikely to get the same one, unlike a fixed
+// default such as torchrun's 29500.
+func FreePort(addr string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("rendezvous: find a free port on %s: %w", addr, err)
+	}
+	defer ln.Close()
+	_, p, err := net.SplitHostPort(ln.Addr().String())
+	if err != nil {
+		return 0, fmt.Errorf("rendezvous: find a free port on %s: %w", addr, err)
+	}
+	return strconv.Atoi(p)
+}

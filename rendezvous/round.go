@@ -1,0 +1,76 @@
+package rendezvous
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the backends can be tested against these values with
+// errors.Is.
+var (
+	// ErrClosed is returned by Next after Close.
+	ErrClosed = errors.New("rendezvous: closed")
+	// ErrInvalidNode is returned when the joining node's description is not
+	// usable (no workers, an unknown node rank).
+	ErrInvalidNode = errors.New("rendezvous: invalid node")
+)
+
+// Node describes the node that joins a round.
+type Node struct {
+	// Addr is the address other nodes and the workers reach this node at.
+	Addr string
+	// LocalWorldSize is the number of workers this node starts.
+	LocalWorldSize int
+	// Role is the workers' role name (torchrun's --role).
+	Role string
+}
+
+// Validate reports whether n can join a round.
+func (n Node) Validate() error {
+	if n.LocalWorldSize < 1 {
+		return fmt.Errorf("%w: local world size %d, want at least 1", ErrInvalidNode, n.LocalWorldSize)
+	}
+	if n.Role == "" {
+		return fmt.Errorf("%w: empty role name", ErrInvalidNode)
+	}
+	return nil
+}
+
+// Round is one closed rendezvous round as seen by one node.
+type Round struct {
+	// RunID is the job's id (torchrun's --rdzv-id, TORCHELASTIC_RUN_ID).
+	RunID string
+	// Number counts the rounds of this job from 0.
+	Number int
+	// GroupRank is this node's rank among the nodes (GROUP_RANK).
+	GroupRank int
+	// GroupWorldSize is the number of nodes in the round (GROUP_WORLD_SIZE).
+	GroupWorldSize int
+	// BaseRank is the global rank of this node's local rank 0.
+	BaseRank int
+	// WorldSize is the number of workers on all nodes (WORLD_SIZE).
+	WorldSize int
+	// BaseRoleRank is the role rank of this node's local rank 0 (ROLE_RANK).
+	BaseRoleRank int
+	// RoleWorldSize is the number of workers with this node's role.
+	RoleWorldSize int
+	// MasterAddr and MasterPort are where worker rank 0 serves the
+	// workers' store (MASTER_ADDR, MASTER_PORT).
+	MasterAddr string
+	MasterPort int
+	// UseAgentStore tells the workers whether the agent already serves the
+	// store at MasterAddr:MasterPort (TORCHELASTIC_USE_AGENT_STORE). When
+	// false, worker rank 0 hosts it.
+	UseAgentStore bool
+}
+
+// Event tells a running node that its round must end for a reason outside
+// the node: a peer's workers failed, a node was lost, or a node is waiting
+// to join.
+type Event struct {
+	// Reason says why, in words fit for a log line.
+	Reason string
+	// Failure is true when the round ends because of a failure (it counts
+	// against the restart budget), false for a membership change.
+	Failure bool
+}

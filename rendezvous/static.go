@@ -1,0 +1,104 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// DefaultStaticPort is torchrun's master port for the static backend. All
+// nodes of a static job must agree on the port, so it cannot be chosen at
+// random as in a single-node job.
+const DefaultStaticPort = 29500
+
+// StaticConfig configures a Static rendezvous.
+type StaticConfig struct {
+	// RunID is the job id reported in every round.
+	RunID string
+	// NNodes is the fixed number of nodes.
+	NNodes int
+	// NodeRank is this node's rank, 0..NNodes-1.
+	NodeRank int
+	// MasterAddr and MasterPort are where worker rank 0 (on node 0) serves
+	// the workers' store.
+	MasterAddr string
+	MasterPort int
+}
+
+// Static is torchrun's static rendezvous: a fixed number of nodes, each
+// told its node rank, all with the same number of workers, and a master
+// address and port given on the command line. No node talks to another;
+// ranks follow from the node rank. It is safe for concurrent use.
+type Static struct {
+	cfg StaticConfig
+
+	mu     sync.Mutex
+	round  int
+	closed bool
+}
+
+// NewStatic validates cfg and returns a static rendezvous.
+func NewStatic(cfg StaticConfig) (*Static, error) {
+	if cfg.NNodes < 1 {
+		return nil, fmt.Errorf("rendezvous: static: nnodes %d, want at least 1", cfg.NNodes)
+	}
+	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.NNodes {
+		return nil, fmt.Errorf("rendezvous: static: --node-rank %d outside 0..%d (--nnodes=%d)", cfg.NodeRank, cfg.NNodes-1, cfg.NNodes)
+	}
+	if cfg.MasterAddr == "" {
+		return nil, fmt.Errorf("rendezvous: static: empty --master-addr")
+	}
+	if cfg.MasterPort < 1 || cfg.MasterPort > 65535 {
+		return nil, fmt.Errorf("rendezvous: static: --master-port %d outside 1..65535", cfg.MasterPort)
+	}
+	return &Static{cfg: cfg}, nil
+}
+
+// Next returns the node's fixed place in the job. Every node is assumed to
+// start the same number of workers, as with torchrun's static backend.
+func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
+	if err := node.Validate(); err != nil {
+		return Round{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Round{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Round{}, ErrClosed
+	}
+	r := s.Plan(node)
+	r.Number = s.round
+	s.round++
+	return r, nil
+}
+
+// Plan returns the round that Next would return for node, as round 0,
+// without joining it; --dry-run shows it.
+func (s *Static) Plan(node Node) Round {
+	world := s.cfg.NNodes * node.LocalWorldSize
+	base := s.cfg.NodeRank * node.LocalWorldSize
+	return Round{
+		RunID:          s.cfg.RunID,
+		GroupRank:      s.cfg.NodeRank,
+		GroupWorldSize: s.cfg.NNodes,
+		BaseRank:       base,
+		WorldSize:      world,
+		BaseRoleRank:   base,
+		RoleWorldSize:  world,
+		MasterAddr:     s.cfg.MasterAddr,
+		MasterPort:     s.cfg.MasterPort,
+	}
+}
+
+// Watch returns nil: static nodes do not observe each other.
+func (s *Static) Watch(context.Context, Round) <-chan Event { return nil }
+
+// Close ends the rendezvous; it is safe to call more than once.
+func (s *Static) Close(context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return nil
+}
