@@ -1,0 +1,59 @@
+# gorun: build, test, demo and benchmarks. Run `make help` for the list.
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+# Debian's python3-torch lives in /usr/bin/python3; another python3 may be
+# first on PATH.
+PYTHON   ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: all build test test-gpu demo demo-torch bench bench-launch lint fmt tidy-check update-golden clean help
+
+all: build
+
+bin/gorun: FORCE
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/gorun
+
+bin/hello: FORCE
+	$(GO) build -o $@ ./examples/hello
+
+build: bin/gorun bin/hello ## build bin/gorun and the examples
+
+test: build ## unit and integration tests, with the race detector
+	$(GO) test -race -count=1 ./...
+
+test-gpu: build ## tests that need an NVIDIA GPU (PyTorch DDP over NCCL)
+	GORUN_TEST_GPU=1 GORUN_TEST_PYTHON=$(PYTHON) $(GO) test -count=1 -run 'GPU' -v ./cmd/gorun/
+
+demo: build ## three workers that print their ranks; rank 1 fails once and all restart
+	bin/gorun --nproc-per-node=3 --max-restarts=1 --no-python bin/hello --fail-rank=1
+
+demo-torch: build ## the PyTorch DDP example on three CPU workers (needs python3-torch)
+	bin/gorun --nproc-per-node=3 --python $(PYTHON) examples/pytorch/train_ddp.py --steps 20
+
+bench: bench-launch ## every benchmark
+
+bench-launch: build ## gorun vs torchrun: empty job, failure -> replacement; writes docs/benchmarks.md
+	bin/gorun bench launch --python $(PYTHON) --write docs/benchmarks.md
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+fmt: ## format the code
+	gofmt -w $$(git ls-files '*.go')
+
+tidy-check: ## fail if go.mod or go.sum are not tidy
+	$(GO) mod tidy && git diff --exit-code go.mod go.sum
+
+update-golden: ## rewrite the golden files in testdata/ (review the diff)
+	$(GO) test ./... -update
+
+clean:
+	rm -rf bin
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+FORCE:

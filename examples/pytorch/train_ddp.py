@@ -1,0 +1,83 @@
+"""A small DistributedDataParallel training job that runs unchanged under
+torchrun and gorun, on CPUs (gloo) and on NVIDIA GPUs (NCCL).
+
+    gorun --nproc-per-node=3 examples/pytorch/train_ddp.py --steps 20
+    gorun --nproc-per-node=gpu examples/pytorch/train_ddp.py
+
+It fits a linear model to synthetic data, so it needs no data set. Every
+rank prints its loss; rank 0 checks at the end that the parameters are the
+same on every rank (what DDP guarantees). --fail-rank makes one rank raise
+an exception on the first attempt, to show restarts and the failure report;
+the @record decorator writes the exception to TORCHELASTIC_ERROR_FILE.
+"""
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--fail-rank", type=int, default=-1,
+                   help="rank that raises on attempt 0 (-1: none)")
+    p.add_argument("--fail-always", action="store_true",
+                   help="raise on every attempt, not only the first")
+    p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    return p.parse_args()
+
+
+@record
+def main():
+    args = parse_args()
+    backend = args.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    print(f"rank {rank}/{world} local_rank {local_rank} backend {backend} attempt {attempt}", flush=True)
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1).to(device)
+    ddp = DDP(model, device_ids=[local_rank] if backend == "nccl" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    true_w = torch.arange(16, dtype=torch.float32, device=device) / 16
+    gen = torch.Generator(device="cpu").manual_seed(1000 + rank)
+
+    for step in range(args.steps):
+        if rank == args.fail_rank and (attempt == 0 or args.fail_always) and step == args.steps // 2:
+            raise RuntimeError(f"deliberate failure on rank {rank} at step {step}")
+        x = torch.randn(args.batch, 16, generator=gen).to(device)
+        y = x @ true_w + 0.01 * torch.randn(args.batch, generator=gen).to(device)
+        loss = torch.nn.functional.mse_loss(ddp(x).squeeze(-1), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(f"step {step} loss {loss.item():.4f}", flush=True)
+
+    # DDP keeps replicas identical: compare every rank's parameters.
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.zeros_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    if rank == 0:
+        same = all(torch.equal(gathered[0], g) for g in gathered)
+        print(f"parameters identical on all {world} ranks: {same}", flush=True)
+        if not same:
+            raise RuntimeError("DDP replicas diverged")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
