@@ -12,7 +12,7 @@ STATICCHECK_VERSION ?= v0.8.2
 all: build
 
 bin/gorun: FORCE
-	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/gorun
+	$(GO) build -tags urfave_cli_no_docs -ldflags "$(LDFLAGS)" -o $@ ./cmd/gorun
 
 bin/hello: FORCE
 	$(GO) build -o $@ ./examples/hello

@@ -259,9 +259,10 @@ func TestAgentLeavesNoDescendants(t *testing.T) {
 	t.Parallel()
 	spawn := `sleep 300 & echo $! >> $DIR/child.$RANK; (sleep 300 & echo $! >> $DIR/child.$RANK; wait) &
 while [ "$(wc -l < $DIR/child.$RANK)" -lt 2 ]; do sleep 0.01; done
+touch $DIR/ready.$RANK
 `
 	tests := map[string]string{
-		"failure": spawn + `[ "$RANK" = 1 ] && exit 1; wait`,
+		"failure": spawn + `if [ "$RANK" = 1 ]; then while [ ! -e $DIR/ready.0 ]; do sleep 0.01; done; exit 1; fi; wait`,
 		"success": spawn + `exit 0`,
 	}
 	for name, script := range tests {
@@ -292,7 +293,10 @@ func TestAgentLogDirLayout(t *testing.T) {
 	t.Parallel()
 	cfg, stdout, stderr := shellConfig(t, 2, `echo "out $RANK"; echo "err $RANK" >&2
 echo "{\"message\": \"failed on purpose\", \"timestamp\": 1700000000}" > "$TORCHELASTIC_ERROR_FILE"
-[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ] && exit 4; exit 0`)
+touch "$DIR/printed.$TORCHELASTIC_RESTART_COUNT.$RANK"
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then
+  while [ ! -e "$DIR/printed.0.0" ]; do sleep 0.01; done; exit 4
+fi`)
 	logDir := t.TempDir()
 	cfg.LogDir = logDir
 	cfg.RunID = "job7"

@@ -76,34 +76,56 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
 	}
 	defer devNull.Close()
-	for _, spec := range specs {
+	// Plumb every worker first, then start them all at once: forks and
+	// execs overlap instead of queueing one after another.
+	childEnds := make([][2]*os.File, len(specs))
+	for i, spec := range specs {
 		w := &worker{spec: spec}
-		var childEnds []*os.File
-		var ends [2]*os.File
-		for i, sp := range []streamPlan{{"stdout", StdOut, stdout}, {"stderr", StdErr, stderr}} {
+		att.workers = append(att.workers, w)
+		for j, sp := range []streamPlan{{"stdout", StdOut, stdout}, {"stderr", StdErr, stderr}} {
 			end, err := att.plumb(w, sp, layout, devNull)
 			if err != nil {
+				closeChildEnds(childEnds, devNull)
 				att.abort()
 				return nil, err
 			}
-			ends[i] = end
-			if end != devNull {
-				childEnds = append(childEnds, end)
+			childEnds[i][j] = end
+		}
+	}
+	procs := make([]*process, len(specs))
+	starts := make([]<-chan error, len(specs))
+	for i, spec := range specs {
+		procs[i], starts[i] = startProcess(spec.Argv, spec.Env, childEnds[i][0], childEnds[i][1], att.exited)
+	}
+	var startErr error
+	for i, w := range att.workers {
+		if err := <-starts[i]; err != nil {
+			if startErr == nil {
+				startErr = &StartError{LocalRank: w.spec.LocalRank, Argv0: w.spec.Argv[0], Err: err}
 			}
+			continue
 		}
-		proc, err := startProcess(spec.Argv, spec.Env, ends[0], ends[1], att.exited)
-		for _, f := range childEnds {
-			f.Close() // the child holds its own copies
-		}
-		att.workers = append(att.workers, w)
-		if err != nil {
-			att.abort()
-			return nil, &StartError{LocalRank: spec.LocalRank, Argv0: spec.Argv[0], Err: err}
-		}
-		w.proc = proc
-		att.byProc[proc] = w
+		w.proc = procs[i]
+		att.byProc[procs[i]] = w
+	}
+	closeChildEnds(childEnds, devNull) // the children hold their own copies
+	if startErr != nil {
+		att.abort()
+		return nil, startErr
 	}
 	return att, nil
+}
+
+// closeChildEnds closes the parent's copies of the children's ends of
+// their output pipes.
+func closeChildEnds(ends [][2]*os.File, devNull *os.File) {
+	for _, pair := range ends {
+		for _, f := range pair {
+			if f != nil && f != devNull {
+				f.Close()
+			}
+		}
+	}
 }
 
 // plumb prepares one stream of w and returns the file the child writes

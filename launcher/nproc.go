@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -34,11 +32,33 @@ func NewDeviceProbe() DeviceProbe {
 	return DeviceProbe{NvidiaSMI: "nvidia-smi", DevDir: "/dev", LookupEnv: os.LookupEnv, NumCPU: runtime.NumCPU}
 }
 
-var (
-	nvidiaDev  = regexp.MustCompile(`^nvidia[0-9]+$`)
-	davinciDev = regexp.MustCompile(`^davinci[0-9]+$`)
-	smiGPULine = regexp.MustCompile(`(?m)^GPU [0-9]+:`)
-)
+// numbered reports whether name is prefix followed by decimal digits only,
+// as in nvidia0 or davinci7 (and not nvidiactl or davinci_manager).
+func numbered(name, prefix string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok || rest == "" {
+		return false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// countGPULines counts the "GPU <n>: ..." lines of `nvidia-smi -L`.
+func countGPULines(out string) int {
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if idx, ok := strings.CutPrefix(line, "GPU "); ok {
+			if i := strings.IndexByte(idx, ':'); i > 0 && numbered("x"+idx[:i], "x") {
+				n++
+			}
+		}
+	}
+	return n
+}
 
 // NvidiaGPUs counts NVIDIA GPUs: the lines of `nvidia-smi -L` when it runs,
 // else the /dev/nvidiaN device nodes; then limited by CUDA_VISIBLE_DEVICES.
@@ -46,11 +66,11 @@ func (p DeviceProbe) NvidiaGPUs(ctx context.Context) int {
 	n := -1
 	if p.NvidiaSMI != "" {
 		if out, err := exec.CommandContext(ctx, p.NvidiaSMI, "-L").Output(); err == nil {
-			n = len(smiGPULine.FindAll(out, -1))
+			n = countGPULines(string(out))
 		}
 	}
 	if n < 0 {
-		n = p.countDevices(nvidiaDev)
+		n = p.countDevices("nvidia")
 	}
 	return p.visible(n, "CUDA_VISIBLE_DEVICES")
 }
@@ -58,17 +78,18 @@ func (p DeviceProbe) NvidiaGPUs(ctx context.Context) int {
 // AscendNPUs counts Ascend NPUs from /dev/davinciN, limited by
 // ASCEND_RT_VISIBLE_DEVICES.
 func (p DeviceProbe) AscendNPUs() int {
-	return p.visible(p.countDevices(davinciDev), "ASCEND_RT_VISIBLE_DEVICES")
+	return p.visible(p.countDevices("davinci"), "ASCEND_RT_VISIBLE_DEVICES")
 }
 
-func (p DeviceProbe) countDevices(re *regexp.Regexp) int {
+// countDevices counts the device nodes named prefix<N> in DevDir.
+func (p DeviceProbe) countDevices(prefix string) int {
 	entries, err := os.ReadDir(p.DevDir)
 	if err != nil {
 		return 0
 	}
 	n := 0
 	for _, e := range entries {
-		if re.MatchString(filepath.Base(e.Name())) {
+		if numbered(e.Name(), prefix) {
 			n++
 		}
 	}

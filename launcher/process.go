@@ -56,10 +56,12 @@ type process struct {
 }
 
 // startProcess starts argv with env, stdout and stderr in a new process
-// group, with SIGKILL as its parent death signal. When the process exits,
-// the waiting goroutine records the status, closes p.done and sends p on
-// exited (which must have room: the agent sizes it to the worker count).
-func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process) (*process, error) {
+// group, with SIGKILL as its parent death signal. It returns at once; the
+// start's outcome arrives on the returned channel, so that many workers can
+// be started in parallel. When the process exits, the waiting goroutine
+// records the status, closes p.done and sends p on exited (which must have
+// room: the agent sizes it to the worker count).
+func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process) (*process, <-chan error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdout = stdout
@@ -87,10 +89,7 @@ func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *pr
 		close(p.done)
 		exited <- p
 	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return p, nil
+	return p, started
 }
 
 // statusOf converts a reaped process's state to an exitStatus.

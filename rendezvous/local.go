@@ -3,9 +3,9 @@ package rendezvous
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
+	"net/netip"
 	"sync"
+	"syscall"
 )
 
 // DefaultLocalAddr is the master address of a single-node job.
@@ -95,20 +95,41 @@ func (l *Local) Close(context.Context) error {
 	return nil
 }
 
-// FreePort asks the kernel for a TCP port that is free on addr and returns
-// it. The port is released before FreePort returns, so that a worker can
-// bind it; the kernel hands out ephemeral ports in a way that makes two
-// concurrent callers very unlikely to get the same one, unlike a fixed
-// default such as torchrun's 29500.
+// FreePort asks the kernel for a TCP port that is free on addr (an IP
+// address) and returns it. The port is released before FreePort returns,
+// so that a worker can bind it; the kernel hands out ephemeral ports so
+// that two concurrent callers very unlikely get the same one, unlike a
+// fixed default such as torchrun's 29500. It uses the socket calls
+// directly: the launch path stays clear of the net package's start-up.
 func FreePort(addr string) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return 0, fmt.Errorf("rendezvous: find a free port: master address %q is not an IP address", addr)
+	}
+	family := syscall.AF_INET6
+	var sa syscall.Sockaddr
+	if ip.Is4() {
+		family, sa = syscall.AF_INET, &syscall.SockaddrInet4{Addr: ip.As4()}
+	} else {
+		sa = &syscall.SockaddrInet6{Addr: ip.As16()}
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("rendezvous: find a free port on %s: %w", addr, err)
 	}
-	defer ln.Close()
-	_, p, err := net.SplitHostPort(ln.Addr().String())
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, sa); err != nil {
+		return 0, fmt.Errorf("rendezvous: find a free port on %s: %w", addr, err)
+	}
+	got, err := syscall.Getsockname(fd)
 	if err != nil {
 		return 0, fmt.Errorf("rendezvous: find a free port on %s: %w", addr, err)
 	}
-	return strconv.Atoi(p)
+	switch a := got.(type) {
+	case *syscall.SockaddrInet4:
+		return a.Port, nil
+	case *syscall.SockaddrInet6:
+		return a.Port, nil
+	}
+	return 0, fmt.Errorf("rendezvous: find a free port on %s: unexpected socket address %T", addr, got)
 }

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"slices"
@@ -252,14 +252,15 @@ func parseSeconds(flag, s string) (time.Duration, error) {
 	return d, nil
 }
 
-// newRunID returns a random UUID (version 4), as torchrun --standalone
-// uses for the run id.
+// newRunID returns a random UUID, as torchrun --standalone uses for the run
+// id. Linux serves one in /proc; elsewhere it is built from math/rand/v2,
+// which is seeded randomly (a run id needs uniqueness, not secrecy).
 func newRunID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("generate a run id: %w", err)
+	if b, err := os.ReadFile("/proc/sys/kernel/random/uuid"); err == nil {
+		return strings.TrimSpace(string(b)), nil
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
+	hi, lo := rand.Uint64(), rand.Uint64()
+	hi = hi&^0xf000 | 0x4000     // version 4
+	lo = lo&^(0xc<<60) | 0x8<<60 // RFC 4122 variant
+	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", hi>>32, hi>>16&0xffff, hi&0xffff, lo>>48, lo&0xffffffffffff), nil
 }

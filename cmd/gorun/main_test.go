@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	gorunBin = filepath.Join(dir, "gorun")
-	build := exec.Command("go", "build", "-o", gorunBin, ".")
+	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", gorunBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build gorun:", err)

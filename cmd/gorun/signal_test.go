@@ -172,9 +172,15 @@ func TestFailureRestartAndSummary(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	logDir := filepath.Join(dir, "logs")
+	// Rank 2 fails once the others have printed, so every log has a line.
 	script := writeScript(t, `echo "attempt $TORCHELASTIC_RESTART_COUNT"; echo "to stderr" >&2
-[ "$RANK" = 2 ] && exit 9; exec sleep 300`)
-	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--max-restarts=2", "--log-dir", logDir, "--rdzv-id=j", "--tee=3", "--no-python", script)
+touch "$1/printed.$TORCHELASTIC_RESTART_COUNT.$RANK"
+if [ "$RANK" = 2 ]; then
+  while [ ! -e "$1/printed.$TORCHELASTIC_RESTART_COUNT.0" ] || [ ! -e "$1/printed.$TORCHELASTIC_RESTART_COUNT.1" ]; do sleep 0.01; done
+  exit 9
+fi
+exec sleep 300`)
+	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--max-restarts=2", "--log-dir", logDir, "--rdzv-id=j", "--tee=3", "--no-python", script, dir)
 	if r.code != 9 {
 		t.Fatalf("exit %d; want 9, the failed worker's code\n%s", r.code, r.stderr)
 	}
