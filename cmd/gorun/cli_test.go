@@ -257,7 +257,9 @@ func TestConcurrentJobsGetOwnPorts(t *testing.T) {
 	script := writeScript(t, `echo "$MASTER_PORT" > "$1/port.$2.$RANK"; while [ "$(ls "$1" | wc -l)" -lt 4 ]; do sleep 0.01; done`)
 	done := make(chan result, 2)
 	for _, job := range []string{"a", "b"} {
-		go func() { done <- runGorun(t, testEnv(), "--standalone", "--nproc-per-node=2", "--no-python", script, dir, job) }()
+		go func() {
+			done <- runGorun(t, testEnv(), "--standalone", "--nproc-per-node=2", "--no-python", script, dir, job)
+		}()
 	}
 	for range 2 {
 		if r := <-done; r.code != 0 {
