@@ -3,6 +3,7 @@ package launcher
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -44,17 +45,18 @@ func ExpandPrefix(template, role string, localRank, rank int) string {
 
 // pump copies one worker stream, line by line, to a file (raw) and to a
 // console (prefixed); either may be nil. It returns at EOF or when r is
-// closed.
+// closed. If the file cannot be written (a full disk), the console still
+// gets every line and the file's error is returned at the end.
 func pump(r io.Reader, file io.Writer, console *Console, prefix string) error {
 	br := bufio.NewReaderSize(r, maxLine)
 	buf := make([]byte, 0, len(prefix)+maxLine+1)
+	var fileErr error
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			if file != nil {
 				if _, werr := file.Write(line); werr != nil {
-					// Keep the console going; the file's loss is reported
-					// at the end of the attempt.
+					fileErr = fmt.Errorf("log file: %w; later lines reach only the console", werr)
 					file = nil
 				}
 			}
@@ -70,9 +72,9 @@ func pump(r io.Reader, file io.Writer, console *Console, prefix string) error {
 		case err == nil, errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF), errors.Is(err, os.ErrClosed):
-			return nil
+			return fileErr
 		default:
-			return err
+			return errors.Join(err, fileErr)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -81,5 +82,21 @@ func TestConsoleNeverMixesLines(t *testing.T) {
 		if l != "["+tag+"]:"+strings.Repeat(tag, 37) {
 			t.Fatalf("mixed line %q", l)
 		}
+	}
+}
+
+// failingWriter fails every write, as a file on a full disk does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+func TestPumpKeepsConsoleWhenFileFails(t *testing.T) {
+	var console bytes.Buffer
+	err := pump(strings.NewReader("a\nb\n"), failingWriter{}, NewConsole(&console), "")
+	if err == nil || !strings.Contains(err.Error(), "no space left") {
+		t.Errorf("pump error = %v; want the file's error", err)
+	}
+	if console.String() != "a\nb\n" {
+		t.Errorf("console = %q; want every line", console.String())
 	}
 }

@@ -255,15 +255,20 @@ func TestConcurrentJobsGetOwnPorts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	script := writeScript(t, `echo "$MASTER_PORT" > "$1/port.$2.$RANK"; while [ "$(ls "$1" | wc -l)" -lt 4 ]; do sleep 0.01; done`)
-	done := make(chan result, 2)
+	type outcome struct {
+		r   result
+		err error
+	}
+	done := make(chan outcome, 2)
 	for _, job := range []string{"a", "b"} {
 		go func() {
-			done <- runGorun(t, testEnv(), "--standalone", "--nproc-per-node=2", "--no-python", script, dir, job)
+			r, err := execGorun(testEnv(), "--standalone", "--nproc-per-node=2", "--no-python", script, dir, job)
+			done <- outcome{r, err}
 		}()
 	}
 	for range 2 {
-		if r := <-done; r.code != 0 {
-			t.Fatalf("exit %d\n%s", r.code, r.stderr)
+		if o := <-done; o.err != nil || o.r.code != 0 {
+			t.Fatalf("exit %d, %v\n%s", o.r.code, o.err, o.r.stderr)
 		}
 	}
 	read := func(name string) string {

@@ -62,6 +62,16 @@ func testEnv(extra ...string) []string {
 // runGorun runs the gorun binary to completion.
 func runGorun(t *testing.T, env []string, args ...string) result {
 	t.Helper()
+	r, err := execGorun(env, args...)
+	if err != nil {
+		t.Fatalf("gorun %q: %v", args, err)
+	}
+	return r
+}
+
+// execGorun runs the gorun binary to completion; unlike runGorun it may be
+// called from any goroutine.
+func execGorun(env []string, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gorunBin, args...)
@@ -75,9 +85,9 @@ func runGorun(t *testing.T, env []string, args ...string) result {
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 	case err != nil:
-		t.Fatalf("gorun %q: %v", args, err)
+		return result{}, err
 	}
-	return result{stdout.String(), stderr.String(), code}
+	return result{stdout.String(), stderr.String(), code}, nil
 }
 
 // writeScript writes an executable shell script and returns its path.

@@ -45,6 +45,9 @@ type LaunchResult struct {
 	RestartTorchrun     Stats `json:"restart_torchrun_rank0_running"`
 	RestartGorunDone    Stats `json:"restart_gorun_rank0_done"`
 	RestartTorchrunDone Stats `json:"restart_torchrun_rank0_done"`
+	// RestartMinimal is the same gap under the least a supervisor can do:
+	// reap the failed worker, kill the other, start two replacements.
+	RestartMinimal Stats `json:"restart_minimal_supervisor"`
 	// Interpreter is the start-up of the worker interpreter alone, which
 	// every replacement pays.
 	Interpreter Stats `json:"python_startup"`
@@ -158,6 +161,23 @@ func RunLaunch(ctx context.Context, cfg LaunchConfig) (LaunchResult, error) {
 			variant.sleep, variant.out["gorun"], variant.out["torchrun"])
 	}
 
+	var minimal Sample
+	for i := range cfg.Warmup + cfg.Runs {
+		ts := filepath.Join(dir, fmt.Sprintf("ts-minimal-%d", i))
+		if err := minimalRestart(ctx, cfg.Python, fail, ts); err != nil {
+			return res, fmt.Errorf("minimal supervisor: %w", err)
+		}
+		gap, err := restartGap(ts)
+		if err != nil {
+			return res, fmt.Errorf("minimal supervisor: %w", err)
+		}
+		if i >= cfg.Warmup {
+			minimal = append(minimal, gap)
+		}
+	}
+	res.RestartMinimal = minimal.Stats()
+	progress("failure -> replacement's first statement, minimal Go supervisor: %s", res.RestartMinimal)
+
 	var startup Sample
 	for i := range cfg.Warmup + cfg.Runs {
 		d, err := timeBare(ctx, bare, 1)
@@ -170,6 +190,45 @@ func RunLaunch(ctx context.Context, cfg LaunchConfig) (LaunchResult, error) {
 	}
 	res.Interpreter = startup.Stats()
 	return res, nil
+}
+
+// minimalRestart is the floor of a restart: two workers of failOnceWorker
+// (rank 0 sleeping), wait for the first exit, SIGKILL the other, start two
+// replacements with TORCHELASTIC_RESTART_COUNT=1 and wait for them.
+func minimalRestart(ctx context.Context, python, script, tsFile string) error {
+	start := func(rank, restart int) (*exec.Cmd, error) {
+		cmd := exec.CommandContext(ctx, python, "-u", script)
+		cmd.Env = append(benchEnv(), "OMP_NUM_THREADS=1", "BENCH_TS_FILE="+tsFile, "SLEEP_RANK0=30",
+			"RANK="+strconv.Itoa(rank), "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(restart))
+		return cmd, cmd.Start()
+	}
+	exited := make(chan int, 2)
+	var first [2]*exec.Cmd
+	for r := range first {
+		c, err := start(r, 0)
+		if err != nil {
+			return err
+		}
+		first[r] = c
+		go func() { _ = c.Wait(); exited <- r }()
+	}
+	failed := <-exited
+	_ = first[1-failed].Process.Kill()
+	<-exited
+	var second [2]*exec.Cmd
+	for r := range second {
+		c, err := start(r, 1)
+		if err != nil {
+			return err
+		}
+		second[r] = c
+	}
+	for _, c := range second {
+		if err := c.Wait(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // timeCommand runs argv to completion, output discarded, and returns the

@@ -33,7 +33,9 @@ func (r LaunchResult) Markdown(when time.Time, runs int) string {
 	b.WriteString("Floors measured in the same run:\n\n")
 	fmt.Fprintf(&b, "- two bare `python3 -u noop.py` started and reaped directly: %s (gorun's empty job is %s of it)\n",
 		r.EmptyBare, ratio(r.EmptyGorun, r.EmptyBare))
-	fmt.Fprintf(&b, "- one interpreter's start-up and exit (every replacement pays it before its first statement): %s\n\n", r.Interpreter)
+	fmt.Fprintf(&b, "- failure -> replacement's first statement under a minimal Go supervisor (reap, kill the other worker, start two replacements; no rendezvous, logs or checks): %s (gorun's gap with rank 0 running is %s of it)\n",
+		r.RestartMinimal, ratio(r.RestartGorun, r.RestartMinimal))
+	fmt.Fprintf(&b, "- one interpreter's start-up and exit (every replacement pays its start-up before its first statement): %s\n\n", r.Interpreter)
 	b.WriteString(verdict(r))
 	return b.String()
 }
