@@ -283,3 +283,25 @@ func TestConcurrentJobsGetOwnPorts(t *testing.T) {
 		t.Errorf("job a port %s, job b port %s: want one port per job, different between jobs", a, b)
 	}
 }
+
+// TestBenchLaunchRuns smoke-tests `gorun bench launch` with one run of each
+// case and no torchrun (the figures themselves are not checked: a benchmark
+// is not a timed test).
+func TestBenchLaunchRuns(t *testing.T) {
+	t.Parallel()
+	py := testPython(t)
+	md := filepath.Join(t.TempDir(), "bench.md")
+	r := runGorun(t, testEnv(), "bench", "launch", "--python", py, "--runs=1", "--warmup=0", "--skip-torchrun", "--write", md)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	var res struct {
+		Empty struct{ N int } `json:"empty_job_gorun"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.Empty.N != 1 {
+		t.Errorf("JSON result %q: %v", r.stdout, err)
+	}
+	if data, err := os.ReadFile(md); err != nil || !strings.Contains(string(data), "## Launch and restart") {
+		t.Errorf("%s = %q, %v", md, data, err)
+	}
+}
