@@ -15,6 +15,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/proctest"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -62,54 +63,16 @@ func runAgent(t *testing.T, cfg Config, signals <-chan os.Signal) (Result, error
 	return a.Run(context.Background())
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // dirOf returns the $DIR of cfg.
 func dirOf(cfg Config) string {
 	v, _ := lookupEnv(cfg.Environ, "DIR")
 	return v
 }
 
-// processGone reports whether pid has exited (gone, or a zombie nobody
-// reaped yet).
-func processGone(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X")
-}
-
-func readPIDs(t *testing.T, pattern string) []int {
+// waitFor polls cond until it holds or 20 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	files, _ := filepath.Glob(pattern)
-	var pids []int
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, field := range strings.Fields(string(data)) {
-			pid, err := strconv.Atoi(field)
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	proctest.WaitFor(t, what, 20*time.Second, cond)
 }
 
 func TestAgentRestartsWithCount(t *testing.T) {
@@ -187,7 +150,7 @@ func TestAgentForwardsSignals(t *testing.T) {
 		res, _ := runAgent(t, cfg, sigs)
 		done <- res
 	}()
-	waitFor(t, "workers ready", func() bool { return len(readPIDs(t, filepath.Join(dir, "ready.*"))) == 2 })
+	waitFor(t, "workers ready", func() bool { return len(proctest.PIDs(t, filepath.Join(dir, "ready.*"))) == 2 })
 	sigs <- syscall.SIGUSR1
 	waitFor(t, "SIGUSR1 forwarded", func() bool {
 		a, _ := os.ReadFile(filepath.Join(dir, "got.0"))
@@ -218,7 +181,7 @@ func TestAgentStopTimeoutKills(t *testing.T) {
 		res, _ := runAgent(t, cfg, sigs)
 		done <- res
 	}()
-	waitFor(t, "workers ready", func() bool { return len(readPIDs(t, filepath.Join(dir, "ready.*"))) == 2 })
+	waitFor(t, "workers ready", func() bool { return len(proctest.PIDs(t, filepath.Join(dir, "ready.*"))) == 2 })
 	sigs <- syscall.SIGINT
 	res := <-done
 	if res.ExitCode != 130 {
@@ -227,8 +190,8 @@ func TestAgentStopTimeoutKills(t *testing.T) {
 	if !strings.Contains(stderr.String(), "sending SIGKILL") {
 		t.Errorf("stderr lacks the SIGKILL escalation:\n%s", stderr)
 	}
-	for _, pid := range readPIDs(t, filepath.Join(dir, "ready.*")) {
-		if !processGone(pid) {
+	for _, pid := range proctest.PIDs(t, filepath.Join(dir, "ready.*")) {
+		if !proctest.Gone(pid) {
 			t.Errorf("worker %d still running", pid)
 		}
 	}
@@ -245,7 +208,7 @@ func TestAgentSecondSignalKillsAtOnce(t *testing.T) {
 		res, _ := runAgent(t, cfg, sigs)
 		done <- res
 	}()
-	waitFor(t, "worker ready", func() bool { return len(readPIDs(t, filepath.Join(dir, "ready.*"))) == 1 })
+	waitFor(t, "worker ready", func() bool { return len(proctest.PIDs(t, filepath.Join(dir, "ready.*"))) == 1 })
 	sigs <- syscall.SIGTERM
 	sigs <- syscall.SIGTERM
 	if res := <-done; res.ExitCode != 143 {
@@ -273,13 +236,13 @@ touch $DIR/ready.$RANK
 			if _, err := runAgent(t, cfg, nil); err != nil {
 				t.Fatal(err)
 			}
-			pids := readPIDs(t, filepath.Join(dir, "child.*"))
+			pids := proctest.PIDs(t, filepath.Join(dir, "child.*"))
 			if len(pids) != 4 {
 				t.Fatalf("got %d grandchildren pids; want 4", len(pids))
 			}
 			waitFor(t, "grandchildren gone", func() bool {
 				for _, pid := range pids {
-					if !processGone(pid) {
+					if !proctest.Gone(pid) {
 						return false
 					}
 				}

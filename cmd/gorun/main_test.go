@@ -8,13 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/leakcheck"
+	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
 // gorunBin is the gorun binary built for these tests.
@@ -112,43 +112,10 @@ func linesWithPrefix(out, prefix string) []string {
 	return got
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds or 30 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// processGone reports whether pid has exited (gone, or a zombie).
-func processGone(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X")
-}
-
-// pidsIn reads the pids listed (one per line) in the files matching glob.
-func pidsIn(t *testing.T, glob string) []int {
-	t.Helper()
-	files, _ := filepath.Glob(glob)
-	var pids []int
-	for _, f := range files {
-		data, _ := os.ReadFile(f)
-		for _, field := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(field); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
+	proctest.WaitFor(t, what, 30*time.Second, cond)
 }
 
 // signalName is the shell's name of sig (TERM, INT, HUP).

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
 // startGorun starts the gorun binary in its own process group (as a shell
@@ -79,14 +81,14 @@ func waitReady(t *testing.T, dir string, n int) []int {
 		m, _ := filepath.Glob(filepath.Join(dir, "ready.*"))
 		return len(m) == n
 	})
-	return pidsIn(t, filepath.Join(dir, "pids.*"))
+	return proctest.PIDs(t, filepath.Join(dir, "pids.*"))
 }
 
 func assertAllGone(t *testing.T, pids []int) {
 	t.Helper()
 	waitFor(t, "every worker and descendant to end", func() bool {
 		for _, pid := range pids {
-			if !processGone(pid) {
+			if !proctest.Gone(pid) {
 				return false
 			}
 		}
@@ -142,7 +144,7 @@ func TestSIGUSR1IsForwarded(t *testing.T) {
 		return strings.Contains(string(a), "USR1") && strings.Contains(string(b), "USR1")
 	})
 	// SIGUSR1 does not stop the job.
-	if processGone(pids[0]) {
+	if proctest.Gone(pids[0]) {
 		t.Fatal("a worker ended after SIGUSR1")
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -160,7 +162,7 @@ func TestKilledGorunTakesWorkersAlong(t *testing.T) {
 	script := writeScript(t, `echo $$ > "$1/pid.$RANK"; touch "$1/ready.$RANK"; exec sleep 300`)
 	cmd, _, _ := startGorun(t, testEnv(), "--nproc-per-node=2", "--no-python", script, dir)
 	waitReady(t, dir, 2)
-	pids := pidsIn(t, filepath.Join(dir, "pid.*"))
+	pids := proctest.PIDs(t, filepath.Join(dir, "pid.*"))
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

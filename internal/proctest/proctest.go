@@ -1,0 +1,63 @@
+// Package proctest holds helpers for tests that run real processes: wait
+// for a condition with a deadline, tell whether a process has ended, read
+// the pids that test scripts record.
+package proctest
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// WaitFor polls cond until it holds, failing the test after timeout. It
+// polls a condition rather than sleeping a fixed time.
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Gone reports whether pid has exited: it no longer exists, or it is a
+// zombie that nobody has reaped yet.
+func Gone(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X")
+}
+
+// PIDs reads the pids listed, separated by white space, in the files that
+// match glob.
+func PIDs(t testing.TB, glob string) []int {
+	t.Helper()
+	files, err := filepath.Glob(glob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, field := range strings.Fields(string(data)) {
+			pid, err := strconv.Atoi(field)
+			if err != nil {
+				t.Fatalf("%s: %q is not a pid", f, field)
+			}
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
