@@ -96,7 +96,8 @@ func (l *Local) Close(context.Context) error {
 }
 
 // FreePort asks the kernel for a TCP port that is free on addr (an IP
-// address) and returns it. The port is released before FreePort returns,
+// address, or a host name, for which every IPv4 address is probed) and
+// returns it. The port is released before FreePort returns,
 // so that a worker can bind it; the kernel hands out ephemeral ports so
 // that two concurrent callers very unlikely get the same one, unlike a
 // fixed default such as torchrun's 29500. It uses the socket calls
@@ -104,7 +105,8 @@ func (l *Local) Close(context.Context) error {
 func FreePort(addr string) (int, error) {
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
-		return 0, fmt.Errorf("rendezvous: find a free port: master address %q is not an IP address", addr)
+		// A host name: a port free on every IPv4 address is free on its.
+		ip = netip.IPv4Unspecified()
 	}
 	family := syscall.AF_INET6
 	var sa syscall.Sockaddr

@@ -79,3 +79,35 @@ func TestStatic(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitEndpoint(t *testing.T) {
+	tests := []struct {
+		in   string
+		host string
+		port int
+		err  bool
+	}{
+		{"node0", "node0", 29500, false},
+		{"node0:1234", "node0", 1234, false},
+		{"[::1]:99", "::1", 99, false},
+		{"[fe80::1]", "fe80::1", 29500, false},
+		{"::1", "", 0, true},
+		{":80", "", 0, true},
+		{"h:0", "", 0, true},
+		{"h:x", "", 0, true},
+		{"[::1", "", 0, true},
+		{"[::1]x", "", 0, true},
+	}
+	for _, tt := range tests {
+		h, p, err := SplitEndpoint(tt.in, DefaultStaticPort)
+		if (err != nil) != tt.err || h != tt.host || p != tt.port {
+			t.Errorf("SplitEndpoint(%q) = %q, %d, %v; want %q, %d, error %v", tt.in, h, p, err, tt.host, tt.port, tt.err)
+		}
+	}
+}
+
+func TestFreePortOnHostName(t *testing.T) {
+	if p, err := FreePort("localhost"); err != nil || p == 0 {
+		t.Errorf("FreePort(localhost) = %d, %v", p, err)
+	}
+}

@@ -3,6 +3,8 @@ package rendezvous
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -101,4 +103,36 @@ func (s *Static) Close(context.Context) error {
 	s.closed = true
 	s.mu.Unlock()
 	return nil
+}
+
+// SplitEndpoint splits a rendezvous endpoint "host", "host:port" or
+// "[v6addr]:port" into host and port; port is defaultPort when absent.
+func SplitEndpoint(endpoint string, defaultPort int) (string, int, error) {
+	host, portStr := endpoint, ""
+	switch {
+	case strings.HasPrefix(endpoint, "["):
+		end := strings.IndexByte(endpoint, ']')
+		if end < 0 {
+			return "", 0, fmt.Errorf("endpoint %q: missing ']'", endpoint)
+		}
+		host, portStr = endpoint[1:end], strings.TrimPrefix(endpoint[end+1:], ":")
+		if rest := endpoint[end+1:]; rest != "" && !strings.HasPrefix(rest, ":") {
+			return "", 0, fmt.Errorf("endpoint %q: want [address]:port", endpoint)
+		}
+	case strings.Count(endpoint, ":") == 1:
+		host, portStr, _ = strings.Cut(endpoint, ":")
+	case strings.Count(endpoint, ":") > 1:
+		return "", 0, fmt.Errorf("endpoint %q: write an IPv6 address as [address]:port", endpoint)
+	}
+	if host == "" {
+		return "", 0, fmt.Errorf("endpoint %q: empty host", endpoint)
+	}
+	if portStr == "" {
+		return host, defaultPort, nil
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("endpoint %q: port %q outside 1..65535", endpoint, portStr)
+	}
+	return host, port, nil
 }

@@ -244,6 +244,20 @@ func TestDryRun(t *testing.T) {
 			t.Errorf("%s = %q; want %q", k, env[k], v)
 		}
 	}
+	for _, tt := range []struct {
+		args []string
+		addr string
+		port string
+	}{
+		{[]string{"--nnodes=2", "--rdzv-endpoint=node0:1234"}, "node0", "1234"},
+		{[]string{"--nnodes=2", "--rdzv-endpoint=[fd00::1]", "--master-port=77"}, "fd00::1", "77"},
+		{[]string{"--local-addr=10.9.8.7", "--master-port=5000"}, "10.9.8.7", "5000"},
+	} {
+		r := runGorun(t, testEnv(), append(append([]string{"--dry-run", "--format=json"}, tt.args...), "x.py")...)
+		if r.code != 0 || !strings.Contains(r.stdout, `"value": "`+tt.addr+`"`) || !strings.Contains(r.stdout, `"value": "`+tt.port+`"`) {
+			t.Errorf("%q: exit %d; want MASTER_ADDR %s and MASTER_PORT %s in\n%s%s", tt.args, r.code, tt.addr, tt.port, r.stdout, r.stderr)
+		}
+	}
 	text := runGorun(t, testEnv(), "--dry-run", "--standalone", "--nproc-per-node=2", "train.py", "a b")
 	if text.code != 0 || !strings.Contains(text.stdout, "rank 1 (local rank 1)") || !strings.Contains(text.stdout, "python3 -u train.py 'a b'") ||
 		!strings.Contains(text.stdout, "free port chosen when the job starts") {

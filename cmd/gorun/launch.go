@@ -198,6 +198,8 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		} else {
 			if c.IsSet(fMasterAddr) {
 				local.MasterAddr = c.String(fMasterAddr)
+			} else if a := c.String(fLocalAddr); a != "" {
+				local.MasterAddr = a // this node is rank 0: it advertises its own address
 			}
 			if c.IsSet(fMasterPort) {
 				local.MasterPort = c.Int(fMasterPort)
@@ -220,13 +222,20 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 	if minNodes != maxNodes {
 		return nil, round, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
 	}
-	port := rendezvous.DefaultStaticPort
+	// torchrun: the static backend's store is at --rdzv-endpoint when one is
+	// given, else at --master-addr:--master-port.
+	addr, port := c.String(fMasterAddr), rendezvous.DefaultStaticPort
 	if c.IsSet(fMasterPort) {
 		port = c.Int(fMasterPort)
 	}
+	if ep := c.String(fRdzvEndpoint); ep != "" {
+		if addr, port, err = rendezvous.SplitEndpoint(ep, port); err != nil {
+			return nil, round, fmt.Errorf("--rdzv-endpoint: %w", err)
+		}
+	}
 	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
 		RunID: cfg.RunID, NNodes: maxNodes, NodeRank: c.Int(fNodeRank),
-		MasterAddr: c.String(fMasterAddr), MasterPort: port,
+		MasterAddr: addr, MasterPort: port,
 	})
 	if err != nil {
 		return nil, round, err
