@@ -1,0 +1,133 @@
+package etcd
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Shape is what every node of a job must agree on. The first node to
+// arrive records it; a node with a different shape is refused.
+type Shape struct {
+	RunID        string `json:"run_id"`
+	Role         string `json:"role"`
+	NprocPerNode int    `json:"nproc_per_node"`
+	MinNodes     int    `json:"min_nodes"`
+	MaxNodes     int    `json:"max_nodes"`
+	MaxRestarts  int    `json:"max_restarts"`
+}
+
+// Diff lists, in words, how other differs from s; empty if they agree.
+func (s Shape) Diff(other Shape) []string {
+	var d []string
+	add := func(name string, mine, theirs any) {
+		if mine != theirs {
+			d = append(d, fmt.Sprintf("%s: this node has %v, the job has %v", name, mine, theirs))
+		}
+	}
+	add("--rdzv-id", s.RunID, other.RunID)
+	add("--role", s.Role, other.Role)
+	add("--nproc-per-node", s.NprocPerNode, other.NprocPerNode)
+	add("--nnodes (min)", s.MinNodes, other.MinNodes)
+	add("--nnodes (max)", s.MaxNodes, other.MaxNodes)
+	add("--max-restarts", s.MaxRestarts, other.MaxRestarts)
+	return d
+}
+
+// NodeRecord is the value of a node's join key.
+type NodeRecord struct {
+	// ID identifies the agent: host, pid and a random suffix.
+	ID string `json:"id"`
+	// Addr is where the node's workers are reached; MasterPort a port that
+	// was free on it when it joined, used if it becomes node 0.
+	Addr       string `json:"addr"`
+	MasterPort int    `json:"master_port"`
+	Nproc      int    `json:"nproc"`
+	// NodeRank is the rank asked for with --node-rank, or -1.
+	NodeRank int `json:"node_rank"`
+	// PrevRank is the node's group rank in the last round it ran, or -1;
+	// survivors keep their relative order.
+	PrevRank int `json:"prev_rank"`
+	// Revision is the join key's create revision (set when read back):
+	// the order of arrival among new nodes.
+	Revision int64 `json:"-"`
+}
+
+// RoundRecord is the closed round: written once, atomically.
+type RoundRecord struct {
+	Round      int          `json:"round"`
+	Members    []NodeRecord `json:"members"` // in group-rank order
+	MasterAddr string       `json:"master_addr"`
+	MasterPort int          `json:"master_port"`
+	Restarts   int          `json:"restarts"`
+}
+
+// orderMembers sorts joined nodes into group-rank order: nodes that asked
+// for a rank first by that rank, then survivors of the last round in their
+// old order, then new nodes in order of arrival. Every agent computes the
+// same order from the same set.
+func orderMembers(nodes []NodeRecord) []NodeRecord {
+	out := slices.Clone(nodes)
+	key := func(n NodeRecord) (int, int64, string) {
+		switch {
+		case n.NodeRank >= 0:
+			return 0, int64(n.NodeRank), n.ID
+		case n.PrevRank >= 0:
+			return 1, int64(n.PrevRank), n.ID
+		default:
+			return 2, n.Revision, n.ID
+		}
+	}
+	slices.SortStableFunc(out, func(a, b NodeRecord) int {
+		ga, ra, ia := key(a)
+		gb, rb, ib := key(b)
+		if ga != gb {
+			return ga - gb
+		}
+		if ra != rb {
+			if ra < rb {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(ia, ib)
+	})
+	return out
+}
+
+// keys lays out the job's keys under <prefix>/<run id>/. Control keys
+// (the round counter, the outcome, the closed rounds) share the ctl/
+// prefix so that one cheap watch sees all of them; each node's join and
+// done keys stand apart, so that no agent has to watch every other.
+type keys struct{ root string }
+
+func newKeys(prefix, runID string) keys { return keys{root: path.Join(prefix, runID) + "/"} }
+
+func (k keys) ctl() string      { return k.root + "ctl/" }
+func (k keys) shape() string    { return k.root + "ctl/shape" }
+func (k keys) round() string    { return k.root + "ctl/round" }
+func (k keys) restarts() string { return k.root + "ctl/restarts" }
+func (k keys) outcome() string  { return k.root + "ctl/outcome" }
+func (k keys) closed(r int) string {
+	return k.root + "ctl/closed/" + strconv.Itoa(r)
+}
+func (k keys) end(r int) string { return k.root + "ctl/end/" + strconv.Itoa(r) }
+
+func (k keys) joinPrefix(r int) string      { return k.root + "join/" + strconv.Itoa(r) + "/" }
+func (k keys) join(r int, id string) string { return k.joinPrefix(r) + id }
+func (k keys) donePrefix(r int) string      { return k.root + "done/" + strconv.Itoa(r) + "/" }
+func (k keys) done(r int, id string) string { return k.donePrefix(r) + id }
+
+// store is the prefix workers of a round use for their own keys.
+func (k keys) store(r int) string { return k.root + "store/" + strconv.Itoa(r) + "/" }
+
+func marshal(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("encode %T: %w", v, err)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,248 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// Defaults of Config, torchrun's where torchrun has the setting.
+const (
+	DefaultPrefix           = "/gorun"
+	DefaultLastCallTimeout  = 30 * time.Second
+	DefaultJoinTimeout      = 600 * time.Second
+	DefaultLeaseTTL         = 10 * time.Second
+	DefaultProgressInterval = 5 * time.Second
+)
+
+// Errors of the etcd rendezvous; test them with errors.Is.
+var (
+	// ErrShapeMismatch: this node's shape differs from the job's.
+	ErrShapeMismatch = errors.New("rendezvous: node does not match the job")
+	// ErrJoinTimeout: not enough nodes joined within the join timeout.
+	ErrJoinTimeout = errors.New("rendezvous: join timeout")
+	// ErrJobFailed: the job ran out of restarts on some node.
+	ErrJobFailed = errors.New("rendezvous: job failed")
+	// ErrJobSucceeded: the job already finished successfully.
+	ErrJobSucceeded = errors.New("rendezvous: job already succeeded")
+	// ErrRoundEnded: the round ended; the node must join the next one.
+	ErrRoundEnded = errors.New("rendezvous: round ended")
+)
+
+// Config configures one agent's etcd rendezvous.
+type Config struct {
+	// Shape is what all nodes must agree on.
+	Shape Shape
+	// NodeRank is --node-rank, or -1 to be assigned one.
+	NodeRank int
+	// Addr is this node's address (MASTER_ADDR when it is node 0).
+	Addr string
+	// Prefix is the key prefix of all jobs (default /gorun).
+	Prefix string
+	// LastCallTimeout is how long a round stays open for more nodes once
+	// MinNodes have joined (torchrun's last_call_timeout).
+	LastCallTimeout time.Duration
+	// JoinTimeout bounds a wait for a round to close (join_timeout).
+	JoinTimeout time.Duration
+	// LeaseTTL is the life of a node's keys without keep-alive: a lost
+	// node is detected within it.
+	LeaseTTL time.Duration
+	// ProgressInterval spaces the "waiting for nodes" messages.
+	ProgressInterval time.Duration
+	// Log receives progress and warnings.
+	Log logrus.FieldLogger
+}
+
+// Rendezvous is one agent's membership in a job over etcd.
+type Rendezvous struct {
+	cli     *clientv3.Client
+	cfg     Config
+	k       keys
+	id      string
+	session *concurrency.Session
+	stop    context.CancelFunc
+	// prevRank is the group rank of the last round this node ran.
+	prevRank int
+}
+
+// New checks cfg, opens this node's lease (kept alive until Close) and
+// records or checks the job's shape.
+func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.LastCallTimeout == 0 {
+		cfg.LastCallTimeout = DefaultLastCallTimeout
+	}
+	if cfg.JoinTimeout == 0 {
+		cfg.JoinTimeout = DefaultJoinTimeout
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.ProgressInterval == 0 {
+		cfg.ProgressInterval = DefaultProgressInterval
+	}
+	if cfg.Log == nil {
+		cfg.Log = logrus.StandardLogger()
+	}
+	sh := cfg.Shape
+	switch {
+	case sh.RunID == "" || strings.ContainsAny(sh.RunID, "/\x00"):
+		return nil, fmt.Errorf("--rdzv-id=%q: want a non-empty id without '/'", sh.RunID)
+	case sh.MinNodes < 1 || sh.MaxNodes < sh.MinNodes:
+		return nil, fmt.Errorf("--nnodes=%d:%d: want 0 < MIN <= MAX", sh.MinNodes, sh.MaxNodes)
+	case cfg.NodeRank >= sh.MaxNodes:
+		return nil, fmt.Errorf("--node-rank=%d: want below the maximum number of nodes, %d", cfg.NodeRank, sh.MaxNodes)
+	case cfg.LeaseTTL < time.Second:
+		return nil, fmt.Errorf("rdzv-conf lease_ttl=%v: want at least 1s", cfg.LeaseTTL)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(int((cfg.LeaseTTL+time.Second-1)/time.Second)), concurrency.WithContext(sctx))
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("rendezvous: open a lease on %v: %w", cli.Endpoints(), err)
+	}
+	host, _ := os.Hostname()
+	r := &Rendezvous{
+		cli: cli, cfg: cfg, k: newKeys(cfg.Prefix, sh.RunID),
+		id:      fmt.Sprintf("%s-%d-%04x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint32()&0xffff),
+		session: session, stop: stop, prevRank: -1,
+	}
+	if err := r.checkShape(ctx); err != nil {
+		r.Close(ctx)
+		return nil, err
+	}
+	return r, nil
+}
+
+// ID is this agent's node id in the job.
+func (r *Rendezvous) ID() string { return r.id }
+
+// checkShape records the job's shape if this node is the first, and
+// otherwise compares it; it also creates the round and restart counters.
+func (r *Rendezvous) checkShape(ctx context.Context) error {
+	want, err := marshal(r.cfg.Shape)
+	if err != nil {
+		return err
+	}
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)).
+		Then(clientv3.OpPut(r.k.shape(), want), clientv3.OpPut(r.k.round(), "0"), clientv3.OpPut(r.k.restarts(), "0")).
+		Else(clientv3.OpGet(r.k.shape())).Commit()
+	if err != nil {
+		return fmt.Errorf("rendezvous: etcd at %v: %w", r.cli.Endpoints(), err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	var job Shape
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &job) != nil {
+		return fmt.Errorf("rendezvous: %s holds no job shape", r.k.shape())
+	}
+	if d := r.cfg.Shape.Diff(job); len(d) > 0 {
+		return fmt.Errorf("%w %s: %s", ErrShapeMismatch, r.cfg.Shape.RunID, strings.Join(d, "; "))
+	}
+	return nil
+}
+
+// Close leaves the job: the lease is revoked, so this node's keys go at
+// once. It is safe to call more than once.
+func (r *Rendezvous) Close(ctx context.Context) error {
+	err := r.session.Close()
+	r.stop()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("rendezvous: revoke lease: %w", err)
+	}
+	return nil
+}
+
+// Next joins the next round and blocks until it closes with this node as
+// a member. It returns ErrJobFailed or ErrJobSucceeded when the job is
+// over, ErrJoinTimeout when too few nodes came in time.
+func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Round, error) {
+	if err := node.Validate(); err != nil {
+		return rendezvous.Round{}, err
+	}
+	if node.LocalWorldSize != r.cfg.Shape.NprocPerNode {
+		return rendezvous.Round{}, fmt.Errorf("%w: --nproc-per-node %d, the job's shape says %d", ErrShapeMismatch, node.LocalWorldSize, r.cfg.Shape.NprocPerNode)
+	}
+	port, err := rendezvous.FreePort(r.cfg.Addr)
+	if err != nil {
+		return rendezvous.Round{}, err
+	}
+	me := NodeRecord{ID: r.id, Addr: r.cfg.Addr, MasterPort: port, Nproc: node.LocalWorldSize, NodeRank: r.cfg.NodeRank, PrevRank: r.prevRank}
+	jctx, cancel := context.WithTimeout(ctx, r.cfg.JoinTimeout)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		rec, err := r.join(jctx, me)
+		switch {
+		case err == nil:
+			return r.roundFor(rec), nil
+		case errors.Is(err, errRetry):
+			continue
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			return rendezvous.Round{}, fmt.Errorf("%w after %v: %v", ErrJoinTimeout, r.cfg.JoinTimeout, err)
+		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, ErrShapeMismatch):
+			return rendezvous.Round{}, err
+		}
+		r.cfg.Log.Warnf("rendezvous: etcd at %s: %v; retrying in %v", strings.Join(r.cli.Endpoints(), ","), err, delay)
+		if err := sleep(jctx, delay); err != nil {
+			return rendezvous.Round{}, fmt.Errorf("%w after %v: %v", ErrJoinTimeout, r.cfg.JoinTimeout, err)
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// roundFor turns a closed round into this node's view of it.
+func (r *Rendezvous) roundFor(rec RoundRecord) rendezvous.Round {
+	out := rendezvous.Round{
+		RunID: r.cfg.Shape.RunID, Number: rec.Round, GroupWorldSize: len(rec.Members),
+		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
+	}
+	for i, m := range rec.Members {
+		if m.ID == r.id {
+			out.GroupRank, out.BaseRank = i, out.WorldSize
+		}
+		out.WorldSize += m.Nproc
+	}
+	out.BaseRoleRank, out.RoleWorldSize = out.BaseRank, out.WorldSize
+	r.prevRank = out.GroupRank
+	return out
+}
+
+// errRetry asks Next to start its join over (the round moved on).
+var errRetry = errors.New("rendezvous: retry")
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func atoi(b []byte) int {
+	n, err := strconv.Atoi(string(b))
+	if err != nil {
+		return -1
+	}
+	return n
+}

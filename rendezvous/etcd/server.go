@@ -1,0 +1,146 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Defaults of ServerConfig, chosen for a one-member store that must be
+// ready in tens of milliseconds (etcd's defaults, 100 ms ticks and a
+// 1 s election, make the first election take ~0.5 s).
+const (
+	DefaultTickMs     = 10
+	DefaultElectionMs = 100
+	// DefaultReadyTimeout bounds the wait for the server to serve.
+	DefaultReadyTimeout = 30 * time.Second
+)
+
+// ServerConfig configures an embedded etcd server.
+type ServerConfig struct {
+	// ClientAddr is the host:port clients connect to; port 0 picks a free
+	// port. Default 127.0.0.1:0.
+	ClientAddr string
+	// PeerAddr is the host:port of the (unused, single-member) peer
+	// listener. Default 127.0.0.1:0.
+	PeerAddr string
+	// Dir holds the data; "" uses a temporary directory removed by Close.
+	Dir string
+	// LogLevel is etcd's own log level (debug, info, warn, error, panic).
+	// Default panic: etcd logs errors even for a normal shutdown, and the
+	// failures that matter reach the agents as client errors and Err.
+	LogLevel string
+	// TickMs and ElectionMs are the raft heartbeat and election timeout.
+	TickMs, ElectionMs uint
+	// ReadyTimeout bounds StartServer's wait for the server.
+	ReadyTimeout time.Duration
+}
+
+// Server is a running embedded etcd. Close it when done; it is safe to
+// call Close more than once.
+type Server struct {
+	etcd    *embed.Etcd
+	tempDir string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartServer starts a one-member etcd server and waits until it serves
+// clients or ctx ends.
+func StartServer(ctx context.Context, cfg ServerConfig) (s *Server, err error) {
+	if cfg.ClientAddr == "" {
+		cfg.ClientAddr = "127.0.0.1:0"
+	}
+	if cfg.PeerAddr == "" {
+		cfg.PeerAddr = "127.0.0.1:0"
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "panic"
+	}
+	if cfg.TickMs == 0 {
+		cfg.TickMs = DefaultTickMs
+	}
+	if cfg.ElectionMs == 0 {
+		cfg.ElectionMs = DefaultElectionMs
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	s = &Server{}
+	if cfg.Dir == "" {
+		if cfg.Dir, err = os.MkdirTemp("", "gorun-etcd-"); err != nil {
+			return nil, fmt.Errorf("embedded etcd: data directory: %w", err)
+		}
+		s.tempDir = cfg.Dir
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	ec := embed.NewConfig()
+	ec.Name = "gorun"
+	ec.Dir = cfg.Dir
+	ec.LogLevel = cfg.LogLevel
+	ec.TickMs, ec.ElectionMs = cfg.TickMs, cfg.ElectionMs
+	clientURL := url.URL{Scheme: "http", Host: cfg.ClientAddr}
+	peerURL := url.URL{Scheme: "http", Host: cfg.PeerAddr}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	// The store holds rendezvous state for one job: losing the last
+	// writes in a machine crash only restarts the rendezvous.
+	ec.UnsafeNoFsync = true
+	if err := ec.Validate(); err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
+	}
+	s.etcd = e
+	timer := time.NewTimer(cfg.ReadyTimeout)
+	defer timer.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+		return s, nil
+	case err := <-e.Err():
+		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
+	case <-timer.C:
+		return nil, fmt.Errorf("embedded etcd on %s: not ready after %v", cfg.ClientAddr, cfg.ReadyTimeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Endpoints returns the addresses clients connect to (host:port).
+func (s *Server) Endpoints() []string {
+	var eps []string
+	for _, l := range s.etcd.Clients {
+		eps = append(eps, l.Addr().String())
+	}
+	return eps
+}
+
+// Err delivers a fatal server error; it is closed when the server stops.
+func (s *Server) Err() <-chan error { return s.etcd.Err() }
+
+// Close stops the server and removes a temporary data directory. It is
+// safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		if s.etcd != nil {
+			s.etcd.Close()
+		}
+		if s.tempDir != "" {
+			s.closeErr = os.RemoveAll(s.tempDir)
+		}
+	})
+	return s.closeErr
+}

@@ -1,0 +1,259 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// Watch reports, once, when the running round ends for a reason outside
+// this node: another node's workers failed (Failure true), a node was lost
+// or a node is waiting to join while the round is below MaxNodes (a
+// membership change), the job finished elsewhere, or this node's own lease
+// was lost. It also ends the round itself for a lost node or a waiting
+// one. The channel closes when ctx ends.
+func (r *Rendezvous) Watch(ctx context.Context, round rendezvous.Round) <-chan rendezvous.Event {
+	out := make(chan rendezvous.Event, 1)
+	go func() {
+		defer close(out)
+		ev, err := r.watchRound(ctx, round.Number)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			ev = rendezvous.Event{Reason: "lost contact with etcd at " + strings.Join(r.cli.Endpoints(), ",") + ": " + err.Error()}
+		}
+		select {
+		case out <- ev:
+		case <-ctx.Done():
+		}
+	}()
+	return out
+}
+
+// watchRound waits for the end of round t; see Watch.
+func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
+	c, rev, err := r.readControl(ctx)
+	if err != nil {
+		return rendezvous.Event{}, err
+	}
+	rec, ok := c.closed[t]
+	if !ok {
+		return rendezvous.Event{}, fmt.Errorf("round %d has no record", t)
+	}
+	members := map[string]bool{}
+	for _, m := range rec.Members {
+		members[m.ID] = true
+	}
+	// Members still present, and nodes already waiting for the next round.
+	joined, err := r.cli.Get(ctx, r.k.joinPrefix(t), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
+	if err != nil {
+		return rendezvous.Event{}, err
+	}
+	present := map[string]bool{}
+	for _, kv := range joined.Kvs {
+		present[strings.TrimPrefix(string(kv.Key), r.k.joinPrefix(t))] = true
+	}
+	waiting, err := r.cli.Get(ctx, r.k.joinPrefix(t+1), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
+	if err != nil {
+		return rendezvous.Event{}, err
+	}
+	memberWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	waiterWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t+1), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+
+	if ev, over := r.roundOver(ctx, c, t); over {
+		return ev, nil
+	}
+	for id := range members {
+		if !present[id] {
+			r.endRound(ctx, t, "node "+id+" left (its lease ended)")
+		}
+	}
+	if len(waiting.Kvs) > 0 && len(rec.Members) < r.cfg.Shape.MaxNodes {
+		r.endRound(ctx, t, "node "+strings.TrimPrefix(string(waiting.Kvs[0].Key), r.k.joinPrefix(t+1))+" is waiting to join")
+	}
+	for {
+		select {
+		case wr, ok := <-ctlWatch:
+			if !ok || wr.Err() != nil {
+				return rendezvous.Event{}, watchErr(wr, ok)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value)
+				}
+			}
+			if ev, over := r.roundOver(ctx, c, t); over {
+				return ev, nil
+			}
+		case wr, ok := <-memberWatch:
+			if !ok || wr.Err() != nil {
+				return rendezvous.Event{}, watchErr(wr, ok)
+			}
+			for _, ev := range wr.Events {
+				id := strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t))
+				if ev.Type == clientv3.EventTypeDelete && members[id] {
+					r.endRound(ctx, t, "node "+id+" left (its lease ended)")
+				}
+			}
+		case wr, ok := <-waiterWatch:
+			if !ok || wr.Err() != nil {
+				return rendezvous.Event{}, watchErr(wr, ok)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut && len(rec.Members) < r.cfg.Shape.MaxNodes {
+					r.endRound(ctx, t, "node "+strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t+1))+" is waiting to join")
+				}
+			}
+		case <-r.session.Done():
+			return rendezvous.Event{Reason: "this node's lease ended (etcd unreachable for longer than the lease TTL?)"}, nil
+		case <-ctx.Done():
+			return rendezvous.Event{}, ctx.Err()
+		}
+	}
+}
+
+// roundOver turns a moved round counter or a set outcome into the event
+// that ends round t.
+func (r *Rendezvous) roundOver(ctx context.Context, c *control, t int) (rendezvous.Event, bool) {
+	if c.outcome != "" {
+		return rendezvous.Event{Reason: "job finished: " + c.outcome, Failure: !strings.HasPrefix(c.outcome, "succeeded")}, true
+	}
+	if c.round <= t {
+		return rendezvous.Event{}, false
+	}
+	reason := "round " + strconv.Itoa(t) + " ended"
+	if resp, err := r.cli.Get(ctx, r.k.end(t)); err == nil && len(resp.Kvs) > 0 {
+		reason = string(resp.Kvs[0].Value)
+	}
+	return rendezvous.Event{Reason: reason, Failure: strings.HasPrefix(reason, failurePrefix)}, true
+}
+
+// failurePrefix marks the end of a round caused by failed workers.
+const failurePrefix = "failure: "
+
+// endRound advances the round counter from t, fenced: a no-op if the
+// round already moved on. Errors are left to the watches to surface.
+func (r *Rendezvous) endRound(ctx context.Context, t int, reason string) {
+	_, _ = r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t))).
+		Then(clientv3.OpPut(r.k.round(), strconv.Itoa(t+1)), clientv3.OpPut(r.k.end(t), reason)).
+		Commit()
+}
+
+// Fail reports that this node's workers failed in round. It ends the
+// round for every node and takes one restart from the job-wide budget; it
+// returns false when the budget is spent, and then the job has failed. A
+// round already ended by another node's failure costs nothing more.
+func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason string) (bool, error) {
+	t := round.Number
+	for {
+		c, _, err := r.readControl(ctx)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case c.outcome != "":
+			return false, outcomeErr(c.outcome)
+		case c.round > t:
+			return true, nil // the round already ended; its restart is counted
+		}
+		fence := []clientv3.Cmp{
+			clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t)),
+			clientv3.Compare(clientv3.Value(r.k.restarts()), "=", strconv.Itoa(c.restarts)),
+		}
+		var then []clientv3.Op
+		restart := c.restarts < r.cfg.Shape.MaxRestarts
+		if restart {
+			then = []clientv3.Op{
+				clientv3.OpPut(r.k.round(), strconv.Itoa(t+1)),
+				clientv3.OpPut(r.k.restarts(), strconv.Itoa(c.restarts+1)),
+				clientv3.OpPut(r.k.end(t), failurePrefix+reason),
+			}
+		} else {
+			then = []clientv3.Op{clientv3.OpPut(r.k.outcome(), "failed: "+reason)}
+		}
+		resp, err := r.cli.Txn(ctx).If(fence...).Then(then...).Commit()
+		if err != nil {
+			return false, err
+		}
+		if resp.Succeeded {
+			return restart, nil
+		}
+	}
+}
+
+// Succeed reports that this node's workers all succeeded in round and
+// waits for the job's outcome instead of a fixed barrier: nil once every
+// member succeeded, ErrRoundEnded when the round ended (this node must
+// join the next one), ErrJobFailed when the job failed elsewhere.
+func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error {
+	t := round.Number
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
+	put, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t))).
+		Then(clientv3.OpPut(r.k.done(t, r.id), "ok", clientv3.WithLease(r.session.Lease())),
+			clientv3.OpGet(r.k.donePrefix(t), clientv3.WithPrefix(), clientv3.WithCountOnly())).
+		Commit()
+	if err != nil {
+		return err
+	}
+	if !put.Succeeded {
+		return ErrRoundEnded
+	}
+	// The last node to finish sees every done key (each counts after its
+	// own put) and records the outcome.
+	if int(put.Responses[1].GetResponseRange().Count) >= round.GroupWorldSize {
+		_, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
+			Then(clientv3.OpPut(r.k.outcome(), "succeeded in round "+strconv.Itoa(t))).
+			Commit()
+		if err != nil {
+			return err
+		}
+	}
+	c, _, err := r.readControl(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		switch {
+		case strings.HasPrefix(c.outcome, "succeeded"):
+			return nil
+		case c.outcome != "":
+			return outcomeErr(c.outcome)
+		case c.round > t:
+			return ErrRoundEnded
+		}
+		select {
+		case wr, ok := <-ctlWatch:
+			if !ok || wr.Err() != nil {
+				return watchErr(wr, ok)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value)
+				}
+			}
+		case <-r.session.Done():
+			return errors.New("rendezvous: this node's lease ended while waiting for the job's outcome")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// StorePrefix is where the workers of round keep their own keys
+// (GORUN_STORE_PREFIX).
+func (r *Rendezvous) StorePrefix(round rendezvous.Round) string { return r.k.store(round.Number) }
