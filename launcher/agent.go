@@ -14,7 +14,7 @@ import (
 )
 
 // Rendezvous is what the agent needs from a rendezvous backend; the
-// backends live in package rendezvous.
+// backends live in package rendezvous and its subpackages.
 type Rendezvous interface {
 	// Next joins the next round and blocks until it closes.
 	Next(ctx context.Context, node rendezvous.Node) (rendezvous.Round, error)
@@ -22,6 +22,14 @@ type Rendezvous interface {
 	// end for a reason outside this node; a nil channel if that cannot
 	// happen. It stops when ctx ends.
 	Watch(ctx context.Context, round rendezvous.Round) <-chan rendezvous.Event
+	// Fail reports that this node's workers failed in round and says
+	// whether they restart: the failure is retriable and the restart budget
+	// (shared by all nodes where the backend has a store) allows it.
+	Fail(ctx context.Context, round rendezvous.Round, reason string, retriable bool) (bool, error)
+	// Succeed reports that this node's workers all succeeded in round and
+	// waits for the job's outcome: nil when the job is done,
+	// rendezvous.ErrRoundEnded when this node must join a new round.
+	Succeed(ctx context.Context, round rendezvous.Round) error
 	// Close leaves the rendezvous.
 	Close(ctx context.Context) error
 }
@@ -65,7 +73,6 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 		rdzv:    rdzv,
 		signals: signals,
 		policy: RestartPolicy{
-			MaxRestarts:        cfg.MaxRestarts,
 			NoRestartExitCodes: cfg.NoRestartExitCodes,
 			Backoff:            cfg.RestartBackoff,
 			BackoffMax:         cfg.RestartBackoffMax,
@@ -119,76 +126,124 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		if sig != 0 {
 			return Result{ExitCode: 128 + int(sig), Signal: sig, Restarts: restarts}, nil
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, rendezvous.ErrJobSucceeded):
+			cfg.Log.Infof("the job already succeeded on the other nodes")
+			return Result{Restarts: restarts}, nil
+		case errors.Is(err, rendezvous.ErrJobFailed):
+			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("the job failed on another node (%w)", err)
+		case err != nil:
 			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("rendezvous: %w", err)
 		}
-		if err := layout.prepareAttempt(restarts, cfg.NprocPerNode); err != nil {
-			return Result{ExitCode: 1, Restarts: restarts}, err
+		restarts = round.RestartCount
+		res, again, err := a.runRound(ctx, round, layout, shared)
+		if !again || err != nil {
+			return res, err
 		}
-		n := restarts
-		specs := PlanWorkers(cfg, shared, round, restarts, func(lr int) string { return layout.errorFile(n, lr) })
-		cfg.Log.Debugf("round %d: group rank %d of %d, world size %d, master %s:%d", round.Number, round.GroupRank, round.GroupWorldSize, round.WorldSize, round.MasterAddr, round.MasterPort)
-		att, err := startAttempt(cfg, restarts, specs, layout, a.stdout, a.stderr)
-		if err != nil {
-			code := 1
-			var se *StartError
-			if errors.As(err, &se) {
-				code = se.ExitCode()
-			}
-			return Result{ExitCode: code, Restarts: restarts}, err
-		}
-		wctx, stopWatch := context.WithCancel(ctx)
-		out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
-		stopWatch()
-		att.finish()
-
-		res := Result{Restarts: restarts, Signal: out.signal}
-		switch out.kind {
-		case outcomeSucceeded:
-			cfg.Log.Debugf("all %d workers succeeded", cfg.NprocPerNode)
-			return res, nil
-		case outcomeSignalled:
-			res.ExitCode = 128 + int(out.signal)
-			return res, nil
-		case outcomeCancelled:
-			res.ExitCode = 1
-			return res, ctx.Err()
-		case outcomeInterrupted:
-			if !out.event.Failure {
-				cfg.Log.Infof("restarting the workers for a membership change (not counted as a restart)")
-				continue
-			}
-		}
-		failures := att.completeFailures(out.failures, layout)
-		codes := make([]int, len(failures))
-		for i, f := range failures {
-			codes[i] = f.ExitCode
-		}
-		d := a.policy.Decide(restarts, codes)
-		if !d.Restart {
-			if len(failures) > 0 {
-				res.ExitCode = failures[0].ExitCode
-				res.Failures = failures
-				fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint.Script, failures))
-			} else {
-				res.ExitCode = 1
-			}
-			cfg.Log.Errorf("not restarting: %s", d.Reason)
-			return res, nil
-		}
-		cfg.Log.Warnf("worker group failed; %s", d.Reason)
-		if d.Delay > 0 {
-			cfg.Log.Infof("waiting %v before restarting (--restart-backoff)", d.Delay)
-			sig, err := a.interruptible(ctx, func(ctx context.Context) error { return sleep(ctx, d.Delay) })
-			if sig != 0 {
-				return Result{ExitCode: 128 + int(sig), Signal: sig, Restarts: restarts}, nil
-			}
-			if err != nil {
-				return Result{ExitCode: 1, Restarts: restarts}, err
-			}
-		}
-		restarts++
 	}
+}
+
+// runRound runs one attempt of the workers in round and says whether the
+// agent goes on to another round.
+func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *logLayout, shared []EnvVar) (Result, bool, error) {
+	cfg := &a.cfg
+	attemptN := round.RestartCount
+	res := Result{Restarts: attemptN}
+	if err := layout.prepareAttempt(attemptN, cfg.NprocPerNode); err != nil {
+		res.ExitCode = 1
+		return res, false, err
+	}
+	specs := PlanWorkers(cfg, shared, round, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
+	cfg.Log.Debugf("round %d: group rank %d of %d, world size %d, master %s:%d", round.Number, round.GroupRank, round.GroupWorldSize, round.WorldSize, round.MasterAddr, round.MasterPort)
+	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr)
+	if err != nil {
+		res.ExitCode = 1
+		var se *StartError
+		if errors.As(err, &se) {
+			res.ExitCode = se.ExitCode()
+		}
+		return res, false, err
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
+	stopWatch()
+	att.finish()
+
+	res.Signal = out.signal
+	switch out.kind {
+	case outcomeSucceeded:
+		var err error
+		sig, _ := a.interruptible(ctx, func(ctx context.Context) error {
+			err = a.rdzv.Succeed(ctx, round)
+			return err
+		})
+		switch {
+		case sig != 0:
+			res.ExitCode, res.Signal = 128+int(sig), sig
+			return res, false, nil
+		case errors.Is(err, rendezvous.ErrRoundEnded):
+			cfg.Log.Warnf("this node's workers succeeded, but the round ended on another node: rejoining")
+			return res, true, nil
+		case err != nil:
+			res.ExitCode = 1
+			return res, false, err
+		}
+		cfg.Log.Debugf("all %d workers succeeded", cfg.NprocPerNode)
+		return res, false, nil
+	case outcomeSignalled:
+		res.ExitCode = 128 + int(out.signal)
+		return res, false, nil
+	case outcomeCancelled:
+		res.ExitCode = 1
+		return res, false, ctx.Err()
+	case outcomeInterrupted:
+		// Another node's failure already spent the budget; a membership
+		// change costs nothing. Either way: the next round.
+		return res, true, nil
+	}
+
+	failures := att.completeFailures(out.failures, layout)
+	codes := make([]int, len(failures))
+	for i, f := range failures {
+		codes[i] = f.ExitCode
+	}
+	retriable, why := a.policy.Retriable(codes)
+	reason := "workers failed"
+	if len(failures) > 0 {
+		f := failures[0]
+		reason = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, describeExit(exitStatus{Code: f.ExitCode, Signal: f.Signal}))
+	}
+	restart, err := a.rdzv.Fail(ctx, round, reason, retriable)
+	if err != nil {
+		cfg.Log.Errorf("report the failure to the rendezvous: %v", err)
+	}
+	if !restart {
+		res.ExitCode = 1
+		if len(failures) > 0 {
+			res.ExitCode = failures[0].ExitCode
+			res.Failures = failures
+			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint.Script, failures))
+		}
+		if why == "" {
+			why = fmt.Sprintf("no restarts left (%d of --max-restarts=%d used)", attemptN, cfg.MaxRestarts)
+		}
+		cfg.Log.Errorf("not restarting: %s", why)
+		return res, false, nil
+	}
+	cfg.Log.Warnf("worker group failed; restart %d of %d", attemptN+1, cfg.MaxRestarts)
+	if d := a.policy.Delay(attemptN); d > 0 {
+		cfg.Log.Infof("waiting %v before restarting (--restart-backoff)", d)
+		sig, err := a.interruptible(ctx, func(ctx context.Context) error { return sleep(ctx, d) })
+		if sig != 0 {
+			res.ExitCode, res.Signal = 128+int(sig), sig
+			return res, false, nil
+		}
+		if err != nil {
+			res.ExitCode = 1
+			return res, false, err
+		}
+	}
+	return res, true, nil
 }
 
 // interruptible runs fn, which runs while no worker does (a rendezvous, a

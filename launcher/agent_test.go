@@ -56,7 +56,7 @@ func shellConfig(t *testing.T, nproc int, script string) (Config, *syncBuffer, *
 
 func runAgent(t *testing.T, cfg Config, signals <-chan os.Signal) (Result, error) {
 	t.Helper()
-	a, err := NewAgent(cfg, rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test"}), signals)
+	a, err := NewAgent(cfg, rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test", MaxRestarts: cfg.MaxRestarts}), signals)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sync"
 	"syscall"
 )
 
@@ -21,17 +20,16 @@ type LocalConfig struct {
 	// MasterPort, when not 0, is used for every round. When 0, each round
 	// gets a port that the kernel reports free on MasterAddr.
 	MasterPort int
+	// MaxRestarts is the restart budget (--max-restarts).
+	MaxRestarts int
 }
 
 // Local is the rendezvous of a job that runs on one node. It needs no
 // store and no network peer: each round has exactly one member. It is safe
 // for concurrent use.
 type Local struct {
+	counter
 	cfg LocalConfig
-
-	mu     sync.Mutex
-	round  int
-	closed bool
 }
 
 // NewLocal returns a single-node rendezvous.
@@ -39,7 +37,7 @@ func NewLocal(cfg LocalConfig) *Local {
 	if cfg.MasterAddr == "" {
 		cfg.MasterAddr = DefaultLocalAddr
 	}
-	return &Local{cfg: cfg}
+	return &Local{cfg: cfg, counter: counter{maxRestarts: max(cfg.MaxRestarts, 0)}}
 }
 
 // Next closes the next round at once: the node is group rank 0 of 1, and
@@ -51,48 +49,26 @@ func (l *Local) Next(ctx context.Context, node Node) (Round, error) {
 	if err := ctx.Err(); err != nil {
 		return Round{}, err
 	}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return Round{}, ErrClosed
+	n, restarts, err := l.nextRound()
+	if err != nil {
+		return Round{}, err
 	}
-	n := l.round
-	l.round++
-	l.mu.Unlock()
-
 	port := l.cfg.MasterPort
 	if port == 0 {
-		p, err := FreePort(l.cfg.MasterAddr)
-		if err != nil {
+		if port, err = FreePort(l.cfg.MasterAddr); err != nil {
 			return Round{}, err
 		}
-		port = p
 	}
 	return Round{
 		RunID:          l.cfg.RunID,
 		Number:         n,
-		GroupRank:      0,
+		RestartCount:   restarts,
 		GroupWorldSize: 1,
-		BaseRank:       0,
 		WorldSize:      node.LocalWorldSize,
-		BaseRoleRank:   0,
 		RoleWorldSize:  node.LocalWorldSize,
 		MasterAddr:     l.cfg.MasterAddr,
 		MasterPort:     port,
 	}, nil
-}
-
-// Watch returns nil: a single-node round is never ended from outside, and
-// receiving from a nil channel blocks forever.
-func (l *Local) Watch(context.Context, Round) <-chan Event { return nil }
-
-// Close ends the rendezvous; later calls to Next return ErrClosed. It is
-// safe to call more than once.
-func (l *Local) Close(context.Context) error {
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	return nil
 }
 
 // FreePort asks the kernel for a TCP port that is free on addr (an IP

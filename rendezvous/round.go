@@ -13,6 +13,17 @@ var (
 	// ErrInvalidNode is returned when the joining node's description is not
 	// usable (no workers, an unknown node rank).
 	ErrInvalidNode = errors.New("rendezvous: invalid node")
+	// ErrShapeMismatch: this node's shape differs from the job's.
+	ErrShapeMismatch = errors.New("rendezvous: node does not match the job")
+	// ErrJoinTimeout: not enough nodes joined within the join timeout.
+	ErrJoinTimeout = errors.New("rendezvous: join timeout")
+	// ErrJobFailed: the job failed (out of restarts, or a failure that is
+	// not retried) on some node.
+	ErrJobFailed = errors.New("rendezvous: job failed")
+	// ErrJobSucceeded: the job already finished successfully.
+	ErrJobSucceeded = errors.New("rendezvous: job already succeeded")
+	// ErrRoundEnded: the round ended; the node must join the next one.
+	ErrRoundEnded = errors.New("rendezvous: round ended")
 )
 
 // Node describes the node that joins a round.
@@ -42,6 +53,10 @@ type Round struct {
 	RunID string
 	// Number counts the rounds of this job from 0.
 	Number int
+	// RestartCount is the number of failure restarts before this round
+	// (TORCHELASTIC_RESTART_COUNT); membership changes do not count. With
+	// a shared store it is counted across all nodes.
+	RestartCount int
 	// GroupRank is this node's rank among the nodes (GROUP_RANK).
 	GroupRank int
 	// GroupWorldSize is the number of nodes in the round (GROUP_WORLD_SIZE).

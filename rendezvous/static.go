@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // DefaultStaticPort is torchrun's master port for the static backend. All
@@ -25,6 +24,8 @@ type StaticConfig struct {
 	// the workers' store.
 	MasterAddr string
 	MasterPort int
+	// MaxRestarts is this node's restart budget (--max-restarts).
+	MaxRestarts int
 }
 
 // Static is torchrun's static rendezvous: a fixed number of nodes, each
@@ -32,11 +33,8 @@ type StaticConfig struct {
 // address and port given on the command line. No node talks to another;
 // ranks follow from the node rank. It is safe for concurrent use.
 type Static struct {
+	counter
 	cfg StaticConfig
-
-	mu     sync.Mutex
-	round  int
-	closed bool
 }
 
 // NewStatic validates cfg and returns a static rendezvous.
@@ -53,7 +51,10 @@ func NewStatic(cfg StaticConfig) (*Static, error) {
 	if cfg.MasterPort < 1 || cfg.MasterPort > 65535 {
 		return nil, fmt.Errorf("rendezvous: static: --master-port %d outside 1..65535", cfg.MasterPort)
 	}
-	return &Static{cfg: cfg}, nil
+	if err := checkMaxRestarts(cfg.MaxRestarts); err != nil {
+		return nil, err
+	}
+	return &Static{cfg: cfg, counter: counter{maxRestarts: cfg.MaxRestarts}}, nil
 }
 
 // Next returns the node's fixed place in the job. Every node is assumed to
@@ -65,14 +66,12 @@ func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
 	if err := ctx.Err(); err != nil {
 		return Round{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return Round{}, ErrClosed
+	n, restarts, err := s.nextRound()
+	if err != nil {
+		return Round{}, err
 	}
 	r := s.Plan(node)
-	r.Number = s.round
-	s.round++
+	r.Number, r.RestartCount = n, restarts
 	return r, nil
 }
 
@@ -92,17 +91,6 @@ func (s *Static) Plan(node Node) Round {
 		MasterAddr:     s.cfg.MasterAddr,
 		MasterPort:     s.cfg.MasterPort,
 	}
-}
-
-// Watch returns nil: static nodes do not observe each other.
-func (s *Static) Watch(context.Context, Round) <-chan Event { return nil }
-
-// Close ends the rendezvous; it is safe to call more than once.
-func (s *Static) Close(context.Context) error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	return nil
 }
 
 // SplitEndpoint splits a rendezvous endpoint "host", "host:port" or

@@ -188,7 +188,7 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		if maxNodes > 1 {
 			log.Warnf("--standalone runs a single node: ignoring --nnodes=%s", c.String(fNnodes))
 		}
-		local := rendezvous.LocalConfig{RunID: cfg.RunID}
+		local := rendezvous.LocalConfig{RunID: cfg.RunID, MaxRestarts: cfg.MaxRestarts}
 		if c.Bool(fStandalone) {
 			id, err := newRunID()
 			if err != nil {
@@ -235,7 +235,7 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 	}
 	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
 		RunID: cfg.RunID, NNodes: maxNodes, NodeRank: c.Int(fNodeRank),
-		MasterAddr: addr, MasterPort: port,
+		MasterAddr: addr, MasterPort: port, MaxRestarts: cfg.MaxRestarts,
 	})
 	if err != nil {
 		return nil, round, err

@@ -27,18 +27,14 @@ const (
 	DefaultProgressInterval = 5 * time.Second
 )
 
-// Errors of the etcd rendezvous; test them with errors.Is.
+// Errors of the etcd rendezvous are package rendezvous's sentinels; they
+// are re-exported here for callers of this package.
 var (
-	// ErrShapeMismatch: this node's shape differs from the job's.
-	ErrShapeMismatch = errors.New("rendezvous: node does not match the job")
-	// ErrJoinTimeout: not enough nodes joined within the join timeout.
-	ErrJoinTimeout = errors.New("rendezvous: join timeout")
-	// ErrJobFailed: the job ran out of restarts on some node.
-	ErrJobFailed = errors.New("rendezvous: job failed")
-	// ErrJobSucceeded: the job already finished successfully.
-	ErrJobSucceeded = errors.New("rendezvous: job already succeeded")
-	// ErrRoundEnded: the round ended; the node must join the next one.
-	ErrRoundEnded = errors.New("rendezvous: round ended")
+	ErrShapeMismatch = rendezvous.ErrShapeMismatch
+	ErrJoinTimeout   = rendezvous.ErrJoinTimeout
+	ErrJobFailed     = rendezvous.ErrJobFailed
+	ErrJobSucceeded  = rendezvous.ErrJobSucceeded
+	ErrRoundEnded    = rendezvous.ErrRoundEnded
 )
 
 // Config configures one agent's etcd rendezvous.
@@ -211,7 +207,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 // roundFor turns a closed round into this node's view of it.
 func (r *Rendezvous) roundFor(rec RoundRecord) rendezvous.Round {
 	out := rendezvous.Round{
-		RunID: r.cfg.Shape.RunID, Number: rec.Round, GroupWorldSize: len(rec.Members),
+		RunID: r.cfg.Shape.RunID, Number: rec.Round, RestartCount: rec.Restarts, GroupWorldSize: len(rec.Members),
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
 	}
 	for i, m := range rec.Members {

@@ -152,9 +152,10 @@ func (r *Rendezvous) endRound(ctx context.Context, t int, reason string) {
 
 // Fail reports that this node's workers failed in round. It ends the
 // round for every node and takes one restart from the job-wide budget; it
-// returns false when the budget is spent, and then the job has failed. A
-// round already ended by another node's failure costs nothing more.
-func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason string) (bool, error) {
+// returns false when the budget is spent or the failure is not retriable,
+// and then the job has failed everywhere. A round already ended by another
+// node's failure costs nothing more.
+func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason string, retriable bool) (bool, error) {
 	t := round.Number
 	for {
 		c, _, err := r.readControl(ctx)
@@ -172,7 +173,7 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 			clientv3.Compare(clientv3.Value(r.k.restarts()), "=", strconv.Itoa(c.restarts)),
 		}
 		var then []clientv3.Op
-		restart := c.restarts < r.cfg.Shape.MaxRestarts
+		restart := retriable && c.restarts < r.cfg.Shape.MaxRestarts
 		if restart {
 			then = []clientv3.Op{
 				clientv3.OpPut(r.k.round(), strconv.Itoa(t+1)),
