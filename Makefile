@@ -14,10 +14,13 @@ all: build
 bin/gorun: FORCE
 	$(GO) build -tags urfave_cli_no_docs -ldflags "$(LDFLAGS)" -o $@ ./cmd/gorun
 
+bin/gorun-etcd: FORCE
+	$(GO) build -tags urfave_cli_no_docs -ldflags "$(LDFLAGS)" -o $@ ./cmd/gorun-etcd
+
 bin/hello: FORCE
 	$(GO) build -o $@ ./examples/hello
 
-build: bin/gorun bin/hello ## build bin/gorun and the examples
+build: bin/gorun bin/gorun-etcd bin/hello ## build bin/gorun, bin/gorun-etcd (gorun with etcd, run by gorun when needed) and the examples
 
 test: build ## unit and integration tests, with the race detector
 	$(GO) test -race -count=1 ./...

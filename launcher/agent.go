@@ -133,7 +133,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		case errors.Is(err, rendezvous.ErrJobFailed):
 			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("the job failed on another node (%w)", err)
 		case err != nil:
-			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("rendezvous: %w", err)
+			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("join the next round: %w", err)
 		}
 		restarts = round.RestartCount
 		res, again, err := a.runRound(ctx, round, layout, shared)

@@ -113,7 +113,7 @@ func allocConf(cfg *Config) (string, bool) {
 // rankEnv returns torchrun's per-worker variables (TORCHRUN.md section 2).
 func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, errorFile string) []EnvVar {
 	itoa := strconv.Itoa
-	return []EnvVar{
+	vars := []EnvVar{
 		{"LOCAL_RANK", itoa(localRank)},
 		{"RANK", itoa(round.BaseRank + localRank)},
 		{"GROUP_RANK", itoa(round.GroupRank)},
@@ -131,6 +131,12 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 		{"TORCHELASTIC_USE_AGENT_STORE", pythonBool(round.UseAgentStore)},
 		{"TORCHELASTIC_ERROR_FILE", errorFile},
 	}
+	if len(round.StoreEndpoints) > 0 {
+		vars = append(vars,
+			EnvVar{"GORUN_STORE_ENDPOINTS", strings.Join(round.StoreEndpoints, ",")},
+			EnvVar{"GORUN_STORE_PREFIX", round.StorePrefix})
+	}
+	return vars
 }
 
 // pythonBool spells b as Python's str(bool) does, which is what torchrun

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,7 +62,7 @@ func TestStatic(t *testing.T) {
 	r, err := s.Next(context.Background(), Node{LocalWorldSize: 8, Role: "default"})
 	want := Round{RunID: "j", GroupRank: 2, GroupWorldSize: 3, BaseRank: 16, WorldSize: 24, BaseRoleRank: 16, RoleWorldSize: 24,
 		MasterAddr: "10.0.0.1", MasterPort: 29500}
-	if err != nil || r != want {
+	if err != nil || !reflect.DeepEqual(r, want) {
 		t.Fatalf("Next = %+v, %v; want %+v", r, err, want)
 	}
 	if r2, _ := s.Next(context.Background(), Node{LocalWorldSize: 8, Role: "default"}); r2.Number != 1 {

@@ -77,6 +77,12 @@ type Round struct {
 	// store at MasterAddr:MasterPort (TORCHELASTIC_USE_AGENT_STORE). When
 	// false, worker rank 0 hosts it.
 	UseAgentStore bool
+	// StoreEndpoints and StorePrefix, when set, are the etcd the agents
+	// share and the key prefix of this run and round, for workers that
+	// exchange bootstrap data through it (GORUN_STORE_ENDPOINTS,
+	// GORUN_STORE_PREFIX).
+	StoreEndpoints []string
+	StorePrefix    string
 }
 
 // Event tells a running node that its round must end for a reason outside

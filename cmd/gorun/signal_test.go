@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,12 +18,12 @@ import (
 
 // startGorun starts the gorun binary in its own process group (as a shell
 // job would be) and returns it with its output buffers.
-func startGorun(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+func startGorun(t *testing.T, env []string, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
 	t.Helper()
 	cmd := exec.Command(gorunBin, args...)
 	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -31,7 +32,26 @@ func startGorun(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.B
 		// Only if the test failed half-way: never leave gorun running.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	})
-	return cmd, &stdout, &stderr
+	return cmd, stdout, stderr
+}
+
+// lockedBuffer is a bytes.Buffer that a test may read while the process's
+// output is still being copied into it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // waitExit waits for cmd and returns its exit code (128+signal when

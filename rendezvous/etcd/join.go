@@ -68,7 +68,7 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (RoundRecord, erro
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
 	c, _, err := r.readControl(ctx)
 	if err != nil {
-		return RoundRecord{}, err
+		return RoundRecord{}, fmt.Errorf("%w: %w", errEtcd, err)
 	}
 	if c.outcome != "" {
 		return RoundRecord{}, outcomeErr(c.outcome)
@@ -86,7 +86,7 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (RoundRecord, erro
 		Then(clientv3.OpPut(r.k.join(target, r.id), val, clientv3.WithLease(r.session.Lease()), clientv3.WithPrevKV())).
 		Commit()
 	if err != nil {
-		return RoundRecord{}, err
+		return RoundRecord{}, fmt.Errorf("%w: %w", errEtcd, err)
 	}
 	if !put.Succeeded {
 		return RoundRecord{}, errRetry

@@ -25,6 +25,8 @@ const (
 	DefaultJoinTimeout      = 600 * time.Second
 	DefaultLeaseTTL         = 10 * time.Second
 	DefaultProgressInterval = 5 * time.Second
+	// revokeTimeout bounds Close's revoke of the lease.
+	revokeTimeout = 2 * time.Second
 )
 
 // Errors of the etcd rendezvous are package rendezvous's sentinels; they
@@ -35,6 +37,9 @@ var (
 	ErrJobFailed     = rendezvous.ErrJobFailed
 	ErrJobSucceeded  = rendezvous.ErrJobSucceeded
 	ErrRoundEnded    = rendezvous.ErrRoundEnded
+	// ErrInvalidConfig: a Config value is out of range; retrying cannot
+	// help.
+	ErrInvalidConfig = errors.New("rendezvous: invalid configuration")
 )
 
 // Config configures one agent's etcd rendezvous.
@@ -69,8 +74,10 @@ type Rendezvous struct {
 	id      string
 	session *concurrency.Session
 	stop    context.CancelFunc
-	// prevRank is the group rank of the last round this node ran.
-	prevRank int
+	// prevRank is the group rank of the last round this node ran, and
+	// lastRound that round's number (-1 before the first).
+	prevRank  int
+	lastRound int
 }
 
 // New checks cfg, opens this node's lease (kept alive until Close) and
@@ -97,13 +104,13 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	sh := cfg.Shape
 	switch {
 	case sh.RunID == "" || strings.ContainsAny(sh.RunID, "/\x00"):
-		return nil, fmt.Errorf("--rdzv-id=%q: want a non-empty id without '/'", sh.RunID)
+		return nil, fmt.Errorf("%w: --rdzv-id=%q: want a non-empty id without '/'", ErrInvalidConfig, sh.RunID)
 	case sh.MinNodes < 1 || sh.MaxNodes < sh.MinNodes:
-		return nil, fmt.Errorf("--nnodes=%d:%d: want 0 < MIN <= MAX", sh.MinNodes, sh.MaxNodes)
+		return nil, fmt.Errorf("%w: --nnodes=%d:%d: want 0 < MIN <= MAX", ErrInvalidConfig, sh.MinNodes, sh.MaxNodes)
 	case cfg.NodeRank >= sh.MaxNodes:
-		return nil, fmt.Errorf("--node-rank=%d: want below the maximum number of nodes, %d", cfg.NodeRank, sh.MaxNodes)
+		return nil, fmt.Errorf("%w: --node-rank=%d: want below the maximum number of nodes, %d", ErrInvalidConfig, cfg.NodeRank, sh.MaxNodes)
 	case cfg.LeaseTTL < time.Second:
-		return nil, fmt.Errorf("rdzv-conf lease_ttl=%v: want at least 1s", cfg.LeaseTTL)
+		return nil, fmt.Errorf("%w: --rdzv-conf lease_ttl=%v: want at least 1s", ErrInvalidConfig, cfg.LeaseTTL)
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	session, err := concurrency.NewSession(cli, concurrency.WithTTL(int((cfg.LeaseTTL+time.Second-1)/time.Second)), concurrency.WithContext(sctx))
@@ -115,7 +122,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	r := &Rendezvous{
 		cli: cli, cfg: cfg, k: newKeys(cfg.Prefix, sh.RunID),
 		id:      fmt.Sprintf("%s-%d-%04x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint32()&0xffff),
-		session: session, stop: stop, prevRank: -1,
+		session: session, stop: stop, prevRank: -1, lastRound: -1,
 	}
 	if err := r.checkShape(ctx); err != nil {
 		r.Close(ctx)
@@ -158,7 +165,12 @@ func (r *Rendezvous) checkShape(ctx context.Context) error {
 // Close leaves the job: the lease is revoked, so this node's keys go at
 // once. It is safe to call more than once.
 func (r *Rendezvous) Close(ctx context.Context) error {
-	err := r.session.Close()
+	// Revoke, but not for long: an unreachable etcd lets the lease expire
+	// by itself.
+	r.session.Orphan()
+	rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
+	_, err := r.cli.Revoke(rctx, r.session.Lease())
+	cancel()
 	r.stop()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("rendezvous: revoke lease: %w", err)
@@ -184,6 +196,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 	jctx, cancel := context.WithTimeout(ctx, r.cfg.JoinTimeout)
 	defer cancel()
 	delay := 50 * time.Millisecond
+	var lastErr error
 	for {
 		rec, err := r.join(jctx, me)
 		switch {
@@ -192,13 +205,20 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 		case errors.Is(err, errRetry):
 			continue
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			return rendezvous.Round{}, fmt.Errorf("%w after %v: %v", ErrJoinTimeout, r.cfg.JoinTimeout, err)
+			if errors.Is(err, errEtcd) {
+				lastErr = err
+			}
+			if lastErr != nil {
+				return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
+			}
+			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d)", ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.MinNodes)
 		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, ErrShapeMismatch):
 			return rendezvous.Round{}, err
 		}
+		lastErr = err
 		r.cfg.Log.Warnf("rendezvous: etcd at %s: %v; retrying in %v", strings.Join(r.cli.Endpoints(), ","), err, delay)
 		if err := sleep(jctx, delay); err != nil {
-			return rendezvous.Round{}, fmt.Errorf("%w after %v: %v", ErrJoinTimeout, r.cfg.JoinTimeout, err)
+			return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
@@ -209,6 +229,7 @@ func (r *Rendezvous) roundFor(rec RoundRecord) rendezvous.Round {
 	out := rendezvous.Round{
 		RunID: r.cfg.Shape.RunID, Number: rec.Round, RestartCount: rec.Restarts, GroupWorldSize: len(rec.Members),
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
+		StoreEndpoints: r.cli.Endpoints(), StorePrefix: r.k.store(rec.Round),
 	}
 	for i, m := range rec.Members {
 		if m.ID == r.id {
@@ -217,12 +238,47 @@ func (r *Rendezvous) roundFor(rec RoundRecord) rendezvous.Round {
 		out.WorldSize += m.Nproc
 	}
 	out.BaseRoleRank, out.RoleWorldSize = out.BaseRank, out.WorldSize
-	r.prevRank = out.GroupRank
+	r.prevRank, r.lastRound = out.GroupRank, rec.Round
 	return out
 }
 
-// errRetry asks Next to start its join over (the round moved on).
-var errRetry = errors.New("rendezvous: retry")
+// WaitForOthersToLeave waits, when the job has finished, until no node is
+// left in the last round this node ran, or ctx ends. The node that hosts
+// the embedded store calls it after Close, so that the others can read the
+// job's outcome before the store goes away.
+func (r *Rendezvous) WaitForOthersToLeave(ctx context.Context) {
+	if r.lastRound < 0 {
+		return
+	}
+	// Only a finished job has an outcome for the others to read; a node
+	// stopped by a signal leaves at once.
+	if resp, err := r.cli.Get(ctx, r.k.outcome()); err != nil || len(resp.Kvs) == 0 {
+		return
+	}
+	prefix := r.k.joinPrefix(r.lastRound)
+	w := r.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix())
+	for {
+		resp, err := r.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count == 0 {
+			return
+		}
+		select {
+		case _, ok := <-w:
+			if !ok {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// errRetry asks Next to start its join over (the round moved on);
+// errEtcd marks a failed call to etcd, as opposed to a wait for nodes.
+var (
+	errRetry = errors.New("rendezvous: retry")
+	errEtcd  = errors.New("etcd unreachable")
+)
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

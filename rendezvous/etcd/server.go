@@ -53,7 +53,7 @@ type Server struct {
 
 // StartServer starts a one-member etcd server and waits until it serves
 // clients or ctx ends.
-func StartServer(ctx context.Context, cfg ServerConfig) (s *Server, err error) {
+func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.ClientAddr == "" {
 		cfg.ClientAddr = "127.0.0.1:0"
 	}
@@ -72,15 +72,17 @@ func StartServer(ctx context.Context, cfg ServerConfig) (s *Server, err error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
-	s = &Server{}
+	s := &Server{}
 	if cfg.Dir == "" {
-		if cfg.Dir, err = os.MkdirTemp("", "gorun-etcd-"); err != nil {
+		dir, err := os.MkdirTemp("", "gorun-etcd-")
+		if err != nil {
 			return nil, fmt.Errorf("embedded etcd: data directory: %w", err)
 		}
-		s.tempDir = cfg.Dir
+		cfg.Dir, s.tempDir = dir, dir
 	}
+	started := false
 	defer func() {
-		if err != nil {
+		if !started {
 			s.Close()
 		}
 	}()
@@ -109,6 +111,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (s *Server, err error) {
 	defer timer.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
+		started = true
 		return s, nil
 	case err := <-e.Err():
 		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)

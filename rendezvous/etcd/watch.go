@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -22,11 +21,15 @@ func (r *Rendezvous) Watch(ctx context.Context, round rendezvous.Round) <-chan r
 	out := make(chan rendezvous.Event, 1)
 	go func() {
 		defer close(out)
-		ev, err := r.watchRound(ctx, round.Number)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+		lctx, cancel := r.whileLeased(ctx)
+		defer cancel()
+		ev, err := r.watchRound(lctx, round.Number)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case r.leaseLost():
+			ev = rendezvous.Event{Reason: "this node's lease ended: etcd at " + strings.Join(r.cli.Endpoints(), ",") + " unreachable for longer than the lease TTL"}
+		case err != nil:
 			ev = rendezvous.Event{Reason: "lost contact with etcd at " + strings.Join(r.cli.Endpoints(), ",") + ": " + err.Error()}
 		}
 		select {
@@ -114,11 +117,33 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 					r.endRound(ctx, t, "node "+strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t+1))+" is waiting to join")
 				}
 			}
-		case <-r.session.Done():
-			return rendezvous.Event{Reason: "this node's lease ended (etcd unreachable for longer than the lease TTL?)"}, nil
 		case <-ctx.Done():
 			return rendezvous.Event{}, ctx.Err()
 		}
+	}
+}
+
+// whileLeased returns a context that also ends when this node's lease
+// does: an etcd call blocked on an unreachable server then returns.
+func (r *Rendezvous) whileLeased(ctx context.Context) (context.Context, context.CancelFunc) {
+	lctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-r.session.Done():
+			cancel()
+		case <-lctx.Done():
+		}
+	}()
+	return lctx, cancel
+}
+
+// leaseLost reports whether this node's lease has ended.
+func (r *Rendezvous) leaseLost() bool {
+	select {
+	case <-r.session.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -199,8 +224,17 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 // join the next one), ErrJobFailed when the job failed elsewhere.
 func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error {
 	t := round.Number
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := r.whileLeased(ctx)
 	defer cancel()
+	err := r.succeed(wctx, t, round.GroupWorldSize)
+	if err != nil && r.leaseLost() && ctx.Err() == nil {
+		return fmt.Errorf("rendezvous: this node's lease ended while waiting for the job's outcome: etcd at %s unreachable", strings.Join(r.cli.Endpoints(), ","))
+	}
+	return err
+}
+
+func (r *Rendezvous) succeed(ctx context.Context, t, members int) error {
+	wctx := ctx
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
 	put, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t))).
@@ -215,7 +249,7 @@ func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error 
 	}
 	// The last node to finish sees every done key (each counts after its
 	// own put) and records the outcome.
-	if int(put.Responses[1].GetResponseRange().Count) >= round.GroupWorldSize {
+	if int(put.Responses[1].GetResponseRange().Count) >= members {
 		_, err := r.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
 			Then(clientv3.OpPut(r.k.outcome(), "succeeded in round "+strconv.Itoa(t))).
@@ -247,14 +281,8 @@ func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error 
 					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value)
 				}
 			}
-		case <-r.session.Done():
-			return errors.New("rendezvous: this node's lease ended while waiting for the job's outcome")
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
-
-// StorePrefix is where the workers of round keep their own keys
-// (GORUN_STORE_PREFIX).
-func (r *Rendezvous) StorePrefix(round rendezvous.Round) string { return r.k.store(round.Number) }

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ func usageError(format string, a ...any) error {
 }
 
 // launchAction runs `gorun [flags] SCRIPT [ARGS...]`.
-func launchAction(c *cli.Context) error {
+func launchAction(c *cli.Context, opts Options) error {
 	log, err := newLogger(c.String(fLogLevel), c.App.ErrWriter)
 	if err != nil {
 		return usageError("%v", err)
@@ -34,9 +34,25 @@ func launchAction(c *cli.Context) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	rdzv, round, err := selectRendezvous(c, &cfg, log)
+	plan, err := selectRendezvous(c, &cfg, log)
 	if err != nil {
 		return usageError("%v", err)
+	}
+	rdzv, round := plan.rdzv, plan.round
+	if plan.elastic != nil && !c.Bool(fDryRun) {
+		if opts.Elastic == nil {
+			return execCompanion("--rdzv-backend=" + plan.elastic.Backend)
+		}
+		plan.elastic.Log = log
+		var release func()
+		rdzv, release, err = opts.Elastic.Rendezvous(c.Context, *plan.elastic)
+		if errors.Is(err, ErrUsage) {
+			return usageError("%v", errors.Unwrap(err))
+		}
+		if err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		defer release()
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
@@ -161,22 +177,33 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 	return cfg, nil
 }
 
-// selectRendezvous picks the backend for the command line and returns it
-// with the first round as --dry-run shows it (master port 0 when it is
-// chosen at launch). It also settles cfg.RunID.
-func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) (launcher.Rendezvous, rendezvous.Round, error) {
+// rendezvousPlan is the backend a launch uses.
+type rendezvousPlan struct {
+	// rdzv is the backend, when it needs no etcd.
+	rdzv launcher.Rendezvous
+	// elastic, when set, asks for the etcd rendezvous instead.
+	elastic *ElasticSpec
+	// round is the first round as --dry-run shows it (master port 0 when
+	// it is chosen at launch).
+	round rendezvous.Round
+}
+
+// selectRendezvous picks the backend for the command line. It also
+// settles cfg.RunID.
+func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) (rendezvousPlan, error) {
 	minNodes, maxNodes, err := launcher.ParseNNodes(c.String(fNnodes))
 	if err != nil {
-		return nil, rendezvous.Round{}, err
+		return rendezvousPlan{}, err
 	}
-	if _, err := launcher.ParseKeyValues(fRdzvConf, c.String(fRdzvConf)); err != nil {
-		return nil, rendezvous.Round{}, err
+	conf, err := launcher.ParseKeyValues(fRdzvConf, c.String(fRdzvConf))
+	if err != nil {
+		return rendezvousPlan{}, err
 	}
 	backend := c.String(fRdzvBackend)
 	switch backend {
 	case "static", "c10d", "etcd", "etcd-v2", "embedded":
 	default:
-		return nil, rendezvous.Round{}, fmt.Errorf("--rdzv-backend=%q: want static, c10d, embedded, etcd or etcd-v2", backend)
+		return rendezvousPlan{}, fmt.Errorf("--rdzv-backend=%q: want static, c10d, embedded, etcd or etcd-v2", backend)
 	}
 	cfg.RunID = c.String(fRdzvID)
 	round := rendezvous.Round{
@@ -184,6 +211,7 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		MasterAddr: rendezvous.DefaultLocalAddr,
 	}
 
+	// One node needs no store, whatever the backend: the fast path.
 	if c.Bool(fStandalone) || maxNodes == 1 {
 		if maxNodes > 1 {
 			log.Warnf("--standalone runs a single node: ignoring --nnodes=%s", c.String(fNnodes))
@@ -192,7 +220,7 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		if c.Bool(fStandalone) {
 			id, err := newRunID()
 			if err != nil {
-				return nil, round, err
+				return rendezvousPlan{}, err
 			}
 			cfg.RunID, local.RunID = id, id
 		} else {
@@ -206,21 +234,38 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 			}
 		}
 		if local.MasterPort < 0 || local.MasterPort > 65535 {
-			return nil, round, fmt.Errorf("--master-port=%d: want 1..65535, or 0 for a free port", local.MasterPort)
+			return rendezvousPlan{}, fmt.Errorf("--master-port=%d: want 1..65535, or 0 for a free port", local.MasterPort)
 		}
 		round.RunID = cfg.RunID
 		if local.MasterAddr != "" {
 			round.MasterAddr = local.MasterAddr
 		}
 		round.MasterPort = local.MasterPort
-		return rendezvous.NewLocal(local), round, nil
+		return rendezvousPlan{rdzv: rendezvous.NewLocal(local), round: round}, nil
 	}
 
 	if backend != "static" {
-		return nil, round, fmt.Errorf("--rdzv-backend=%s with --nnodes=%s: multi-node elastic rendezvous over etcd is not available in this gorun yet; use --rdzv-backend=static with a fixed --nnodes, --node-rank and --master-addr", backend, c.String(fNnodes))
+		spec := &ElasticSpec{
+			Backend: backend, Endpoint: c.String(fRdzvEndpoint), Conf: conf, RunID: cfg.RunID,
+			MinNodes: minNodes, MaxNodes: maxNodes, NodeRank: -1, NprocPerNode: cfg.NprocPerNode,
+			Role: cfg.Role, MaxRestarts: cfg.MaxRestarts, LocalAddr: c.String(fLocalAddr),
+		}
+		if c.IsSet(fNodeRank) {
+			spec.NodeRank = c.Int(fNodeRank)
+		}
+		if spec.Endpoint == "" {
+			return rendezvousPlan{}, fmt.Errorf("--rdzv-backend=%s needs --rdzv-endpoint (host:port of etcd, or where the embedded store runs)", backend)
+		}
+		// A dry run shows the largest job with this node's rank.
+		rank := max(spec.NodeRank, 0)
+		round.GroupRank, round.GroupWorldSize = rank, maxNodes
+		round.BaseRank, round.BaseRoleRank = rank*cfg.NprocPerNode, rank*cfg.NprocPerNode
+		round.WorldSize, round.RoleWorldSize = maxNodes*cfg.NprocPerNode, maxNodes*cfg.NprocPerNode
+		round.MasterAddr, round.MasterPort = "<node 0's address>", 0
+		return rendezvousPlan{elastic: spec, round: round}, nil
 	}
 	if minNodes != maxNodes {
-		return nil, round, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
+		return rendezvousPlan{}, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
 	}
 	// torchrun: the static backend's store is at --rdzv-endpoint when one is
 	// given, else at --master-addr:--master-port.
@@ -230,7 +275,7 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 	}
 	if ep := c.String(fRdzvEndpoint); ep != "" {
 		if addr, port, err = rendezvous.SplitEndpoint(ep, port); err != nil {
-			return nil, round, fmt.Errorf("--rdzv-endpoint: %w", err)
+			return rendezvousPlan{}, fmt.Errorf("--rdzv-endpoint: %w", err)
 		}
 	}
 	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
@@ -238,9 +283,9 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		MasterAddr: addr, MasterPort: port, MaxRestarts: cfg.MaxRestarts,
 	})
 	if err != nil {
-		return nil, round, err
+		return rendezvousPlan{}, err
 	}
-	return st, st.Plan(rendezvous.Node{LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role}), nil
+	return rendezvousPlan{rdzv: st, round: st.Plan(rendezvous.Node{LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role})}, nil
 }
 
 // parseSeconds parses a duration flag: a Go duration ("30s", "1m30s") or a

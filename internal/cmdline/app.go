@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"fmt"
@@ -7,12 +7,13 @@ import (
 )
 
 // newApp builds the command line: the launch itself is the app's action;
-// other tools are subcommands (see bench.go).
-func newApp() *cli.App {
+// other tools are subcommands (see bench.go, store.go).
+func newApp(opts Options) *cli.App {
+	commands := []*cli.Command{benchCommand(), storeCommand(opts)}
 	return &cli.App{
 		Name:    "gorun",
 		Usage:   "launch distributed training workers, a drop-in replacement for torchrun",
-		Version: version,
+		Version: opts.Version,
 		UsageText: "gorun [flags] SCRIPT [ARGS...]\n" +
 			"gorun --nproc-per-node=8 train.py --lr 3e-4\n" +
 			"gorun bench launch",
@@ -22,8 +23,8 @@ func newApp() *cli.App {
 			"torchrun exits 1.",
 		HideHelpCommand: true,
 		Flags:           launchFlags(),
-		Action:          launchAction,
-		Commands:        []*cli.Command{benchCommand()},
+		Action:          func(c *cli.Context) error { return launchAction(c, opts) },
+		Commands:        commands,
 		// Errors are reported and turned into exit codes in main, where the
 		// program exits once, after every deferred clean-up ran.
 		ExitErrHandler: func(*cli.Context, error) {},

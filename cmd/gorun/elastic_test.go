@@ -1,0 +1,312 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freePort returns a port free on addr now.
+func freePort(t *testing.T, addr string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startWorker records every worker start in $1 as a file named
+// <rank>.<world>.<restart>.<pid> holding group rank and master, then runs
+// the rest of its script.
+func startWorker(t *testing.T, rest string) string {
+	return writeScript(t, `echo "$GROUP_RANK $MASTER_ADDR:$MASTER_PORT" > "$1/$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT.$$"
+`+rest)
+}
+
+// starts lists the recorded starts as rank.world.restart (without pid).
+func starts(dir string) map[string]int {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.*.*.*"))
+	out := map[string]int{}
+	for _, f := range files {
+		parts := strings.Split(filepath.Base(f), ".")
+		out[strings.Join(parts[:3], ".")]++
+	}
+	return out
+}
+
+// waitStarts waits until every rank.world.restart in want was recorded.
+func waitStarts(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	waitNewStarts(t, dir, nil, want...)
+}
+
+// waitNewStarts waits until every rank.world.restart in want was recorded
+// more often than in before.
+func waitNewStarts(t *testing.T, dir string, before map[string]int, want ...string) {
+	t.Helper()
+	waitFor(t, "worker starts "+strings.Join(want, " "), func() bool {
+		got := starts(dir)
+		for _, w := range want {
+			if got[w] <= before[w] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+type node struct {
+	cmd            *exec.Cmd
+	stdout, stderr *lockedBuffer
+}
+
+// startNodes starts one gorun agent per loopback address 127.0.0.<i+1>.
+func startNodes(t *testing.T, n int, args func(i int) []string) []*node {
+	t.Helper()
+	var nodes []*node
+	for i := range n {
+		cmd, out, errb := startGorun(t, testEnv(), args(i)...)
+		nodes = append(nodes, &node{cmd, out, errb})
+	}
+	return nodes
+}
+
+func elasticArgs(endpoint, run string, i int, extra ...string) []string {
+	return append([]string{"--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint, "--rdzv-id=" + run,
+		"--local-addr=127.0.0." + strconv.Itoa(i+1), "--log-level=debug"}, extra...)
+}
+
+func TestElasticUniqueRanksOneMaster(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := startWorker(t, "")
+	nodes := startNodes(t, 3, func(i int) []string {
+		return append(elasticArgs(ep, "ranks", i, "--nnodes=3", "--nproc-per-node=2", "--no-python", script), dir)
+	})
+	for i, n := range nodes {
+		if code := waitExit(t, n.cmd); code != 0 {
+			t.Fatalf("node %d exit %d\n%s", i, code, n.stderr)
+		}
+	}
+	got := starts(dir)
+	masters := map[string]bool{}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		masters[strings.Fields(string(b))[1]] = true
+	}
+	for r := range 6 {
+		if got[fmt.Sprintf("%d.6.0", r)] != 1 {
+			t.Errorf("rank %d started %d times with WORLD_SIZE=6; starts %v", r, got[fmt.Sprintf("%d.6.0", r)], got)
+		}
+	}
+	if len(masters) != 1 {
+		t.Errorf("masters %v; want one", masters)
+	}
+}
+
+func TestElasticFailureRestartsEveryNode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := startWorker(t, `if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  if [ "$RANK" = 1 ]; then while [ ! -e "$1/0.2.0."* ]; do sleep 0.01; done; exit 3; fi
+  exec sleep 60
+fi`)
+	nodes := startNodes(t, 2, func(i int) []string {
+		return append(elasticArgs(ep, "fail", i, "--nnodes=2", "--max-restarts=1", "--no-python", script), dir)
+	})
+	for i, n := range nodes {
+		if code := waitExit(t, n.cmd); code != 0 {
+			t.Fatalf("node %d exit %d\n%s", i, code, n.stderr)
+		}
+	}
+	got := starts(dir)
+	for _, k := range []string{"0.2.0", "1.2.0", "0.2.1", "1.2.1"} {
+		if got[k] != 1 {
+			t.Errorf("start %s seen %d times; starts %v", k, got[k], got)
+		}
+	}
+}
+
+func TestElasticLostNodeSurvivorsReform(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := startWorker(t, `exec sleep 60`)
+	nodes := startNodes(t, 3, func(i int) []string {
+		return append(elasticArgs(ep, "lost", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl=1,last_call_timeout=0.3",
+			"--stop-timeout=2s", "--no-python", script), dir)
+	})
+	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	// kill -9 a node that does not host the store; its workers die with it.
+	victim := nodes[2]
+	before := starts(dir)
+	_ = victim.cmd.Process.Signal(syscall.SIGKILL)
+	waitExit(t, victim.cmd)
+	waitNewStarts(t, dir, before, "0.2.0", "1.2.0")
+	for _, n := range nodes[:2] {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for i, n := range nodes[:2] {
+		if code := waitExit(t, n.cmd); code != 143 {
+			t.Errorf("node %d exit %d; want 143\n%s", i, code, n.stderr)
+		}
+	}
+	if !strings.Contains(nodes[0].stderr.String()+nodes[1].stderr.String(), "left (its lease ended)") {
+		t.Errorf("no node reported the lost node:\n%s\n%s", nodes[0].stderr, nodes[1].stderr)
+	}
+}
+
+func TestElasticLateJoinerScalesUp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := startWorker(t, `exec sleep 60`)
+	args := func(i int) []string {
+		return append(elasticArgs(ep, "late", i, "--nnodes=2:3", "--rdzv-conf=last_call_timeout=0.3", "--stop-timeout=2s", "--no-python", script), dir)
+	}
+	nodes := startNodes(t, 2, args)
+	waitStarts(t, dir, "0.2.0", "1.2.0")
+	late, _, lateErr := startGorun(t, testEnv(), args(2)...)
+	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	all := []*exec.Cmd{nodes[0].cmd, nodes[1].cmd, late}
+	for _, c := range all {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
+	for _, c := range all {
+		if code := waitExit(t, c); code != 143 {
+			t.Errorf("exit %d; want 143\n%s", code, lateErr)
+		}
+	}
+}
+
+func TestElasticMismatchedNodeRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := startWorker(t, "")
+	first := startNodes(t, 1, func(i int) []string {
+		return append(elasticArgs(ep, "shape", i, "--nnodes=2", "--nproc-per-node=2", "--no-python", script), dir)
+	})[0]
+	waitFor(t, "the store to be hosted", func() bool { return strings.Contains(first.stderr.String(), "hosting") })
+	r := runGorun(t, testEnv(), append(elasticArgs(ep, "shape", 1, "--nnodes=2", "--nproc-per-node=1", "--no-python", script), dir)...)
+	if r.code != 2 || !strings.Contains(r.stderr, "--nproc-per-node: this node has 1, the job has 2") {
+		t.Errorf("mismatched node: exit %d\n%s", r.code, r.stderr)
+	}
+	_ = first.cmd.Process.Signal(syscall.SIGTERM)
+	waitExit(t, first.cmd)
+}
+
+func TestElasticStoreHostLostIsReported(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := startWorker(t, `exec sleep 60`)
+	nodes := startNodes(t, 2, func(i int) []string {
+		return append(elasticArgs(ep, "host", i, "--nnodes=2", "--rdzv-conf=join_timeout=3,lease_ttl=2", "--stop-timeout=2s", "--no-python", script), dir)
+	})
+	waitStarts(t, dir, "0.2.0", "1.2.0")
+	_ = nodes[0].cmd.Process.Signal(syscall.SIGKILL) // the host of the store
+	waitExit(t, nodes[0].cmd)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("survivor's log:\n%s", nodes[1].stderr)
+		}
+	})
+	code := waitExit(t, nodes[1].cmd)
+	msg := nodes[1].stderr.String()
+	if code == 0 || !strings.Contains(msg, ep) || !strings.Contains(msg, "may have exited") {
+		t.Errorf("survivor exit %d; want a failure naming the store at %s:\n%s", code, ep, msg)
+	}
+}
+
+// etcdServer starts Debian's etcd (etcd-server) on free loopback ports.
+func etcdServer(t *testing.T) (endpoint string, stop func(), restart func()) {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		if os.Getenv("GORUN_REQUIRE_ETCD") == "1" {
+			t.Fatal("etcd (Debian's etcd-server) is not installed")
+		}
+		t.Skip("!!!!!!!! SKIPPED: etcd (Debian's etcd-server) is not installed")
+	}
+	data := t.TempDir()
+	client, peer := freePort(t, "127.0.0.1"), freePort(t, "127.0.0.1")
+	endpoint = fmt.Sprintf("127.0.0.1:%d", client)
+	var cmd *exec.Cmd
+	start := func() {
+		cmd = exec.Command(bin, "--name=test", "--data-dir="+data,
+			"--listen-client-urls=http://"+endpoint, "--advertise-client-urls=http://"+endpoint,
+			fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", peer), fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", peer),
+			fmt.Sprintf("--initial-cluster=test=http://127.0.0.1:%d", peer), "--heartbeat-interval=10", "--election-timeout=100", "--log-level=error")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "etcd to listen", func() bool {
+			c, err := net.Dial("tcp", endpoint)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		})
+	}
+	stop = func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	start()
+	t.Cleanup(stop)
+	return endpoint, stop, start
+}
+
+func TestElasticExternalEtcdSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	ep, stop, restart := etcdServer(t)
+	dir := t.TempDir()
+	script := startWorker(t, `while [ ! -e "$1/go" ]; do sleep 0.02; done`)
+	nodes := startNodes(t, 2, func(i int) []string {
+		return append([]string{"--rdzv-backend=etcd", "--rdzv-endpoint=" + ep, "--rdzv-id=ext", "--nnodes=2",
+			"--local-addr=127.0.0." + strconv.Itoa(i+1), "--no-python", script}, dir)
+	})
+	waitStarts(t, dir, "0.2.0", "1.2.0")
+	stop()
+	time.Sleep(500 * time.Millisecond) // etcd down for a while, shorter than the lease TTL
+	restart()
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range nodes {
+		if code := waitExit(t, n.cmd); code != 0 {
+			t.Errorf("node %d exit %d\n%s", i, code, n.stderr)
+		}
+	}
+	if got := starts(dir); got["0.2.0"] != 1 || got["1.2.0"] != 1 || len(got) != 2 {
+		t.Errorf("starts %v; want each rank once, not restarted", got)
+	}
+}
+
+// TestStoreCommand runs `gorun store` (through gorun-etcd) and stops it.
+func TestStoreCommand(t *testing.T) {
+	t.Parallel()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	cmd, out, errb := startGorun(t, testEnv(), "store", "--listen", ep)
+	waitFor(t, "the store to serve", func() bool { return strings.Contains(out.String(), "serving at") })
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("gorun store exit %d\n%s%s", code, out, errb)
+	}
+	if r := runGorun(t, testEnv(), "store", "--log-level=loud"); r.code != 2 || !strings.Contains(r.stderr, "--log-level") {
+		t.Errorf("bad --log-level: exit %d %s", r.code, r.stderr)
+	}
+}

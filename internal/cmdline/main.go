@@ -1,0 +1,139 @@
+// Package cmdline is gorun's command line: flags, commands, and the
+// mapping from flags to the launcher's configuration. cmd/gorun and
+// cmd/gorun-etcd are thin mains around it.
+//
+// Two binaries share it. gorun runs everything that needs no etcd
+// (single-node and static jobs, plans, benchmarks of the launch) and starts
+// fast. gorun-etcd also links the etcd client and server, whose package
+// initialisation alone costs tens of milliseconds at every start; gorun
+// replaces itself with gorun-etcd (same pid, same arguments) when a job or
+// command needs etcd.
+package cmdline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun-dev/gorun/launcher"
+)
+
+// CompanionBinary is the name of the binary with etcd linked in.
+const CompanionBinary = "gorun-etcd"
+
+// ErrUsage marks errors caused by bad flags or settings; gorun exits 2 for
+// them. Extensions wrap their input errors with it.
+var ErrUsage = errors.New("bad input")
+
+// Options configures the command line.
+type Options struct {
+	// Version is printed by --version.
+	Version string
+	// Elastic provides the features that need etcd; nil in the gorun
+	// binary, which then execs gorun-etcd for them.
+	Elastic Elastic
+}
+
+// Elastic is what gorun-etcd adds to the command line.
+type Elastic interface {
+	// Rendezvous builds the etcd-backed rendezvous of a launch. The
+	// returned function releases what it started (an embedded store).
+	Rendezvous(ctx context.Context, spec ElasticSpec) (launcher.Rendezvous, func(), error)
+	// StoreCommand is `gorun store`: a standalone embedded etcd.
+	StoreCommand() *cli.Command
+}
+
+// ElasticSpec is a launch's rendezvous settings, as the flags gave them.
+type ElasticSpec struct {
+	Backend  string
+	Endpoint string
+	Conf     map[string]string
+	RunID    string
+	MinNodes int
+	MaxNodes int
+	// NodeRank is --node-rank when set, else -1.
+	NodeRank     int
+	NprocPerNode int
+	Role         string
+	MaxRestarts  int
+	// LocalAddr is --local-addr, or "" for the host's name.
+	LocalAddr string
+	// Log receives progress and warnings.
+	Log logrus.FieldLogger
+}
+
+// Main runs the command line and returns the process exit code: the code
+// an action chose, or 2 for a usage error, as torchrun's argparse does.
+func Main(ctx context.Context, args []string, opts Options) int {
+	err := newApp(opts).RunContext(ctx, args)
+	if err == nil {
+		return 0
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(os.Stderr, "gorun: "+msg)
+		}
+		return ec.ExitCode()
+	}
+	fmt.Fprintln(os.Stderr, "gorun: "+err.Error())
+	fmt.Fprintln(os.Stderr, "run 'gorun --help' for usage")
+	return 2
+}
+
+// execCompanion replaces this process with gorun-etcd, run with the same
+// arguments and environment. It returns only on failure.
+func execCompanion(why string) error {
+	path, err := findCompanion()
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("%s needs %s, the gorun binary with etcd linked in: %v. Build it with `make build` (bin/%s) and keep it next to gorun, or set GORUN_ETCD_BINARY", why, CompanionBinary, err, CompanionBinary), 2)
+	}
+	argv := append([]string{path}, os.Args[1:]...)
+	if err := syscall.Exec(path, argv, os.Environ()); err != nil {
+		return cli.Exit(fmt.Sprintf("%s: run %s: %v", why, path, err), 1)
+	}
+	return nil
+}
+
+// findCompanion looks for gorun-etcd: GORUN_ETCD_BINARY, next to this
+// executable, then on PATH.
+func findCompanion() (string, error) {
+	if p := os.Getenv("GORUN_ETCD_BINARY"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("GORUN_ETCD_BINARY=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	var tried []string
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), CompanionBinary)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	if p, err := exec.LookPath(CompanionBinary); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("not found at %v nor on PATH", tried)
+}
+
+// placeholder stands for a command of gorun-etcd in the gorun binary: it
+// shows in --help and execs gorun-etcd when run.
+func placeholder(name, usage string) *cli.Command {
+	return &cli.Command{
+		Name:            name,
+		Usage:           usage,
+		SkipFlagParsing: true,
+		Action: func(*cli.Context) error {
+			return execCompanion("gorun " + name)
+		},
+	}
+}

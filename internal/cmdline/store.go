@@ -1,0 +1,12 @@
+package cmdline
+
+import "github.com/urfave/cli/v2"
+
+// storeCommand is `gorun store`, a standalone embedded etcd for people who
+// have none; gorun-etcd provides it.
+func storeCommand(opts Options) *cli.Command {
+	if opts.Elastic != nil {
+		return opts.Elastic.StoreCommand()
+	}
+	return placeholder("store", "run an embedded etcd server for multi-node jobs (--listen, --data-dir, --log-level)")
+}
