@@ -1,14 +1,12 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,30 +17,12 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // shellConfig returns a Config whose workers run script with /bin/sh, in
 // dir (exported to the script as $DIR).
-func shellConfig(t *testing.T, nproc int, script string) (Config, *syncBuffer, *syncBuffer) {
+func shellConfig(t *testing.T, nproc int, script string) (Config, *proctest.Buffer, *proctest.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &proctest.Buffer{}, &proctest.Buffer{}
 	log := logrus.New()
 	log.SetOutput(stderr)
 	cfg := NewConfig()

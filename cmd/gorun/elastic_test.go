@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
 // freePort returns a port free on addr now.
@@ -66,7 +68,7 @@ func waitNewStarts(t *testing.T, dir string, before map[string]int, want ...stri
 
 type node struct {
 	cmd            *exec.Cmd
-	stdout, stderr *lockedBuffer
+	stdout, stderr *proctest.Buffer
 }
 
 // startNodes starts one gorun agent per loopback address 127.0.0.<i+1>.

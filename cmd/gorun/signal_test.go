@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,11 +16,11 @@ import (
 
 // startGorun starts the gorun binary in its own process group (as a shell
 // job would be) and returns it with its output buffers.
-func startGorun(t *testing.T, env []string, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+func startGorun(t *testing.T, env []string, args ...string) (*exec.Cmd, *proctest.Buffer, *proctest.Buffer) {
 	t.Helper()
 	cmd := exec.Command(gorunBin, args...)
 	cmd.Env = env
-	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+	stdout, stderr := &proctest.Buffer{}, &proctest.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -33,25 +31,6 @@ func startGorun(t *testing.T, env []string, args ...string) (*exec.Cmd, *lockedB
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	})
 	return cmd, stdout, stderr
-}
-
-// lockedBuffer is a bytes.Buffer that a test may read while the process's
-// output is still being copied into it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // waitExit waits for cmd and returns its exit code (128+signal when

@@ -120,13 +120,13 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 	if cfg.NoRestartExitCodes, err = launcher.ParseExitCodes(fNoRestartCodes, c.String(fNoRestartCodes)); err != nil {
 		return cfg, err
 	}
-	if cfg.RestartBackoff, err = parseSeconds(fBackoff, c.String(fBackoff)); err != nil {
+	if cfg.RestartBackoff, err = ParseSeconds(fBackoff, c.String(fBackoff)); err != nil {
 		return cfg, err
 	}
-	if cfg.RestartBackoffMax, err = parseSeconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
+	if cfg.RestartBackoffMax, err = ParseSeconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
 		return cfg, err
 	}
-	if cfg.StopTimeout, err = parseSeconds(fStopTimeout, c.String(fStopTimeout)); err != nil {
+	if cfg.StopTimeout, err = ParseSeconds(fStopTimeout, c.String(fStopTimeout)); err != nil {
 		return cfg, err
 	}
 	if cfg.StopSignals, err = launcher.ParseSignals(fSignals, c.String(fSignals)); err != nil {
@@ -288,10 +288,10 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 	return rendezvousPlan{rdzv: st, round: st.Plan(rendezvous.Node{LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role})}, nil
 }
 
-// parseSeconds parses a duration flag: a Go duration ("30s", "1m30s") or a
-// plain number of seconds ("30", "0.5"), as TORCH_ELASTIC_SHUTDOWN_TIMEOUT
-// is given.
-func parseSeconds(flag, s string) (time.Duration, error) {
+// ParseSeconds parses a duration setting named flag: a Go duration ("30s",
+// "1m30s") or a plain number of seconds ("30", "0.5"), as
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT and torchrun's --rdzv-conf give them.
+func ParseSeconds(flag, s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
 		if f < 0 {

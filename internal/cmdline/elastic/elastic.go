@@ -83,8 +83,8 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 	var err error
 	for key, dst := range map[string]*time.Duration{"last_call_timeout": &c.lastCall, "join_timeout": &c.join, "lease_ttl": &c.leaseTTL} {
 		if v := get(key); v != "" {
-			if *dst, err = seconds(v); err != nil {
-				return c, fmt.Errorf("--rdzv-conf %s=%q: want seconds or a duration such as 30s", key, v)
+			if *dst, err = cmdline.ParseSeconds("rdzv-conf "+key, v); err != nil {
+				return c, err
 			}
 		}
 	}
@@ -102,17 +102,6 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 		return c, fmt.Errorf("--rdzv-conf: cert and key go together (or GORUN_RDZV_CERT and GORUN_RDZV_KEY)")
 	}
 	return c, nil
-}
-
-func seconds(s string) (time.Duration, error) {
-	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 {
-		return time.Duration(f * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("bad duration %q", s)
-	}
-	return d, nil
 }
 
 // Rendezvous connects to etcd (starting the embedded store first when this
