@@ -312,3 +312,13 @@ func TestStoreCommand(t *testing.T) {
 		t.Errorf("bad --log-level: exit %d %s", r.code, r.stderr)
 	}
 }
+
+// TestBenchRendezvousRuns smoke-tests `gorun bench rendezvous` with a few
+// agents (through gorun-etcd); the figures are not checked.
+func TestBenchRendezvousRuns(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, testEnv(), "bench", "rendezvous", "--agents", "8", "--format", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"agents":8`) || !strings.Contains(r.stdout, `"floor_seconds"`) {
+		t.Errorf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+}

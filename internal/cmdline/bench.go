@@ -13,12 +13,16 @@ import (
 
 // benchCommand groups the benchmarks; each measures its anchor in the
 // same run.
-func benchCommand() *cli.Command {
+func benchCommand(opts Options) *cli.Command {
+	rdzv := placeholder("rendezvous", "time N agents through the etcd rendezvous against the etcd floor (--agents N, --format json)")
+	if opts.Elastic != nil {
+		rdzv = opts.Elastic.BenchRendezvousCommand()
+	}
 	return &cli.Command{
 		Name:            "bench",
 		Usage:           "measure gorun against its anchors (torchrun) in the same run",
 		HideHelpCommand: true,
-		Subcommands:     []*cli.Command{benchLaunchCommand()},
+		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv},
 	}
 }
 

@@ -48,6 +48,8 @@ type Elastic interface {
 	Rendezvous(ctx context.Context, spec ElasticSpec) (launcher.Rendezvous, func(), error)
 	// StoreCommand is `gorun store`: a standalone embedded etcd.
 	StoreCommand() *cli.Command
+	// BenchRendezvousCommand is `gorun bench rendezvous`.
+	BenchRendezvousCommand() *cli.Command
 }
 
 // ElasticSpec is a launch's rendezvous settings, as the flags gave them.

@@ -17,10 +17,12 @@ type control struct {
 	restarts int
 	outcome  string
 	closed   map[int]RoundRecord
+	// closedRev is the revision at which each round closed.
+	closedRev map[int]int64
 }
 
-// apply records one control key's new value.
-func (c *control) apply(k keys, key string, value []byte) {
+// apply records one control key's new value, written at revision rev.
+func (c *control) apply(k keys, key string, value []byte, rev int64) {
 	switch {
 	case key == k.round():
 		c.round = atoi(value)
@@ -32,6 +34,7 @@ func (c *control) apply(k keys, key string, value []byte) {
 		var rec RoundRecord
 		if json.Unmarshal(value, &rec) == nil {
 			c.closed[rec.Round] = rec
+			c.closedRev[rec.Round] = rev
 		}
 	}
 }
@@ -42,9 +45,9 @@ func (r *Rendezvous) readControl(ctx context.Context) (*control, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	c := &control{round: -1, closed: map[int]RoundRecord{}}
+	c := &control{round: -1, closed: map[int]RoundRecord{}, closedRev: map[int]int64{}}
 	for _, kv := range resp.Kvs {
-		c.apply(r.k, string(kv.Key), kv.Value)
+		c.apply(r.k, string(kv.Key), kv.Value, kv.ModRevision)
 	}
 	return c, resp.Header.Revision, nil
 }
@@ -60,7 +63,7 @@ func outcomeErr(outcome string) error {
 // join runs one attempt to join a round: it puts this node's join key
 // (fenced by the round counter) and waits until the round closes. It
 // returns errRetry when the round moved on before closing.
-func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (RoundRecord, error) {
+func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	// Watch first, then read: a watch from the current revision starts at
@@ -68,10 +71,10 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (RoundRecord, erro
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
 	c, _, err := r.readControl(ctx)
 	if err != nil {
-		return RoundRecord{}, fmt.Errorf("%w: %w", errEtcd, err)
+		return joined{}, fmt.Errorf("%w: %w", errEtcd, err)
 	}
 	if c.outcome != "" {
-		return RoundRecord{}, outcomeErr(c.outcome)
+		return joined{}, outcomeErr(c.outcome)
 	}
 	target := c.round
 	if _, running := c.closed[target]; running {
@@ -79,25 +82,33 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (RoundRecord, erro
 	}
 	val, err := marshal(me)
 	if err != nil {
-		return RoundRecord{}, err
+		return joined{}, err
 	}
+	// One round trip: the join key, and the closer's key if the round has
+	// none yet (the first node to join counts the others and closes).
+	lease := r.session.Lease()
+	claim := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.closer(target)), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(r.k.closer(target), r.id, clientv3.WithLease(lease))},
+		[]clientv3.Op{clientv3.OpGet(r.k.closer(target))})
 	put, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(c.round))).
-		Then(clientv3.OpPut(r.k.join(target, r.id), val, clientv3.WithLease(r.session.Lease()), clientv3.WithPrevKV())).
+		Then(clientv3.OpPut(r.k.join(target, r.id), val, clientv3.WithLease(lease)), claim).
 		Commit()
 	if err != nil {
-		return RoundRecord{}, fmt.Errorf("%w: %w", errEtcd, err)
+		return joined{}, fmt.Errorf("%w: %w", errEtcd, err)
 	}
 	if !put.Succeeded {
-		return RoundRecord{}, errRetry
+		return joined{}, errRetry
 	}
-	// This node's place in the round is its key's create revision, which
-	// is older than this put when it rejoins after a retry.
-	myRev := put.Header.Revision
-	if prev := put.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
-		myRev = prev.CreateRevision
+	j := &joiner{r: r, ctx: ctx, target: target, c: c}
+	if claimed := put.Responses[1].GetResponseTxn(); claimed.Succeeded {
+		j.closer = true
+	} else if kvs := claimed.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		// Holding the key from an earlier attempt is being the closer too.
+		j.closerID = string(kvs[0].Value)
+		j.closer = j.closerID == r.id
 	}
-	j := &joiner{r: r, ctx: ctx, target: target, myRev: myRev, c: c}
 	return j.run(wctx, ctlWatch)
 }
 
@@ -106,18 +117,23 @@ type joiner struct {
 	r      *Rendezvous
 	ctx    context.Context
 	target int
-	myRev  int64
 	c      *control
 
-	// closer is true while this node is the oldest joiner of the round: it
-	// counts the others and closes the round.
-	closer  bool
-	members map[string]NodeRecord // the closer's view of join/<target>/
+	// closer is true while this node counts the others and closes the
+	// round: it holds ctl/closer/<target>. closerID names the node that
+	// does, for the progress messages.
+	closer   bool
+	closerID string
+	members  map[string]NodeRecord // the closer's view of join/<target>/
+	// seenRev is the revision up to which members is complete.
+	seenRev int64
+	// previous holds the ids of the previous round's members, read once.
+	previous map[string]bool
 	// lastCall fires when the round may close with fewer than MaxNodes.
 	lastCall *time.Timer
 }
 
-func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (RoundRecord, error) {
+func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined, error) {
 	r := j.r
 	progress := time.NewTicker(r.cfg.ProgressInterval)
 	defer progress.Stop()
@@ -127,19 +143,15 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (RoundRe
 		}
 	}()
 	var joinWatch clientv3.WatchChan
-	pred, predWatch, err := j.elect(wctx)
-	if err != nil {
-		return RoundRecord{}, err
-	}
 	if j.closer {
-		joinWatch, err = j.startCounting(wctx)
-		if err != nil {
-			return RoundRecord{}, err
+		var err error
+		if joinWatch, err = j.startCounting(wctx); err != nil {
+			return joined{}, err
 		}
 	}
 	for {
-		if rec, done, err := j.check(); done || err != nil {
-			return rec, err
+		if res, done, err := j.check(); done || err != nil {
+			return res, err
 		}
 		var lastCall <-chan time.Time
 		if j.lastCall != nil {
@@ -148,92 +160,101 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (RoundRe
 		select {
 		case wr, ok := <-ctlWatch:
 			if !ok || wr.Err() != nil {
-				return RoundRecord{}, watchErr(wr, ok)
+				return joined{}, watchErr(wr, ok)
 			}
+			closerGone := false
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
-					j.c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value)
+				key := string(ev.Kv.Key)
+				switch {
+				case key == r.k.closer(j.target) && ev.Type == clientv3.EventTypeDelete:
+					closerGone = true
+				case key == r.k.closer(j.target):
+					j.closerID = string(ev.Kv.Value)
+				case ev.Type == clientv3.EventTypePut:
+					j.c.apply(r.k, key, ev.Kv.Value, ev.Kv.ModRevision)
 				}
 			}
-		case wr, ok := <-predWatch:
-			if !ok || wr.Err() != nil {
-				return RoundRecord{}, watchErr(wr, ok)
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					// The node ahead of us left: find the new one, or
-					// become the closer.
-					if pred, predWatch, err = j.elect(wctx); err != nil {
-						return RoundRecord{}, err
-					}
-					if j.closer && joinWatch == nil {
-						if joinWatch, err = j.startCounting(wctx); err != nil {
-							return RoundRecord{}, err
-						}
+			if closerGone && !j.closer {
+				// The closer left before closing: take its place if first.
+				if err := j.claim(wctx); err != nil {
+					return joined{}, err
+				}
+				if j.closer {
+					var err error
+					if joinWatch, err = j.startCounting(wctx); err != nil {
+						return joined{}, err
 					}
 				}
 			}
 		case wr, ok := <-joinWatch:
 			if !ok || wr.Err() != nil {
-				return RoundRecord{}, watchErr(wr, ok)
+				return joined{}, watchErr(wr, ok)
 			}
 			for _, ev := range wr.Events {
 				j.applyJoin(ev)
+				j.seenRev = max(j.seenRev, ev.Kv.ModRevision)
 			}
 			if err := j.maybeClose(false); err != nil {
-				return RoundRecord{}, err
+				return joined{}, err
 			}
 		case <-lastCall:
 			j.lastCall = nil
 			if err := j.maybeClose(true); err != nil {
-				return RoundRecord{}, err
+				return joined{}, err
 			}
 		case <-progress.C:
-			j.report(pred)
+			j.report()
 		case <-wctx.Done():
-			return RoundRecord{}, wctx.Err()
+			return joined{}, wctx.Err()
 		}
 	}
+}
+
+// claim tries to become the round's closer (create-if-absent of the
+// closer key under this node's lease).
+func (j *joiner) claim(ctx context.Context) error {
+	r := j.r
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(r.k.closer(j.target)), "=", 0)).
+		Then(clientv3.OpPut(r.k.closer(j.target), r.id, clientv3.WithLease(r.session.Lease()))).
+		Commit()
+	if err != nil {
+		return err
+	}
+	j.closer = resp.Succeeded
+	return nil
+}
+
+// joined is this node's place in a closed round.
+type joined struct {
+	rec         RoundRecord
+	group, base int
 }
 
 // check says whether the wait is over: the round closed (with or without
 // this node), moved on, or the job finished.
-func (j *joiner) check() (RoundRecord, bool, error) {
+func (j *joiner) check() (joined, bool, error) {
 	c := j.c
 	if c.outcome != "" {
-		return RoundRecord{}, true, outcomeErr(c.outcome)
+		return joined{}, true, outcomeErr(c.outcome)
 	}
 	if rec, ok := c.closed[j.target]; ok {
-		for _, m := range rec.Members {
-			if m.ID == j.r.id {
-				return rec, true, nil
+		resp, err := j.r.cli.Get(j.ctx, j.r.k.rank(j.target, j.r.id))
+		if err != nil {
+			return joined{}, true, fmt.Errorf("%w: %w", errEtcd, err)
+		}
+		if len(resp.Kvs) > 0 {
+			if g, b, ok := parseRank(resp.Kvs[0].Value); ok {
+				return joined{rec: rec, group: g, base: b}, true, nil
 			}
 		}
 		// Closed without us (full, or we came too late): wait for the next.
-		return RoundRecord{}, true, errRetry
+		return joined{}, true, errRetry
 	}
 	if c.round > j.target {
-		return RoundRecord{}, true, errRetry
+		return joined{}, true, errRetry
 	}
-	return RoundRecord{}, false, nil
-}
-
-// elect finds the join key created just before ours; with none, this node
-// is the closer. It returns a watch on that key's deletion.
-func (j *joiner) elect(ctx context.Context) (string, clientv3.WatchChan, error) {
-	r := j.r
-	opts := append([]clientv3.OpOption{clientv3.WithMaxCreateRev(j.myRev - 1)}, clientv3.WithLastCreate()...)
-	resp, err := r.cli.Get(ctx, r.k.joinPrefix(j.target), opts...)
-	if err != nil {
-		return "", nil, err
-	}
-	if len(resp.Kvs) == 0 {
-		j.closer = true
-		return "", nil, nil
-	}
-	pred := string(resp.Kvs[0].Key)
-	w := r.cli.Watch(clientv3.WithRequireLeader(ctx), pred, clientv3.WithRev(resp.Header.Revision+1))
-	return strings.TrimPrefix(pred, r.k.joinPrefix(j.target)), w, nil
+	return joined{}, false, nil
 }
 
 // startCounting makes this node the round's closer: it reads every join
@@ -248,6 +269,7 @@ func (j *joiner) startCounting(ctx context.Context) (clientv3.WatchChan, error) 
 	for _, kv := range resp.Kvs {
 		j.applyJoin(&clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 	}
+	j.seenRev = resp.Header.Revision
 	w := r.cli.Watch(clientv3.WithRequireLeader(ctx), r.k.joinPrefix(j.target), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	return w, j.maybeClose(false)
 }
@@ -288,21 +310,35 @@ func (j *joiner) maybeClose(lastCallOver bool) error {
 // previousAllBack reports whether every member of the previous round has
 // joined this one (agents keep their id across rounds).
 func (j *joiner) previousAllBack() bool {
-	prev, ok := j.c.closed[j.target-1]
-	if !ok {
+	if _, ok := j.c.closed[j.target-1]; !ok {
 		return false
 	}
-	for _, m := range prev.Members {
-		if _, back := j.members[m.ID]; !back {
+	if j.previous == nil {
+		resp, err := j.r.cli.Get(j.ctx, j.r.k.rankPrefix(j.target-1), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return false
+		}
+		j.previous = map[string]bool{}
+		for _, kv := range resp.Kvs {
+			j.previous[strings.TrimPrefix(string(kv.Key), j.r.k.rankPrefix(j.target-1))] = true
+		}
+	}
+	for id := range j.previous {
+		if _, back := j.members[id]; !back {
 			return false
 		}
 	}
-	return true
+	return len(j.previous) > 0
 }
 
-// close writes the round's record, once: only while the round counter
-// still says this round, only if no record exists, and only if every
-// member's join key is still the one counted.
+// rankBatch bounds the puts of one transaction (etcd allows 128 operations).
+const rankBatch = 100
+
+// close writes the members' ranks, in batches, then the round's record,
+// once. Every transaction requires the round counter still at this round,
+// no record yet, and this node still the closer; the record's also requires
+// that no node joined after the closer's view (one range compare, not one
+// per member). A member that left just before is caught by Watch.
 func (j *joiner) close() error {
 	r := j.r
 	nodes := make([]NodeRecord, 0, len(j.members))
@@ -313,26 +349,43 @@ func (j *joiner) close() error {
 	if len(ordered) > r.cfg.Shape.MaxNodes {
 		ordered = ordered[:r.cfg.Shape.MaxNodes] // the rest wait for the next round
 	}
-	rec := RoundRecord{Round: j.target, Members: ordered, MasterAddr: ordered[0].Addr, MasterPort: ordered[0].MasterPort, Restarts: j.c.restarts}
+	fence := []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(j.target)),
+		clientv3.Compare(clientv3.CreateRevision(r.k.closed(j.target)), "=", 0),
+		clientv3.Compare(clientv3.Value(r.k.closer(j.target)), "=", r.id),
+	}
+	// Ranks left by an earlier attempt to close go first (etcd refuses a
+	// delete and puts of the same keys in one transaction).
+	resp, err := r.cli.Txn(j.ctx).If(fence...).Then(clientv3.OpDelete(r.k.rankPrefix(j.target), clientv3.WithPrefix())).Commit()
+	if err != nil || !resp.Succeeded {
+		return err
+	}
+	var ops []clientv3.Op
+	base := 0
+	for i, m := range ordered {
+		ops = append(ops, clientv3.OpPut(r.k.rank(j.target, m.ID), rankValue(i, base)))
+		base += m.Nproc
+		if len(ops) == rankBatch || i == len(ordered)-1 {
+			resp, err := r.cli.Txn(j.ctx).If(fence...).Then(ops...).Commit()
+			if err != nil || !resp.Succeeded {
+				return err // a lost race needs nothing more: the watches tell
+			}
+			ops = nil
+		}
+	}
+	rec := RoundRecord{Round: j.target, Size: len(ordered), WorldSize: base,
+		MasterAddr: ordered[0].Addr, MasterPort: ordered[0].MasterPort, Restarts: j.c.restarts}
 	val, err := marshal(rec)
 	if err != nil {
 		return err
 	}
-	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(j.target)),
-		clientv3.Compare(clientv3.CreateRevision(r.k.closed(j.target)), "=", 0),
-	}
-	for _, m := range ordered {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r.k.join(j.target, m.ID)), "=", m.Revision))
-	}
-	_, err = r.cli.Txn(j.ctx).If(cmps...).Then(clientv3.OpPut(r.k.closed(j.target), val)).Commit()
-	// Whether this txn or another won, the record arrives on the control
-	// watch; a lost race needs nothing more.
+	last := append(fence, clientv3.Compare(clientv3.CreateRevision(r.k.joinPrefix(j.target)), "<", j.seenRev+1).WithPrefix())
+	_, err = r.cli.Txn(j.ctx).If(last...).Then(clientv3.OpPut(r.k.closed(j.target), val)).Commit()
 	return err
 }
 
 // report logs the wait at a modest rate.
-func (j *joiner) report(pred string) {
+func (j *joiner) report() {
 	r, sh := j.r, j.r.cfg.Shape
 	switch {
 	case j.c.round < j.target:
@@ -344,7 +397,7 @@ func (j *joiner) report(pred string) {
 		}
 		r.cfg.Log.Infof("rendezvous %s: waiting for nodes: %d of min %d / max %d joined: %s", sh.RunID, len(ids), sh.MinNodes, sh.MaxNodes, strings.Join(ids, ", "))
 	default:
-		r.cfg.Log.Infof("rendezvous %s: waiting for round %d to close (counted by the node before this one, %s)", sh.RunID, j.target, pred)
+		r.cfg.Log.Infof("rendezvous %s: waiting for round %d to close (counted by %s)", sh.RunID, j.target, j.closerID)
 	}
 }
 

@@ -56,13 +56,30 @@ type NodeRecord struct {
 	Revision int64 `json:"-"`
 }
 
-// RoundRecord is the closed round: written once, atomically.
+// RoundRecord is the closed round: written once, atomically, after the
+// members' ranks (rank/<round>/<node id>). It stays small whatever the
+// number of nodes, because every agent receives it.
 type RoundRecord struct {
-	Round      int          `json:"round"`
-	Members    []NodeRecord `json:"members"` // in group-rank order
-	MasterAddr string       `json:"master_addr"`
-	MasterPort int          `json:"master_port"`
-	Restarts   int          `json:"restarts"`
+	Round      int    `json:"round"`
+	Size       int    `json:"size"`
+	WorldSize  int    `json:"world_size"`
+	MasterAddr string `json:"master_addr"`
+	MasterPort int    `json:"master_port"`
+	Restarts   int    `json:"restarts"`
+}
+
+// rankValue is a member's rank key: its group rank and the global rank of
+// its first worker.
+func rankValue(group, base int) string { return strconv.Itoa(group) + " " + strconv.Itoa(base) }
+
+func parseRank(v []byte) (group, base int, ok bool) {
+	g, b, found := strings.Cut(string(v), " ")
+	if !found {
+		return 0, 0, false
+	}
+	gi, err1 := strconv.Atoi(g)
+	bi, err2 := strconv.Atoi(b)
+	return gi, bi, err1 == nil && err2 == nil
 }
 
 // orderMembers sorts joined nodes into group-rank order: nodes that asked
@@ -115,6 +132,11 @@ func (k keys) closed(r int) string {
 	return k.root + "ctl/closed/" + strconv.Itoa(r)
 }
 func (k keys) end(r int) string { return k.root + "ctl/end/" + strconv.Itoa(r) }
+func (k keys) closer(r int) string {
+	return k.root + "ctl/closer/" + strconv.Itoa(r)
+}
+func (k keys) rankPrefix(r int) string      { return k.root + "rank/" + strconv.Itoa(r) + "/" }
+func (k keys) rank(r int, id string) string { return k.rankPrefix(r) + id }
 
 func (k keys) joinPrefix(r int) string      { return k.root + "join/" + strconv.Itoa(r) + "/" }
 func (k keys) join(r int, id string) string { return k.joinPrefix(r) + id }

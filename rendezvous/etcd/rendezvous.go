@@ -121,7 +121,9 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	host, _ := os.Hostname()
 	r := &Rendezvous{
 		cli: cli, cfg: cfg, k: newKeys(cfg.Prefix, sh.RunID),
-		id:      fmt.Sprintf("%s-%d-%04x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint32()&0xffff),
+		// 64 random bits: host names and pids repeat (containers run the
+		// agent as pid 1), and many agents may share a process in tests.
+		id:      fmt.Sprintf("%s-%d-%016x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint64()),
 		session: session, stop: stop, prevRank: -1, lastRound: -1,
 	}
 	if err := r.checkShape(ctx); err != nil {
@@ -141,6 +143,10 @@ func (r *Rendezvous) checkShape(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Most nodes find the shape already there: a read, not a write.
+	if got, err := r.cli.Get(ctx, r.k.shape()); err == nil && len(got.Kvs) > 0 {
+		return r.compareShape(got.Kvs[0].Value)
+	}
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)).
 		Then(clientv3.OpPut(r.k.shape(), want), clientv3.OpPut(r.k.round(), "0"), clientv3.OpPut(r.k.restarts(), "0")).
@@ -151,10 +157,18 @@ func (r *Rendezvous) checkShape(ctx context.Context) error {
 	if resp.Succeeded {
 		return nil
 	}
-	var job Shape
 	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &job) != nil {
+	if len(kvs) == 0 {
 		return fmt.Errorf("rendezvous: %s holds no job shape", r.k.shape())
+	}
+	return r.compareShape(kvs[0].Value)
+}
+
+// compareShape refuses this node if the job's recorded shape differs.
+func (r *Rendezvous) compareShape(recorded []byte) error {
+	var job Shape
+	if err := json.Unmarshal(recorded, &job); err != nil {
+		return fmt.Errorf("rendezvous: %s holds no job shape: %w", r.k.shape(), err)
 	}
 	if d := r.cfg.Shape.Diff(job); len(d) > 0 {
 		return fmt.Errorf("%w %s: %s", ErrShapeMismatch, r.cfg.Shape.RunID, strings.Join(d, "; "))
@@ -198,10 +212,10 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 	delay := 50 * time.Millisecond
 	var lastErr error
 	for {
-		rec, err := r.join(jctx, me)
+		res, err := r.join(jctx, me)
 		switch {
 		case err == nil:
-			return r.roundFor(rec), nil
+			return r.roundFor(res), nil
 		case errors.Is(err, errRetry):
 			continue
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
@@ -225,21 +239,16 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 }
 
 // roundFor turns a closed round into this node's view of it.
-func (r *Rendezvous) roundFor(rec RoundRecord) rendezvous.Round {
-	out := rendezvous.Round{
-		RunID: r.cfg.Shape.RunID, Number: rec.Round, RestartCount: rec.Restarts, GroupWorldSize: len(rec.Members),
+func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
+	rec := res.rec
+	r.prevRank, r.lastRound = res.group, rec.Round
+	return rendezvous.Round{
+		RunID: r.cfg.Shape.RunID, Number: rec.Round, RestartCount: rec.Restarts,
+		GroupRank: res.group, GroupWorldSize: rec.Size, BaseRank: res.base, WorldSize: rec.WorldSize,
+		BaseRoleRank: res.base, RoleWorldSize: rec.WorldSize,
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
 		StoreEndpoints: r.cli.Endpoints(), StorePrefix: r.k.store(rec.Round),
 	}
-	for i, m := range rec.Members {
-		if m.ID == r.id {
-			out.GroupRank, out.BaseRank = i, out.WorldSize
-		}
-		out.WorldSize += m.Nproc
-	}
-	out.BaseRoleRank, out.RoleWorldSize = out.BaseRank, out.WorldSize
-	r.prevRank, r.lastRound = out.GroupRank, rec.Round
-	return out
 }
 
 // WaitForOthersToLeave waits, when the job has finished, until no node is

@@ -376,3 +376,30 @@ func TestSucceededNodeRejoinsAfterAnotherFails(t *testing.T) {
 	}
 	checkRanks(t, nextAll(t, as, 1), 1)
 }
+
+// TestLargeRoundCloses: more members than etcd's 128 operations per
+// transaction. Agents share a few clients (each has its own lease).
+func TestLargeRoundCloses(t *testing.T) {
+	t.Parallel()
+	const n = 150
+	var clients []*clientv3.Client
+	for range 4 {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		clients = append(clients, cli)
+	}
+	job := shape(t.Name(), n, n, 1)
+	as := make([]*agent, n)
+	for i := range as {
+		r, err := New(context.Background(), clients[i%len(clients)], Config{Shape: job, NodeRank: -1, Addr: "127.0.0.1", Log: testLog(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close(context.Background())
+		as[i] = &agent{cli: clients[i%len(clients)], r: r}
+	}
+	checkRanks(t, nextAll(t, as, 1), 1)
+}

@@ -45,7 +45,7 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
-	c, rev, err := r.readControl(ctx)
+	c, _, err := r.readControl(ctx)
 	if err != nil {
 		return rendezvous.Event{}, err
 	}
@@ -53,36 +53,12 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 	if !ok {
 		return rendezvous.Event{}, fmt.Errorf("round %d has no record", t)
 	}
-	members := map[string]bool{}
-	for _, m := range rec.Members {
-		members[m.ID] = true
-	}
-	// Members still present, and nodes already waiting for the next round.
-	joined, err := r.cli.Get(ctx, r.k.joinPrefix(t), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
-	if err != nil {
-		return rendezvous.Event{}, err
-	}
-	present := map[string]bool{}
-	for _, kv := range joined.Kvs {
-		present[strings.TrimPrefix(string(kv.Key), r.k.joinPrefix(t))] = true
-	}
-	waiting, err := r.cli.Get(ctx, r.k.joinPrefix(t+1), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
-	if err != nil {
-		return rendezvous.Event{}, err
-	}
-	memberWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	waiterWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t+1), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-
+	// Everything since the round closed: members leaving, nodes waiting.
+	from := clientv3.WithRev(c.closedRev[t] + 1)
+	memberWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t), clientv3.WithPrefix(), from)
+	waiterWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t+1), clientv3.WithPrefix(), from)
 	if ev, over := r.roundOver(ctx, c, t); over {
 		return ev, nil
-	}
-	for id := range members {
-		if !present[id] {
-			r.endRound(ctx, t, "node "+id+" left (its lease ended)")
-		}
-	}
-	if len(waiting.Kvs) > 0 && len(rec.Members) < r.cfg.Shape.MaxNodes {
-		r.endRound(ctx, t, "node "+strings.TrimPrefix(string(waiting.Kvs[0].Key), r.k.joinPrefix(t+1))+" is waiting to join")
 	}
 	for {
 		select {
@@ -92,7 +68,7 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypePut {
-					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value)
+					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
 				}
 			}
 			if ev, over := r.roundOver(ctx, c, t); over {
@@ -104,7 +80,10 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 			}
 			for _, ev := range wr.Events {
 				id := strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t))
-				if ev.Type == clientv3.EventTypeDelete && members[id] {
+				if ev.Type != clientv3.EventTypeDelete {
+					continue
+				}
+				if member, err := r.cli.Get(ctx, r.k.rank(t, id), clientv3.WithCountOnly()); err == nil && member.Count > 0 {
 					r.endRound(ctx, t, "node "+id+" left (its lease ended)")
 				}
 			}
@@ -113,7 +92,7 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 				return rendezvous.Event{}, watchErr(wr, ok)
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut && len(rec.Members) < r.cfg.Shape.MaxNodes {
+				if ev.Type == clientv3.EventTypePut && rec.Size < r.cfg.Shape.MaxNodes {
 					r.endRound(ctx, t, "node "+strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t+1))+" is waiting to join")
 				}
 			}
@@ -278,7 +257,7 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int) error {
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypePut {
-					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value)
+					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
 				}
 			}
 		case <-ctx.Done():

@@ -1,0 +1,193 @@
+// Package rdzvbench measures the etcd rendezvous: N agents, each with its
+// own etcd client, through the real protocol against an embedded etcd,
+// compared with the floor of the same N clients doing one leased put and
+// receiving one watch event each, measured in the same run. It is apart
+// from package bench so that only gorun-etcd links etcd.
+package rdzvbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
+)
+
+// Result is one measurement, as `gorun bench rendezvous --format json`
+// prints it.
+type Result struct {
+	Agents       int     `json:"agents"`
+	Seconds      float64 `json:"seconds"`
+	FloorSeconds float64 `json:"floor_seconds"`
+}
+
+// Run measures n agents against a fresh embedded etcd.
+func Run(ctx context.Context, n int) (Result, error) {
+	if n < 1 {
+		return Result{}, fmt.Errorf("--agents %d: want at least 1", n)
+	}
+	raiseFileLimit()
+	server, err := etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{})
+	if err != nil {
+		return Result{}, err
+	}
+	defer server.Close()
+	clients := make([]*clientv3.Client, n)
+	defer func() {
+		for _, c := range clients {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	for i := range clients {
+		c, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return Result{}, fmt.Errorf("client %d: %w", i, err)
+		}
+		clients[i] = c
+	}
+	// Connect every client before the clock starts: dialing is not part of
+	// either measurement.
+	g, gctx := errgroup.WithContext(ctx)
+	for _, c := range clients {
+		g.Go(func() error { _, err := c.Get(gctx, "warm-up"); return err })
+	}
+	if err := g.Wait(); err != nil {
+		return Result{}, fmt.Errorf("connect clients: %w", err)
+	}
+	floor, err := measureFloor(ctx, clients)
+	if err != nil {
+		return Result{}, fmt.Errorf("floor: %w", err)
+	}
+	full, err := measureRendezvous(ctx, clients)
+	if err != nil {
+		return Result{}, fmt.Errorf("rendezvous: %w", err)
+	}
+	return Result{Agents: n, Seconds: full.Seconds(), FloorSeconds: floor.Seconds()}, nil
+}
+
+// measureFloor: each client grants a lease, puts one key under it, and
+// receives one watch event: the "go" key that a coordinator writes once it
+// has seen every put (as a round's closer does).
+func measureFloor(ctx context.Context, clients []*clientv3.Client) (time.Duration, error) {
+	const prefix = "/floor/"
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	coord := clients[0].Watch(wctx, prefix+"keys/", clientv3.WithPrefix())
+	watches := make([]clientv3.WatchChan, len(clients))
+	for i, c := range clients {
+		watches[i] = c.Watch(wctx, prefix+"go")
+	}
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for i, c := range clients {
+		g.Go(func() error {
+			lease, err := c.Grant(gctx, 10)
+			if err != nil {
+				return err
+			}
+			if _, err := c.Put(gctx, prefix+"keys/"+strconv.Itoa(i), "x", clientv3.WithLease(lease.ID)); err != nil {
+				return err
+			}
+			return waitEvent(gctx, watches[i])
+		})
+	}
+	g.Go(func() error {
+		seen := 0
+		for seen < len(clients) {
+			select {
+			case wr, ok := <-coord:
+				if !ok || wr.Err() != nil {
+					return errors.New("coordinator watch ended")
+				}
+				seen += len(wr.Events)
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		_, err := clients[0].Put(gctx, prefix+"go", "1")
+		return err
+	})
+	err := g.Wait()
+	return time.Since(start), err
+}
+
+func waitEvent(ctx context.Context, w clientv3.WatchChan) error {
+	select {
+	case wr, ok := <-w:
+		if !ok || wr.Err() != nil {
+			return errors.New("watch ended")
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// measureRendezvous: every agent opens its rendezvous (lease, shape) and
+// joins round 0 of a job of exactly n nodes, until every agent holds it.
+func measureRendezvous(ctx context.Context, clients []*clientv3.Client) (time.Duration, error) {
+	n := len(clients)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	if os.Getenv("GORUN_BENCH_DEBUG") != "" {
+		log.SetOutput(os.Stderr)
+	}
+	shape := etcdrdzv.Shape{RunID: "bench", Role: "default", NprocPerNode: 8, MinNodes: n, MaxNodes: n}
+	rdzvs := make([]*etcdrdzv.Rendezvous, n)
+	var mu sync.Mutex
+	ranks := map[int]bool{}
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for i, c := range clients {
+		g.Go(func() error {
+			r, err := etcdrdzv.New(gctx, c, etcdrdzv.Config{Shape: shape, NodeRank: -1, Addr: "127.0.0.1", Log: log})
+			if err != nil {
+				return err
+			}
+			rdzvs[i] = r
+			round, err := r.Next(gctx, rendezvous.Node{LocalWorldSize: 8, Role: "default"})
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			ranks[round.GroupRank] = true
+			mu.Unlock()
+			return nil
+		})
+	}
+	err := g.Wait()
+	d := time.Since(start)
+	for _, r := range rdzvs {
+		if r != nil {
+			r.Close(context.Background())
+		}
+	}
+	if err == nil && len(ranks) != n {
+		err = fmt.Errorf("%d agents got %d distinct group ranks", n, len(ranks))
+	}
+	return d, err
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one: every
+// agent's client holds a socket, and so does the server's end.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}

@@ -1,0 +1,89 @@
+package elastic
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun-dev/gorun/internal/bench"
+	"github.com/gorun-dev/gorun/internal/bench/rdzvbench"
+	"github.com/gorun-dev/gorun/launcher"
+)
+
+// Targets of the rendezvous benchmark (issue 3), for 1024 agents.
+const (
+	targetAgents  = 1024
+	targetRatio   = 2.0
+	targetSeconds = 1.5
+)
+
+// BenchRendezvousCommand is `gorun bench rendezvous`.
+func (e *Elastic) BenchRendezvousCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "rendezvous",
+		Usage: "time N agents through the etcd rendezvous against the etcd floor, in the same run",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "agents", Value: "1024", Usage: "number of agents, or a comma-separated list (64,256,1024,4096)"},
+			&cli.StringFlag{Name: "format", Value: "json", Usage: "json (one object per count) or text"},
+			&cli.StringFlag{Name: "write", Usage: "update this markdown file's rendezvous section (e.g. docs/benchmarks.md)"},
+		},
+		Action: func(c *cli.Context) error {
+			counts, err := launcher.ParseIntList("agents", c.String("agents"))
+			if err != nil || len(counts) == 0 {
+				return cli.Exit(fmt.Sprintf("--agents=%q: want a number or a comma-separated list", c.String("agents")), 2)
+			}
+			format := c.String("format")
+			if format != "json" && format != "text" {
+				return cli.Exit(fmt.Sprintf("--format=%q: want json or text", format), 2)
+			}
+			var results []rdzvbench.Result
+			for _, n := range counts {
+				res, err := rdzvbench.Run(c.Context, n)
+				if err != nil {
+					return cli.Exit("bench rendezvous: "+err.Error(), 1)
+				}
+				results = append(results, res)
+				if format == "json" {
+					if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
+						return cli.Exit(err.Error(), 1)
+					}
+				} else {
+					fmt.Fprintf(c.App.Writer, "%d agents: %.3f s, floor %.3f s (%.2fx)\n", res.Agents, res.Seconds, res.FloorSeconds, res.Seconds/res.FloorSeconds)
+				}
+			}
+			if path := c.String("write"); path != "" {
+				if err := bench.UpdateSection(path, "bench rendezvous", markdown(results)); err != nil {
+					return cli.Exit("bench rendezvous: "+err.Error(), 1)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// markdown renders the results as a section of docs/benchmarks.md.
+func markdown(results []rdzvbench.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Rendezvous (`gorun bench rendezvous`)\n\n")
+	fmt.Fprintf(&b, "Measured %s on %d cores (%s), one embedded etcd, every agent with its own client, in one process. "+
+		"Floor: the same clients each granting a lease, putting one key under it and receiving one watch event, measured in the same run. "+
+		"Clients connect before either clock starts.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version())
+	b.WriteString("| agents | rendezvous | floor | ratio |\n|---|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %d | %.3f s | %.3f s | %.2fx |\n", r.Agents, r.Seconds, r.FloorSeconds, r.Seconds/r.FloorSeconds)
+	}
+	for _, r := range results {
+		if r.Agents == targetAgents {
+			ok := "met"
+			if r.Seconds > targetSeconds || r.Seconds > targetRatio*r.FloorSeconds {
+				ok = "NOT met"
+			}
+			fmt.Fprintf(&b, "\nTarget for %d agents: at most %.1fx the floor and %.1f s: %s (%.2fx, %.3f s).\n", targetAgents, targetRatio, targetSeconds, ok, r.Seconds/r.FloorSeconds, r.Seconds)
+		}
+	}
+	return b.String()
+}
