@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/gorun-dev/gorun/internal/proctest"
 )
@@ -320,5 +324,52 @@ func TestBenchRendezvousRuns(t *testing.T) {
 	r := runGorun(t, testEnv(), "bench", "rendezvous", "--agents", "8", "--format", "json")
 	if r.code != 0 || !strings.Contains(r.stdout, `"agents":8`) || !strings.Contains(r.stdout, `"floor_seconds"`) {
 		t.Errorf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestElasticExternalEtcdWithAuth: etcd with authentication; the password
+// comes from the environment, and a wrong one is refused at once.
+func TestElasticExternalEtcdWithAuth(t *testing.T) {
+	t.Parallel()
+	ep, _, _ := etcdServer(t)
+	ctx := context.Background()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for _, step := range []func() error{
+		func() error { _, err := cli.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := cli.UserAdd(ctx, "root", "s3cret"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	script := startWorker(t, "")
+	args := func(i int) []string {
+		return append([]string{"--rdzv-backend=etcd", "--rdzv-endpoint=" + ep, "--rdzv-id=auth", "--nnodes=2",
+			"--rdzv-conf=user=root", "--local-addr=127.0.0." + strconv.Itoa(i+1), "--no-python", script}, dir)
+	}
+	var nodes []*node
+	for i := range 2 {
+		cmd, out, errb := startGorun(t, testEnv("GORUN_RDZV_PASSWORD=s3cret"), args(i)...)
+		nodes = append(nodes, &node{cmd, out, errb})
+	}
+	for i, n := range nodes {
+		if code := waitExit(t, n.cmd); code != 0 {
+			t.Fatalf("node %d exit %d\n%s", i, code, n.stderr)
+		}
+		if strings.Contains(n.stderr.String(), "s3cret") {
+			t.Errorf("node %d logged the password:\n%s", i, n.stderr)
+		}
+	}
+	start := time.Now()
+	r := runGorun(t, testEnv("GORUN_RDZV_PASSWORD=wrong"), append(args(0), dir)...)
+	if r.code == 0 || !strings.Contains(r.stderr, "authentication failed") || time.Since(start) > 20*time.Second {
+		t.Errorf("wrong password: exit %d after %v\n%s", r.code, time.Since(start), r.stderr)
 	}
 }
