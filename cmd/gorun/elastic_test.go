@@ -373,3 +373,28 @@ func TestElasticExternalEtcdWithAuth(t *testing.T) {
 		t.Errorf("wrong password: exit %d after %v\n%s", r.code, time.Since(start), r.stderr)
 	}
 }
+
+// TestElasticNodeBeforeStoreHost: a node that starts before the node
+// hosting the embedded store says so, waits, and joins.
+func TestElasticNodeBeforeStoreHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := startWorker(t, "")
+	args := func(i int) []string {
+		return append(elasticArgs(ep, "early", i, "--nnodes=2", "--no-python", script), dir)
+	}
+	early, _, earlyErr := startGorun(t, testEnv(), args(1)...)
+	waitFor(t, "the early node to report the missing store", func() bool {
+		return strings.Contains(earlyErr.String(), "may not have started yet")
+	})
+	host, _, hostErr := startGorun(t, testEnv(), args(0)...)
+	for _, c := range []*exec.Cmd{host, early} {
+		if code := waitExit(t, c); code != 0 {
+			t.Fatalf("exit %d\nhost:\n%s\nearly:\n%s", code, hostErr, earlyErr)
+		}
+	}
+	if got := starts(dir); got["0.2.0"] != 1 || got["1.2.0"] != 1 {
+		t.Errorf("starts %v", got)
+	}
+}

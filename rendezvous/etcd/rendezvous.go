@@ -112,11 +112,19 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	case cfg.LeaseTTL < time.Second:
 		return nil, fmt.Errorf("%w: --rdzv-conf lease_ttl=%v: want at least 1s", ErrInvalidConfig, cfg.LeaseTTL)
 	}
+	// Grant the lease under the caller's ctx (a session would grant it
+	// under its own, unbounded one, and hang while etcd is unreachable);
+	// the session only keeps it alive, until Close.
+	ttl := int64((cfg.LeaseTTL + time.Second - 1) / time.Second)
+	grant, err := cli.Grant(ctx, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: open a lease on %v: %w", cli.Endpoints(), err)
+	}
 	sctx, stop := context.WithCancel(context.Background())
-	session, err := concurrency.NewSession(cli, concurrency.WithTTL(int((cfg.LeaseTTL+time.Second-1)/time.Second)), concurrency.WithContext(sctx))
+	session, err := concurrency.NewSession(cli, concurrency.WithLease(grant.ID), concurrency.WithTTL(int(ttl)), concurrency.WithContext(sctx))
 	if err != nil {
 		stop()
-		return nil, fmt.Errorf("rendezvous: open a lease on %v: %w", cli.Endpoints(), err)
+		return nil, fmt.Errorf("rendezvous: keep the lease alive on %v: %w", cli.Endpoints(), err)
 	}
 	host, _ := os.Hostname()
 	r := &Rendezvous{
