@@ -237,8 +237,9 @@ func TestElasticStoreHostLostIsReported(t *testing.T) {
 	}
 }
 
-// etcdServer starts Debian's etcd (etcd-server) on free loopback ports.
-func etcdServer(t *testing.T) (endpoint string, stop func(), restart func()) {
+// etcdServer starts Debian's etcd (etcd-server) on free loopback ports,
+// serving clients over scheme (http or https) with extra flags.
+func etcdServer(t *testing.T, scheme string, extra ...string) (endpoint string, stop func(), restart func()) {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -252,10 +253,12 @@ func etcdServer(t *testing.T) (endpoint string, stop func(), restart func()) {
 	endpoint = fmt.Sprintf("127.0.0.1:%d", client)
 	var cmd *exec.Cmd
 	start := func() {
-		cmd = exec.Command(bin, "--name=test", "--data-dir="+data,
-			"--listen-client-urls=http://"+endpoint, "--advertise-client-urls=http://"+endpoint,
+		args := append([]string{"--name=test", "--data-dir=" + data,
+			"--listen-client-urls=" + scheme + "://" + endpoint, "--advertise-client-urls=" + scheme + "://" + endpoint,
 			fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", peer), fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", peer),
-			fmt.Sprintf("--initial-cluster=test=http://127.0.0.1:%d", peer), "--heartbeat-interval=10", "--election-timeout=100", "--log-level=error")
+			fmt.Sprintf("--initial-cluster=test=http://127.0.0.1:%d", peer), "--heartbeat-interval=10", "--election-timeout=100", "--log-level=error"},
+			extra...)
+		cmd = exec.Command(bin, args...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +281,7 @@ func etcdServer(t *testing.T) (endpoint string, stop func(), restart func()) {
 
 func TestElasticExternalEtcdSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	ep, stop, restart := etcdServer(t)
+	ep, stop, restart := etcdServer(t, "http")
 	dir := t.TempDir()
 	script := startWorker(t, `while [ ! -e "$1/go" ]; do sleep 0.02; done`)
 	nodes := startNodes(t, 2, func(i int) []string {
@@ -331,7 +334,7 @@ func TestBenchRendezvousRuns(t *testing.T) {
 // comes from the environment, and a wrong one is refused at once.
 func TestElasticExternalEtcdWithAuth(t *testing.T) {
 	t.Parallel()
-	ep, _, _ := etcdServer(t)
+	ep, _, _ := etcdServer(t, "http")
 	ctx := context.Background()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

@@ -7,11 +7,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -75,34 +73,9 @@ func testCA(t *testing.T, dir string) (ca, serverCert, serverKey, clientCert, cl
 // the files come from --rdzv-conf and from the environment.
 func TestElasticExternalEtcdWithTLS(t *testing.T) {
 	t.Parallel()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		if os.Getenv("GORUN_REQUIRE_ETCD") == "1" {
-			t.Fatal("etcd (Debian's etcd-server) is not installed")
-		}
-		t.Skip("!!!!!!!! SKIPPED: etcd (Debian's etcd-server) is not installed")
-	}
 	certs := t.TempDir()
 	ca, srvCert, srvKey, cliCert, cliKey := testCA(t, certs)
-	client, peer := freePort(t, "127.0.0.1"), freePort(t, "127.0.0.1")
-	ep := fmt.Sprintf("127.0.0.1:%d", client)
-	etcd := exec.Command(bin, "--name=tls", "--data-dir="+t.TempDir(),
-		"--listen-client-urls=https://"+ep, "--advertise-client-urls=https://"+ep,
-		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", peer), fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", peer),
-		fmt.Sprintf("--initial-cluster=tls=http://127.0.0.1:%d", peer),
-		"--cert-file="+srvCert, "--key-file="+srvKey, "--trusted-ca-file="+ca, "--client-cert-auth",
-		"--heartbeat-interval=10", "--election-timeout=100", "--log-level=error")
-	if err := etcd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = etcd.Process.Kill(); _ = etcd.Wait() })
-	waitFor(t, "etcd to listen", func() bool {
-		c, err := net.Dial("tcp", ep)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	ep, _, _ := etcdServer(t, "https", "--cert-file="+srvCert, "--key-file="+srvKey, "--trusted-ca-file="+ca, "--client-cert-auth")
 
 	dir := t.TempDir()
 	script := startWorker(t, "")
