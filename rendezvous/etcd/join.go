@@ -174,6 +174,12 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 					j.c.apply(r.k, key, ev.Kv.Value, ev.Kv.ModRevision)
 				}
 			}
+			if j.closer && j.c.round == j.target {
+				// The round may have opened after enough nodes were waiting.
+				if err := j.maybeClose(false); err != nil {
+					return joined{}, err
+				}
+			}
 			if closerGone && !j.closer {
 				// The closer left before closing: take its place if first.
 				if err := j.claim(wctx); err != nil {
