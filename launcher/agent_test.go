@@ -220,14 +220,7 @@ touch $DIR/ready.$RANK
 			if len(pids) != 4 {
 				t.Fatalf("got %d grandchildren pids; want 4", len(pids))
 			}
-			waitFor(t, "grandchildren gone", func() bool {
-				for _, pid := range pids {
-					if !proctest.Gone(pid) {
-						return false
-					}
-				}
-				return true
-			})
+			proctest.WaitGone(t, "grandchildren gone", 20*time.Second, pids)
 		})
 	}
 }

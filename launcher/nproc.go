@@ -36,10 +36,15 @@ func NewDeviceProbe() DeviceProbe {
 // as in nvidia0 or davinci7 (and not nvidiactl or davinci_manager).
 func numbered(name, prefix string) bool {
 	rest, ok := strings.CutPrefix(name, prefix)
-	if !ok || rest == "" {
+	return ok && digits(rest)
+}
+
+// digits reports whether s is a non-empty run of decimal digits.
+func digits(s string) bool {
+	if s == "" {
 		return false
 	}
-	for _, c := range rest {
+	for _, c := range s {
 		if c < '0' || c > '9' {
 			return false
 		}
@@ -52,7 +57,7 @@ func countGPULines(out string) int {
 	n := 0
 	for _, line := range strings.Split(out, "\n") {
 		if idx, ok := strings.CutPrefix(line, "GPU "); ok {
-			if i := strings.IndexByte(idx, ':'); i > 0 && numbered("x"+idx[:i], "x") {
+			if i := strings.IndexByte(idx, ':'); i > 0 && digits(idx[:i]) {
 				n++
 			}
 		}

@@ -85,14 +85,7 @@ func waitReady(t *testing.T, dir string, n int) []int {
 
 func assertAllGone(t *testing.T, pids []int) {
 	t.Helper()
-	waitFor(t, "every worker and descendant to end", func() bool {
-		for _, pid := range pids {
-			if !proctest.Gone(pid) {
-				return false
-			}
-		}
-		return true
-	})
+	proctest.WaitGone(t, "every worker and descendant to end", 30*time.Second, pids)
 }
 
 func TestSignalsStopWorkersAndDescendants(t *testing.T) {

@@ -70,7 +70,10 @@ func launchAction(c *cli.Context, opts Options) error {
 
 	sigs := make(chan os.Signal, 8)
 	var subscribed []os.Signal
-	for _, s := range append(slices.Clone(cfg.StopSignals), cfg.ForwardSignals...) {
+	for _, s := range cfg.StopSignals {
+		subscribed = append(subscribed, s)
+	}
+	for _, s := range cfg.ForwardSignals {
 		subscribed = append(subscribed, s)
 	}
 	signal.Notify(sigs, subscribed...)

@@ -39,6 +39,20 @@ func Gone(pid int) bool {
 	return i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X")
 }
 
+// WaitGone waits until every process in pids has ended, failing the test
+// after timeout.
+func WaitGone(t testing.TB, what string, timeout time.Duration, pids []int) {
+	t.Helper()
+	WaitFor(t, what, timeout, func() bool {
+		for _, pid := range pids {
+			if !Gone(pid) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // PIDs reads the pids listed, separated by white space, in the files that
 // match glob.
 func PIDs(t testing.TB, glob string) []int {

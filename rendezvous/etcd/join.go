@@ -39,6 +39,15 @@ func (c *control) apply(k keys, key string, value []byte, rev int64) {
 	}
 }
 
+// applyEvents records the control keys that a watch reports written.
+func (c *control) applyEvents(k keys, events []*clientv3.Event) {
+	for _, ev := range events {
+		if ev.Type == clientv3.EventTypePut {
+			c.apply(k, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
+		}
+	}
+}
+
 // readControl reads every control key at one revision.
 func (r *Rendezvous) readControl(ctx context.Context) (*control, int64, error) {
 	resp, err := r.cli.Get(ctx, r.k.ctl(), clientv3.WithPrefix())

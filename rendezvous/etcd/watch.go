@@ -66,11 +66,7 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 			if !ok || wr.Err() != nil {
 				return rendezvous.Event{}, watchErr(wr, ok)
 			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
-					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
-				}
-			}
+			c.applyEvents(r.k, wr.Events)
 			if ev, over := r.roundOver(ctx, c, t); over {
 				return ev, nil
 			}
@@ -255,11 +251,7 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int) error {
 			if !ok || wr.Err() != nil {
 				return watchErr(wr, ok)
 			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
-					c.apply(r.k, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
-				}
-			}
+			c.applyEvents(r.k, wr.Events)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
