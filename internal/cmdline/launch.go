@@ -84,6 +84,9 @@ func launchAction(c *cli.Context, opts Options) error {
 		return usageError("%v", err)
 	}
 	res, err := agent.Run(c.Context)
+	if errors.Is(err, ErrUsage) {
+		return usageError("%v", err)
+	}
 	if err != nil {
 		return cli.Exit(err.Error(), max(res.ExitCode, 1))
 	}

@@ -16,7 +16,9 @@ type control struct {
 	round    int
 	restarts int
 	outcome  string
-	closed   map[int]RoundRecord
+	// shape is the job's recorded shape (nil before the first node).
+	shape  []byte
+	closed map[int]RoundRecord
 	// closedRev is the revision at which each round closed.
 	closedRev map[int]int64
 }
@@ -30,6 +32,8 @@ func (c *control) apply(k keys, key string, value []byte, rev int64) {
 		c.restarts = atoi(value)
 	case key == k.outcome():
 		c.outcome = string(value)
+	case key == k.shape():
+		c.shape = value
 	case strings.HasPrefix(key, k.ctl()+"closed/"):
 		var rec RoundRecord
 		if json.Unmarshal(value, &rec) == nil {
@@ -48,13 +52,19 @@ func (c *control) applyEvents(k keys, events []*clientv3.Event) {
 	}
 }
 
+// newControl returns what is known of the control keys before reading
+// them.
+func newControl() *control {
+	return &control{round: -1, closed: map[int]RoundRecord{}, closedRev: map[int]int64{}}
+}
+
 // readControl reads every control key at one revision.
 func (r *Rendezvous) readControl(ctx context.Context) (*control, int64, error) {
 	resp, err := r.cli.Get(ctx, r.k.ctl(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, err
 	}
-	c := &control{round: -1, closed: map[int]RoundRecord{}, closedRev: map[int]int64{}}
+	c := newControl()
 	for _, kv := range resp.Kvs {
 		c.apply(r.k, string(kv.Key), kv.Value, kv.ModRevision)
 	}
@@ -75,42 +85,22 @@ func outcomeErr(outcome string) error {
 func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
-	// Watch first, then read: a watch from the current revision starts at
-	// once, while one from a past revision waits for etcd's catch-up.
+	// Watch first, then write and read: a watch from the current revision
+	// starts at once, while one from a past revision waits for etcd's
+	// catch-up.
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
-	c, _, err := r.readControl(ctx)
-	if err != nil {
-		return joined{}, fmt.Errorf("%w: %w", errEtcd, err)
-	}
-	if c.outcome != "" {
-		return joined{}, outcomeErr(c.outcome)
-	}
-	target := c.round
-	if _, running := c.closed[target]; running {
-		target++ // the round runs without us: wait to join the next one
-	}
 	val, err := marshal(me)
 	if err != nil {
 		return joined{}, err
 	}
-	// One round trip: the join key, and the closer's key if the round has
-	// none yet (the first node to join counts the others and closes).
-	lease := r.session.Lease()
-	claim := clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.closer(target)), "=", 0)},
-		[]clientv3.Op{clientv3.OpPut(r.k.closer(target), r.id, clientv3.WithLease(lease))},
-		[]clientv3.Op{clientv3.OpGet(r.k.closer(target))})
-	put, err := r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(c.round))).
-		Then(clientv3.OpPut(r.k.join(target, r.id), val, clientv3.WithLease(lease)), claim).
-		Commit()
+	c, target, put, err := r.putJoin(ctx, val)
 	if err != nil {
-		return joined{}, fmt.Errorf("%w: %w", errEtcd, err)
+		return joined{}, err
 	}
-	if !put.Succeeded {
-		return joined{}, errRetry
+	j := &joiner{r: r, ctx: ctx, target: target, c: c, joinRev: put.Header.Revision}
+	if prev := put.Responses[0].GetResponsePut().PrevKv; prev != nil {
+		j.joinRev = prev.CreateRevision // joined before, in an earlier attempt
 	}
-	j := &joiner{r: r, ctx: ctx, target: target, c: c}
 	if claimed := put.Responses[1].GetResponseTxn(); claimed.Succeeded {
 		j.closer = true
 	} else if kvs := claimed.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -121,12 +111,100 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	return j.run(wctx, ctlWatch)
 }
 
+// putJoin puts this node's join key into the round it can join, with the
+// closer's key if the round has none yet (the first node to join counts
+// the others and closes), and returns the control keys. The first try
+// is one transaction that also checks the job's shape and reads the
+// control keys: it assumes the round after the last this node ran (0 at
+// first) is open. If it is not, the keys it read say which round to
+// join, and a second transaction joins that one. errRetry means the
+// round moved on meanwhile.
+func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *clientv3.TxnResponse, error) {
+	guess := r.lastRound + 1
+	readCtl := clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(guess)),
+			clientv3.Compare(clientv3.CreateRevision(r.k.closed(guess)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0),
+			clientv3.Compare(clientv3.Value(r.k.shape()), "=", r.shape)).
+		Then(r.joinOps(guess, val, readCtl)...).
+		Else(r.createOrRead(guess, val, readCtl)).
+		Commit()
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("%w: %w", errEtcd, err)
+	}
+	joinedNow := resp.Succeeded
+	if !joinedNow {
+		// This node created the job and joined round 0, or only read.
+		inner := (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
+		inner.Header = resp.Header
+		resp, joinedNow = inner, guess == 0 && inner.Succeeded
+	}
+	c := newControl()
+	for _, kv := range resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs {
+		c.apply(r.k, string(kv.Key), kv.Value, kv.ModRevision)
+	}
+	if joinedNow {
+		return c, guess, resp, nil
+	}
+	if c.outcome != "" {
+		return nil, 0, nil, outcomeErr(c.outcome)
+	}
+	if err := r.checkShape(ctx, c); err != nil {
+		return nil, 0, nil, err
+	}
+	target := c.round
+	if _, running := c.closed[target]; running {
+		target++ // the round runs without us: wait to join the next one
+	}
+	resp, err = r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(c.round))).
+		Then(r.joinOps(target, val)...).
+		Commit()
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("%w: %w", errEtcd, err)
+	}
+	if !resp.Succeeded {
+		return nil, 0, nil, errRetry
+	}
+	return c, target, resp, nil
+}
+
+// createOrRead is the first try's other branch. For a node's first join
+// into a job that does not exist yet, it records the job's shape, creates
+// the round and restart counters and joins round 0, all at once, then
+// reads the control keys; otherwise it only reads them.
+func (r *Rendezvous) createOrRead(guess int, val string, readCtl clientv3.Op) clientv3.Op {
+	if guess != 0 {
+		return clientv3.OpTxn(nil, []clientv3.Op{readCtl}, nil)
+	}
+	create := []clientv3.Op{clientv3.OpPut(r.k.shape(), r.shape), clientv3.OpPut(r.k.round(), "0"), clientv3.OpPut(r.k.restarts(), "0")}
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)},
+		r.joinOps(0, val, append(create, readCtl)...),
+		[]clientv3.Op{readCtl})
+}
+
+// joinOps puts this node's join key into round t and claims the round's
+// closer key if it has none (a nested transaction that reads the key
+// otherwise); more operations follow.
+func (r *Rendezvous) joinOps(t int, val string, more ...clientv3.Op) []clientv3.Op {
+	lease := r.lease.id
+	claim := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.closer(t)), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(r.k.closer(t), r.id, clientv3.WithLease(lease))},
+		[]clientv3.Op{clientv3.OpGet(r.k.closer(t))})
+	return append([]clientv3.Op{clientv3.OpPut(r.k.join(t, r.id), val, clientv3.WithLease(lease), clientv3.WithPrevKV()), claim}, more...)
+}
+
 // joiner waits for one round to close.
 type joiner struct {
 	r      *Rendezvous
 	ctx    context.Context
 	target int
 	c      *control
+	// joinRev is the create revision of this node's join key.
+	joinRev int64
 
 	// closer is true while this node counts the others and closes the
 	// round: it holds ctl/closer/<target>. closerID names the node that
@@ -231,7 +309,7 @@ func (j *joiner) claim(ctx context.Context) error {
 	r := j.r
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(r.k.closer(j.target)), "=", 0)).
-		Then(clientv3.OpPut(r.k.closer(j.target), r.id, clientv3.WithLease(r.session.Lease()))).
+		Then(clientv3.OpPut(r.k.closer(j.target), r.id, clientv3.WithLease(r.lease.id))).
 		Commit()
 	if err != nil {
 		return err
@@ -254,7 +332,20 @@ func (j *joiner) check() (joined, bool, error) {
 		return joined{}, true, outcomeErr(c.outcome)
 	}
 	if rec, ok := c.closed[j.target]; ok {
-		resp, err := j.r.cli.Get(j.ctx, j.r.k.rank(j.target, j.r.id))
+		if rec.Arrivals != nil {
+			if g, member := arrivalRank(rec.Arrivals, j.joinRev); member {
+				return joined{rec: rec, group: g, base: g * j.r.cfg.Shape.NprocPerNode}, true, nil
+			}
+			return joined{}, true, errRetry
+		}
+		// The member that reported the record has applied it: a local
+		// (serializable) read there is enough. Another member may lag;
+		// its answer counts only if it has seen the record too.
+		key := j.r.k.rank(j.target, j.r.id)
+		resp, err := j.r.cli.Get(j.ctx, key, clientv3.WithSerializable())
+		if err == nil && resp.Header.Revision < c.closedRev[j.target] {
+			resp, err = j.r.cli.Get(j.ctx, key)
+		}
 		if err != nil {
 			return joined{}, true, fmt.Errorf("%w: %w", errEtcd, err)
 		}
@@ -329,13 +420,22 @@ func (j *joiner) previousAllBack() bool {
 		return false
 	}
 	if j.previous == nil {
-		resp, err := j.r.cli.Get(j.ctx, j.r.k.rankPrefix(j.target-1), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		// The previous round's members: its rank keys, or, when its
+		// ranks followed arrival, its join keys of the listed arrivals.
+		prev := j.c.closed[j.target-1]
+		prefix := j.r.k.rankPrefix(j.target - 1)
+		if prev.Arrivals != nil {
+			prefix = j.r.k.joinPrefix(j.target - 1)
+		}
+		resp, err := j.r.cli.Get(j.ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return false
 		}
 		j.previous = map[string]bool{}
 		for _, kv := range resp.Kvs {
-			j.previous[strings.TrimPrefix(string(kv.Key), j.r.k.rankPrefix(j.target-1))] = true
+			if _, member := arrivalRank(prev.Arrivals, kv.CreateRevision); member || prev.Arrivals == nil {
+				j.previous[strings.TrimPrefix(string(kv.Key), prefix)] = true
+			}
 		}
 	}
 	for id := range j.previous {
@@ -369,11 +469,36 @@ func (j *joiner) close() error {
 		clientv3.Compare(clientv3.CreateRevision(r.k.closed(j.target)), "=", 0),
 		clientv3.Compare(clientv3.Value(r.k.closer(j.target)), "=", r.id),
 	}
+	base := 0
+	for _, m := range ordered {
+		base += m.Nproc
+	}
+	rec := RoundRecord{Round: j.target, Size: len(ordered), WorldSize: base,
+		MasterAddr: ordered[0].Addr, MasterPort: ordered[0].MasterPort, Restarts: j.c.restarts,
+		Arrivals: arrivalRuns(ordered)}
+	if rec.Arrivals == nil {
+		if written, err := j.writeRanks(ordered, fence); !written {
+			return err // a lost race needs nothing more: the watches tell
+		}
+	}
+	val, err := marshal(rec)
+	if err != nil {
+		return err
+	}
+	last := append(fence, clientv3.Compare(clientv3.CreateRevision(r.k.joinPrefix(j.target)), "<", j.seenRev+1).WithPrefix())
+	_, err = r.cli.Txn(j.ctx).If(last...).Then(clientv3.OpPut(r.k.closed(j.target), val)).Commit()
+	return err
+}
+
+// writeRanks writes the members' rank keys, in batches, each fenced; it
+// reports whether all were written.
+func (j *joiner) writeRanks(ordered []NodeRecord, fence []clientv3.Cmp) (bool, error) {
+	r := j.r
 	// Ranks left by an earlier attempt to close go first (etcd refuses a
 	// delete and puts of the same keys in one transaction).
 	resp, err := r.cli.Txn(j.ctx).If(fence...).Then(clientv3.OpDelete(r.k.rankPrefix(j.target), clientv3.WithPrefix())).Commit()
 	if err != nil || !resp.Succeeded {
-		return err
+		return false, err
 	}
 	var ops []clientv3.Op
 	base := 0
@@ -383,20 +508,12 @@ func (j *joiner) close() error {
 		if len(ops) == rankBatch || i == len(ordered)-1 {
 			resp, err := r.cli.Txn(j.ctx).If(fence...).Then(ops...).Commit()
 			if err != nil || !resp.Succeeded {
-				return err // a lost race needs nothing more: the watches tell
+				return false, err
 			}
 			ops = nil
 		}
 	}
-	rec := RoundRecord{Round: j.target, Size: len(ordered), WorldSize: base,
-		MasterAddr: ordered[0].Addr, MasterPort: ordered[0].MasterPort, Restarts: j.c.restarts}
-	val, err := marshal(rec)
-	if err != nil {
-		return err
-	}
-	last := append(fence, clientv3.Compare(clientv3.CreateRevision(r.k.joinPrefix(j.target)), "<", j.seenRev+1).WithPrefix())
-	_, err = r.cli.Txn(j.ctx).If(last...).Then(clientv3.OpPut(r.k.closed(j.target), val)).Commit()
-	return err
+	return true, nil
 }
 
 // report logs the wait at a modest rate.

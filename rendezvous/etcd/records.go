@@ -66,6 +66,48 @@ type RoundRecord struct {
 	MasterAddr string `json:"master_addr"`
 	MasterPort int    `json:"master_port"`
 	Restarts   int    `json:"restarts"`
+	// Arrivals, when set, lists the members' join revisions in rank
+	// order as runs of consecutive revisions [first, count]. The closer
+	// sets it when ranks follow the order of arrival (no --node-rank, no
+	// earlier round's order to keep) in a few runs: a member then finds
+	// its rank from its own join revision, without reading its rank key.
+	Arrivals [][2]int64 `json:"arrivals,omitempty"`
+}
+
+// maxArrivalRuns bounds Arrivals, which every agent receives.
+const maxArrivalRuns = 64
+
+// arrivalRuns returns the runs of Arrivals for members in rank order, or
+// nil when their ranks do not follow their arrival or the runs would be
+// too many.
+func arrivalRuns(ordered []NodeRecord) [][2]int64 {
+	var runs [][2]int64
+	for _, m := range ordered {
+		if m.NodeRank >= 0 || m.PrevRank >= 0 || m.Revision <= 0 {
+			return nil
+		}
+		if n := len(runs); n > 0 && runs[n-1][0]+runs[n-1][1] == m.Revision {
+			runs[n-1][1]++
+			continue
+		}
+		if len(runs) == maxArrivalRuns {
+			return nil
+		}
+		runs = append(runs, [2]int64{m.Revision, 1})
+	}
+	return runs
+}
+
+// arrivalRank finds the group rank of the member that joined at revision
+// rev in runs; ok is false if no member joined then.
+func arrivalRank(runs [][2]int64, rev int64) (group int, ok bool) {
+	for _, run := range runs {
+		if rev >= run[0] && rev < run[0]+run[1] {
+			return group + int(rev-run[0]), true
+		}
+		group += int(run[1])
+	}
+	return 0, false
 }
 
 // rankValue is a member's rank key: its group rank and the global rank of

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -68,20 +67,23 @@ type Config struct {
 
 // Rendezvous is one agent's membership in a job over etcd.
 type Rendezvous struct {
-	cli     *clientv3.Client
-	cfg     Config
-	k       keys
-	id      string
-	session *concurrency.Session
-	stop    context.CancelFunc
+	cli   *clientv3.Client
+	cfg   Config
+	k     keys
+	id    string
+	lease *keptLease
+	// stop ends the lease's keep-alive and New's opening watch.
+	stop context.CancelFunc
 	// prevRank is the group rank of the last round this node ran, and
 	// lastRound that round's number (-1 before the first).
 	prevRank  int
 	lastRound int
+	// shape is cfg.Shape as recorded in etcd.
+	shape string
 }
 
-// New checks cfg, opens this node's lease (kept alive until Close) and
-// records or checks the job's shape.
+// New checks cfg and opens this node's lease (kept alive until Close).
+// The job's shape is recorded or checked when the node first joins.
 func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -112,29 +114,24 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	case cfg.LeaseTTL < time.Second:
 		return nil, fmt.Errorf("%w: --rdzv-conf lease_ttl=%v: want at least 1s", ErrInvalidConfig, cfg.LeaseTTL)
 	}
-	// Grant the lease under the caller's ctx (a session would grant it
-	// under its own, unbounded one, and hang while etcd is unreachable);
-	// the session only keeps it alive, until Close.
+	// Grant the lease under the caller's ctx, so that an unreachable etcd
+	// ends the call; keepLease then keeps it alive until Close.
 	ttl := int64((cfg.LeaseTTL + time.Second - 1) / time.Second)
 	grant, err := cli.Grant(ctx, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: open a lease on %v: %w", cli.Endpoints(), err)
 	}
 	sctx, stop := context.WithCancel(context.Background())
-	session, err := concurrency.NewSession(cli, concurrency.WithLease(grant.ID), concurrency.WithTTL(int(ttl)), concurrency.WithContext(sctx))
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("rendezvous: keep the lease alive on %v: %w", cli.Endpoints(), err)
-	}
+	lease := keepLease(sctx, cli, grant.ID, time.Duration(ttl)*time.Second)
 	host, _ := os.Hostname()
 	r := &Rendezvous{
 		cli: cli, cfg: cfg, k: newKeys(cfg.Prefix, sh.RunID),
 		// 64 random bits: host names and pids repeat (containers run the
 		// agent as pid 1), and many agents may share a process in tests.
-		id:      fmt.Sprintf("%s-%d-%016x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint64()),
-		session: session, stop: stop, prevRank: -1, lastRound: -1,
+		id:    fmt.Sprintf("%s-%d-%016x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint64()),
+		lease: lease, stop: stop, prevRank: -1, lastRound: -1,
 	}
-	if err := r.checkShape(ctx); err != nil {
+	if r.shape, err = marshal(sh); err != nil {
 		r.Close(ctx)
 		return nil, err
 	}
@@ -144,32 +141,33 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 // ID is this agent's node id in the job.
 func (r *Rendezvous) ID() string { return r.id }
 
-// checkShape records the job's shape if this node is the first, and
-// otherwise compares it; it also creates the round and restart counters.
-func (r *Rendezvous) checkShape(ctx context.Context) error {
-	want, err := marshal(r.cfg.Shape)
-	if err != nil {
-		return err
-	}
-	// Most nodes find the shape already there: a read, not a write.
-	if got, err := r.cli.Get(ctx, r.k.shape()); err == nil && len(got.Kvs) > 0 {
-		return r.compareShape(got.Kvs[0].Value)
+// checkShape compares the job's shape in c, the control keys just read,
+// or records it if this node is the first; the first also creates the
+// round and restart counters. c is brought up to date either way.
+func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
+	if c.shape != nil {
+		return r.compareShape(c.shape)
 	}
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)).
-		Then(clientv3.OpPut(r.k.shape(), want), clientv3.OpPut(r.k.round(), "0"), clientv3.OpPut(r.k.restarts(), "0")).
-		Else(clientv3.OpGet(r.k.shape())).Commit()
+		Then(clientv3.OpPut(r.k.shape(), r.shape), clientv3.OpPut(r.k.round(), "0"), clientv3.OpPut(r.k.restarts(), "0")).
+		Else(clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())).Commit()
 	if err != nil {
-		return fmt.Errorf("rendezvous: etcd at %v: %w", r.cli.Endpoints(), err)
+		return fmt.Errorf("%w: %w", errEtcd, err)
 	}
 	if resp.Succeeded {
+		c.shape, c.round, c.restarts = []byte(r.shape), 0, 0
 		return nil
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
+	// Another node came first: its shape, and the control keys as they
+	// are now.
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		c.apply(r.k, string(kv.Key), kv.Value, kv.ModRevision)
+	}
+	if c.shape == nil {
 		return fmt.Errorf("rendezvous: %s holds no job shape", r.k.shape())
 	}
-	return r.compareShape(kvs[0].Value)
+	return r.compareShape(c.shape)
 }
 
 // compareShape refuses this node if the job's recorded shape differs.
@@ -189,11 +187,11 @@ func (r *Rendezvous) compareShape(recorded []byte) error {
 func (r *Rendezvous) Close(ctx context.Context) error {
 	// Revoke, but not for long: an unreachable etcd lets the lease expire
 	// by itself.
-	r.session.Orphan()
-	rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
-	_, err := r.cli.Revoke(rctx, r.session.Lease())
-	cancel()
 	r.stop()
+	<-r.lease.done
+	rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
+	_, err := r.cli.Revoke(rctx, r.lease.id)
+	cancel()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("rendezvous: revoke lease: %w", err)
 	}

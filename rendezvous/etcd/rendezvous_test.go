@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gorun-dev/gorun/internal/leakcheck"
+	"github.com/gorun-dev/gorun/internal/proctest"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -204,12 +205,32 @@ func TestElasticRoundClosesAfterLastCall(t *testing.T) {
 func TestShapeMismatchRefused(t *testing.T) {
 	t.Parallel()
 	job := shape(t.Name(), 2, 2, 8)
-	mustAgents(t, 1, Config{Shape: job})
+	first := mustAgents(t, 1, Config{Shape: job})[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := first.r.Next(ctx, rendezvous.Node{LocalWorldSize: 8, Role: "default"})
+		waiting <- err
+	}()
+	// The first node records the job's shape when it joins.
+	proctest.WaitFor(t, "the job's shape", 30*time.Second, func() bool {
+		resp, err := first.cli.Get(ctx, first.r.k.shape())
+		return err == nil && len(resp.Kvs) == 1
+	})
 	other := job
 	other.NprocPerNode = 4
-	_, err := newAgent(t, Config{Shape: other, NodeRank: -1})
+	a, err := newAgent(t, Config{Shape: other, NodeRank: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.r.Next(ctx, rendezvous.Node{LocalWorldSize: 4, Role: "default"})
 	if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "--nproc-per-node: this node has 4, the job has 8") {
-		t.Fatalf("New = %v; want a shape mismatch naming --nproc-per-node", err)
+		t.Fatalf("Next = %v; want a shape mismatch naming --nproc-per-node", err)
+	}
+	cancel()
+	if err := <-waiting; !errors.Is(err, context.Canceled) {
+		t.Errorf("first node's Next = %v; want it still waiting until cancelled", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun-dev/gorun/rendezvous"
@@ -55,7 +56,7 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 	}
 	// Everything since the round closed: members leaving, nodes waiting.
 	from := clientv3.WithRev(c.closedRev[t] + 1)
-	memberWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t), clientv3.WithPrefix(), from)
+	memberWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t), clientv3.WithPrefix(), from, clientv3.WithPrevKV())
 	waiterWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(t+1), clientv3.WithPrefix(), from)
 	if ev, over := r.roundOver(ctx, c, t); over {
 		return ev, nil
@@ -79,7 +80,7 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 				if ev.Type != clientv3.EventTypeDelete {
 					continue
 				}
-				if member, err := r.cli.Get(ctx, r.k.rank(t, id), clientv3.WithCountOnly()); err == nil && member.Count > 0 {
+				if r.isMember(ctx, t, rec, id, ev.PrevKv) {
 					r.endRound(ctx, t, "node "+id+" left (its lease ended)")
 				}
 			}
@@ -98,13 +99,29 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 	}
 }
 
+// isMember reports whether node id, whose join key joinKV was (nil if
+// unknown), is a member of round t, closed as rec. A node of unknown
+// arrival counts as a member: ending a round without need costs a new
+// round, missing a lost member costs a hang.
+func (r *Rendezvous) isMember(ctx context.Context, t int, rec RoundRecord, id string, joinKV *mvccpb.KeyValue) bool {
+	if rec.Arrivals != nil {
+		if joinKV == nil {
+			return true
+		}
+		_, member := arrivalRank(rec.Arrivals, joinKV.CreateRevision)
+		return member
+	}
+	resp, err := r.cli.Get(ctx, r.k.rank(t, id), clientv3.WithCountOnly())
+	return err != nil || resp.Count > 0
+}
+
 // whileLeased returns a context that also ends when this node's lease
 // does: an etcd call blocked on an unreachable server then returns.
 func (r *Rendezvous) whileLeased(ctx context.Context) (context.Context, context.CancelFunc) {
 	lctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {
-		case <-r.session.Done():
+		case <-r.lease.done:
 			cancel()
 		case <-lctx.Done():
 		}
@@ -115,7 +132,7 @@ func (r *Rendezvous) whileLeased(ctx context.Context) (context.Context, context.
 // leaseLost reports whether this node's lease has ended.
 func (r *Rendezvous) leaseLost() bool {
 	select {
-	case <-r.session.Done():
+	case <-r.lease.done:
 		return true
 	default:
 		return false
@@ -213,7 +230,7 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int) error {
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
 	put, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t))).
-		Then(clientv3.OpPut(r.k.done(t, r.id), "ok", clientv3.WithLease(r.session.Lease())),
+		Then(clientv3.OpPut(r.k.done(t, r.id), "ok", clientv3.WithLease(r.lease.id)),
 			clientv3.OpGet(r.k.donePrefix(t), clientv3.WithPrefix(), clientv3.WithCountOnly())).
 		Commit()
 	if err != nil {

@@ -79,22 +79,21 @@ func Run(ctx context.Context, n int) (Result, error) {
 	return Result{Agents: n, Seconds: full.Seconds(), FloorSeconds: floor.Seconds()}, nil
 }
 
-// measureFloor: each client grants a lease, puts one key under it, and
-// receives one watch event: the "go" key that a coordinator writes once it
-// has seen every put (as a round's closer does).
+// measureFloor: each client opens a watch on the "go" key, grants a
+// lease, puts one key under it, and receives one watch event: the "go"
+// key that a coordinator writes once it has seen every put (as a round's
+// closer does). The watches are opened inside the clock: an agent has
+// none before it starts, and a rendezvous agent opens its own too.
 func measureFloor(ctx context.Context, clients []*clientv3.Client) (time.Duration, error) {
 	const prefix = "/floor/"
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	coord := clients[0].Watch(wctx, prefix+"keys/", clientv3.WithPrefix())
-	watches := make([]clientv3.WatchChan, len(clients))
-	for i, c := range clients {
-		watches[i] = c.Watch(wctx, prefix+"go")
-	}
 	start := time.Now()
+	coord := clients[0].Watch(wctx, prefix+"keys/", clientv3.WithPrefix())
 	g, gctx := errgroup.WithContext(ctx)
 	for i, c := range clients {
 		g.Go(func() error {
+			watch := c.Watch(wctx, prefix+"go")
 			lease, err := c.Grant(gctx, 10)
 			if err != nil {
 				return err
@@ -102,7 +101,7 @@ func measureFloor(ctx context.Context, clients []*clientv3.Client) (time.Duratio
 			if _, err := c.Put(gctx, prefix+"keys/"+strconv.Itoa(i), "x", clientv3.WithLease(lease.ID)); err != nil {
 				return err
 			}
-			return waitEvent(gctx, watches[i])
+			return waitEvent(gctx, watch)
 		})
 	}
 	g.Go(func() error {

@@ -275,10 +275,15 @@ type hosted struct {
 	hint string
 }
 
-// Next joins the next round; a lost embedded store is explained.
+// Next joins the next round; a lost embedded store is explained, and a
+// node that does not match the job is bad input.
 func (h *hosted) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Round, error) {
 	round, err := h.Rendezvous.Next(ctx, node)
-	if err != nil && h.hint != "" && errors.Is(err, rendezvous.ErrJoinTimeout) {
+	switch {
+	case err == nil:
+	case errors.Is(err, rendezvous.ErrShapeMismatch):
+		err = usage(err) // the node's flags differ from the job's: exit 2
+	case h.hint != "" && errors.Is(err, rendezvous.ErrJoinTimeout):
 		err = fmt.Errorf("%w (%s)", err, h.hint)
 	}
 	return round, err

@@ -1,0 +1,52 @@
+package etcd
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// keptLease is this node's lease, kept alive until its context ends.
+type keptLease struct {
+	id clientv3.LeaseID
+	// done closes when the keep-alive ends: the lease expired (etcd was
+	// unreachable for longer than its TTL, or it was revoked) or the
+	// context ended.
+	done chan struct{}
+}
+
+// keepLease keeps lease id alive until ctx ends. A lease just granted
+// needs no keep-alive for a third of its TTL, so the first is sent then
+// (as etcd's client schedules every later one): joining a round costs no
+// keep-alive stream.
+func keepLease(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, ttl time.Duration) *keptLease {
+	l := &keptLease{id: id, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		t := time.NewTimer(ttl / 3)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		responses, err := cli.KeepAlive(ctx, id)
+		if err != nil {
+			return
+		}
+		for range responses {
+		}
+	}()
+	return l
+}
+
+// lost reports whether the keep-alive has ended.
+func (l *keptLease) lost() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
