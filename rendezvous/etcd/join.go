@@ -101,6 +101,13 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	if prev := put.Responses[0].GetResponsePut().PrevKv; prev != nil {
 		j.joinRev = prev.CreateRevision // joined before, in an earlier attempt
 	}
+	if r.cfg.NodeRank >= 0 {
+		if held := put.Responses[2].GetResponseTxn(); !held.Succeeded {
+			if kvs := held.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) != r.id {
+				return joined{}, r.nodeRankTaken(ctx, target, string(kvs[0].Value), put.Header.Revision)
+			}
+		}
+	}
 	if claimed := put.Responses[1].GetResponseTxn(); claimed.Succeeded {
 		j.closer = true
 	} else if kvs := claimed.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -194,7 +201,53 @@ func (r *Rendezvous) joinOps(t int, val string, more ...clientv3.Op) []clientv3.
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.closer(t)), "=", 0)},
 		[]clientv3.Op{clientv3.OpPut(r.k.closer(t), r.id, clientv3.WithLease(lease))},
 		[]clientv3.Op{clientv3.OpGet(r.k.closer(t))})
-	return append([]clientv3.Op{clientv3.OpPut(r.k.join(t, r.id), val, clientv3.WithLease(lease), clientv3.WithPrevKV()), claim}, more...)
+	ops := []clientv3.Op{clientv3.OpPut(r.k.join(t, r.id), val, clientv3.WithLease(lease), clientv3.WithPrevKV()), claim}
+	if r.cfg.NodeRank >= 0 {
+		// The asked-for rank, held by the first node to ask in the round.
+		key := r.k.nodeRank(t, r.cfg.NodeRank)
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(key, r.id, clientv3.WithLease(lease))},
+			[]clientv3.Op{clientv3.OpGet(key)}))
+	}
+	return append(ops, more...)
+}
+
+// nodeRankTaken handles a join into round t whose --node-rank another
+// node holds: this node leaves the round, then waits up to the lease TTL
+// for the holder's key to go (a holder that died, for example this same
+// node before a quick restart, loses it then) and joins again; a holder
+// still there is a second node asking for the same rank, refused.
+func (r *Rendezvous) nodeRankTaken(ctx context.Context, t int, holder string, rev int64) error {
+	if _, err := r.cli.Delete(ctx, r.k.join(t, r.id)); err != nil {
+		return fmt.Errorf("%w: %w", errEtcd, err)
+	}
+	key := r.k.nodeRank(t, r.cfg.NodeRank)
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL+time.Second)
+	defer cancel()
+	r.cfg.Log.Warnf("rendezvous %s: --node-rank=%d is held by node %s in round %d; waiting up to %v for it to go", r.cfg.Shape.RunID, r.cfg.NodeRank, holder, t, r.cfg.LeaseTTL+time.Second)
+	w := r.cli.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(rev+1))
+	for {
+		select {
+		case wr, ok := <-w:
+			if !ok || wr.Err() != nil {
+				if ctx.Err() == nil && wctx.Err() != nil {
+					return fmt.Errorf("%w: --node-rank=%d is already taken by node %s in round %d: give each node its own rank", ErrInvalidNode, r.cfg.NodeRank, holder, t)
+				}
+				return fmt.Errorf("%w: %w", errEtcd, watchErr(wr, ok))
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return errRetry
+				}
+			}
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w: --node-rank=%d is already taken by node %s in round %d: give each node its own rank", ErrInvalidNode, r.cfg.NodeRank, holder, t)
+		}
+	}
 }
 
 // joiner waits for one round to close.
@@ -212,6 +265,10 @@ type joiner struct {
 	closer   bool
 	closerID string
 	members  map[string]NodeRecord // the closer's view of join/<target>/
+	// askers counts the members asking for each --node-rank, duplicates
+	// the members beyond the first for each.
+	askers     map[int]int
+	duplicates int
 	// seenRev is the revision up to which members is complete.
 	seenRev int64
 	// previous holds the ids of the previous round's members, read once.
@@ -371,7 +428,7 @@ func (j *joiner) startCounting(ctx context.Context) (clientv3.WatchChan, error) 
 	if err != nil {
 		return nil, err
 	}
-	j.members = map[string]NodeRecord{}
+	j.members, j.askers, j.duplicates = map[string]NodeRecord{}, map[int]int{}, 0
 	for _, kv := range resp.Kvs {
 		j.applyJoin(&clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 	}
@@ -381,18 +438,34 @@ func (j *joiner) startCounting(ctx context.Context) (clientv3.WatchChan, error) 
 }
 
 // applyJoin updates the closer's view of the joined nodes.
+// Nodes asking for a --node-rank that another node asks for are counted
+// once (see admit).
 func (j *joiner) applyJoin(ev *clientv3.Event) {
 	id := strings.TrimPrefix(string(ev.Kv.Key), j.r.k.joinPrefix(j.target))
 	if ev.Type == clientv3.EventTypeDelete {
+		if n, ok := j.members[id]; ok && n.NodeRank >= 0 {
+			if j.askers[n.NodeRank]--; j.askers[n.NodeRank] > 0 {
+				j.duplicates--
+			}
+		}
 		delete(j.members, id)
 		return
 	}
 	var n NodeRecord
-	if json.Unmarshal(ev.Kv.Value, &n) == nil {
-		n.Revision = ev.Kv.CreateRevision
-		j.members[id] = n
+	if json.Unmarshal(ev.Kv.Value, &n) != nil {
+		return
 	}
+	if _, known := j.members[id]; !known && n.NodeRank >= 0 {
+		if j.askers[n.NodeRank]++; j.askers[n.NodeRank] > 1 {
+			j.duplicates++
+		}
+	}
+	n.Revision = ev.Kv.CreateRevision
+	j.members[id] = n
 }
+
+// joinedCount is the number of nodes the round would admit.
+func (j *joiner) joinedCount() int { return len(j.members) - j.duplicates }
 
 // maybeClose applies the closing rules: MaxNodes joined closes at once;
 // MinNodes joined starts the last call, and closes when it ends or when
@@ -400,7 +473,7 @@ func (j *joiner) applyJoin(ev *clientv3.Event) {
 // nodes need not wait).
 func (j *joiner) maybeClose(lastCallOver bool) error {
 	sh := j.r.cfg.Shape
-	n := len(j.members)
+	n := j.joinedCount()
 	switch {
 	case n >= sh.MaxNodes, n >= sh.MinNodes && (lastCallOver || j.previousAllBack()):
 		return j.close()
@@ -460,10 +533,7 @@ func (j *joiner) close() error {
 	for _, n := range j.members {
 		nodes = append(nodes, n)
 	}
-	ordered := orderMembers(nodes)
-	if len(ordered) > r.cfg.Shape.MaxNodes {
-		ordered = ordered[:r.cfg.Shape.MaxNodes] // the rest wait for the next round
-	}
+	ordered := orderMembers(admit(nodes), r.cfg.Shape.MaxNodes)
 	fence := []clientv3.Cmp{
 		clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(j.target)),
 		clientv3.Compare(clientv3.CreateRevision(r.k.closed(j.target)), "=", 0),

@@ -124,12 +124,16 @@ func parseRank(v []byte) (group, base int, ok bool) {
 	return gi, bi, err1 == nil && err2 == nil
 }
 
-// orderMembers sorts joined nodes into group-rank order: nodes that asked
-// for a rank first by that rank, then survivors of the last round in their
-// old order, then new nodes in order of arrival. Every agent computes the
-// same order from the same set.
-func orderMembers(nodes []NodeRecord) []NodeRecord {
-	out := slices.Clone(nodes)
+// orderMembers sorts joined nodes into group-rank order. A rank asked
+// for with --node-rank is given when it is below the number of nodes; the
+// other nodes fill the free ranks in order: those that asked for a rank
+// (by that rank), then survivors of the last round in their old order,
+// then new nodes in order of arrival. Every agent computes the same order
+// from the same set. Beyond maxNodes, the last in that order are left out
+// (they wait for the next round). Nodes must ask for distinct ranks (see
+// admit).
+func orderMembers(nodes []NodeRecord, maxNodes int) []NodeRecord {
+	sorted := slices.Clone(nodes)
 	key := func(n NodeRecord) (int, int64, string) {
 		switch {
 		case n.NodeRank >= 0:
@@ -140,7 +144,7 @@ func orderMembers(nodes []NodeRecord) []NodeRecord {
 			return 2, n.Revision, n.ID
 		}
 	}
-	slices.SortStableFunc(out, func(a, b NodeRecord) int {
+	slices.SortStableFunc(sorted, func(a, b NodeRecord) int {
 		ga, ra, ia := key(a)
 		gb, rb, ib := key(b)
 		if ga != gb {
@@ -154,6 +158,47 @@ func orderMembers(nodes []NodeRecord) []NodeRecord {
 		}
 		return strings.Compare(ia, ib)
 	})
+	sorted = sorted[:min(len(sorted), maxNodes)]
+	n := len(sorted)
+	out := make([]NodeRecord, n)
+	taken := make([]bool, n)
+	var rest []NodeRecord
+	for _, m := range sorted {
+		if m.NodeRank >= 0 && m.NodeRank < n && !taken[m.NodeRank] {
+			out[m.NodeRank], taken[m.NodeRank] = m, true
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	free := 0
+	for _, m := range rest {
+		for taken[free] {
+			free++
+		}
+		out[free], taken[free] = m, true
+	}
+	return out
+}
+
+// admit drops the nodes that asked for a --node-rank that an earlier
+// arrival asked for too: the first to join holds the rank (it also holds
+// the round's node-rank key, and the later one is refused).
+func admit(nodes []NodeRecord) []NodeRecord {
+	first := map[int]NodeRecord{}
+	for _, n := range nodes {
+		if n.NodeRank < 0 {
+			continue
+		}
+		if f, ok := first[n.NodeRank]; !ok || n.Revision < f.Revision {
+			first[n.NodeRank] = n
+		}
+	}
+	out := make([]NodeRecord, 0, len(nodes))
+	for _, n := range nodes {
+		if n.NodeRank < 0 || first[n.NodeRank].ID == n.ID {
+			out = append(out, n)
+		}
+	}
 	return out
 }
 
@@ -180,6 +225,9 @@ func (k keys) closer(r int) string {
 func (k keys) rankPrefix(r int) string      { return k.root + "rank/" + strconv.Itoa(r) + "/" }
 func (k keys) rank(r int, id string) string { return k.rankPrefix(r) + id }
 
+func (k keys) nodeRank(r, rank int) string {
+	return k.root + "noderank/" + strconv.Itoa(r) + "/" + strconv.Itoa(rank)
+}
 func (k keys) joinPrefix(r int) string      { return k.root + "join/" + strconv.Itoa(r) + "/" }
 func (k keys) join(r int, id string) string { return k.joinPrefix(r) + id }
 func (k keys) donePrefix(r int) string      { return k.root + "done/" + strconv.Itoa(r) + "/" }

@@ -32,6 +32,7 @@ const (
 // are re-exported here for callers of this package.
 var (
 	ErrShapeMismatch = rendezvous.ErrShapeMismatch
+	ErrInvalidNode   = rendezvous.ErrInvalidNode
 	ErrJoinTimeout   = rendezvous.ErrJoinTimeout
 	ErrJobFailed     = rendezvous.ErrJobFailed
 	ErrJobSucceeded  = rendezvous.ErrJobSucceeded
@@ -232,7 +233,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 				return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 			}
 			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d)", ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.MinNodes)
-		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, ErrShapeMismatch):
+		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, ErrShapeMismatch), errors.Is(err, ErrInvalidNode):
 			return rendezvous.Round{}, err
 		}
 		lastErr = err
@@ -248,6 +249,9 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 	rec := res.rec
 	r.prevRank, r.lastRound = res.group, rec.Round
+	if r.cfg.NodeRank >= 0 && res.group != r.cfg.NodeRank {
+		r.cfg.Log.Warnf("rendezvous %s: round %d has %d nodes: this node (--node-rank=%d) runs as group rank %d", r.cfg.Shape.RunID, rec.Round, rec.Size, r.cfg.NodeRank, res.group)
+	}
 	return rendezvous.Round{
 		RunID: r.cfg.Shape.RunID, Number: rec.Round, RestartCount: rec.Restarts,
 		GroupRank: res.group, GroupWorldSize: rec.Size, BaseRank: res.base, WorldSize: rec.WorldSize,

@@ -281,8 +281,8 @@ func (h *hosted) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Rou
 	round, err := h.Rendezvous.Next(ctx, node)
 	switch {
 	case err == nil:
-	case errors.Is(err, rendezvous.ErrShapeMismatch):
-		err = usage(err) // the node's flags differ from the job's: exit 2
+	case errors.Is(err, rendezvous.ErrShapeMismatch), errors.Is(err, rendezvous.ErrInvalidNode):
+		err = usage(err) // the node's flags do not fit the job: exit 2
 	case h.hint != "" && errors.Is(err, rendezvous.ErrJoinTimeout):
 		err = fmt.Errorf("%w (%s)", err, h.hint)
 	}
