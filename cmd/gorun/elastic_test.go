@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/gorun-dev/gorun/internal/nettest"
 	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
@@ -282,15 +283,19 @@ func etcdServer(t *testing.T, scheme string, extra ...string) (endpoint string, 
 func TestElasticExternalEtcdSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	ep, stop, restart := etcdServer(t, "http")
+	// The agents reach etcd through a proxy that counts their attempts to
+	// reconnect while it is down.
+	proxy := nettest.NewProxy(t, ep)
 	dir := t.TempDir()
 	script := startWorker(t, `while [ ! -e "$1/go" ]; do sleep 0.02; done`)
 	nodes := startNodes(t, 2, func(i int) []string {
-		return append([]string{"--rdzv-backend=etcd", "--rdzv-endpoint=" + ep, "--rdzv-id=ext", "--nnodes=2",
+		return append([]string{"--rdzv-backend=etcd", "--rdzv-endpoint=" + proxy.Addr(), "--rdzv-id=ext", "--nnodes=2",
 			"--local-addr=127.0.0." + strconv.Itoa(i+1), "--no-python", script}, dir)
 	})
 	waitStarts(t, dir, "0.2.0", "1.2.0")
 	stop()
-	time.Sleep(500 * time.Millisecond) // etcd down for a while, shorter than the lease TTL
+	// Down until the agents found it gone (well within the lease TTL).
+	waitFor(t, "the agents to find etcd down", func() bool { return proxy.FailedDials() >= 2 })
 	restart()
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)

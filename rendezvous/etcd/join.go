@@ -196,7 +196,7 @@ func (r *Rendezvous) createOrRead(guess int, val string, readCtl clientv3.Op) cl
 // closer key if it has none (a nested transaction that reads the key
 // otherwise); more operations follow.
 func (r *Rendezvous) joinOps(t int, val string, more ...clientv3.Op) []clientv3.Op {
-	lease := r.lease.id
+	lease := r.lease.Load().id
 	claim := clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.closer(t)), "=", 0)},
 		[]clientv3.Op{clientv3.OpPut(r.k.closer(t), r.id, clientv3.WithLease(lease))},
@@ -366,7 +366,7 @@ func (j *joiner) claim(ctx context.Context) error {
 	r := j.r
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(r.k.closer(j.target)), "=", 0)).
-		Then(clientv3.OpPut(r.k.closer(j.target), r.id, clientv3.WithLease(r.lease.id))).
+		Then(clientv3.OpPut(r.k.closer(j.target), r.id, clientv3.WithLease(r.lease.Load().id))).
 		Commit()
 	if err != nil {
 		return err
@@ -531,6 +531,9 @@ func (j *joiner) close() error {
 	r := j.r
 	nodes := make([]NodeRecord, 0, len(j.members))
 	for _, n := range j.members {
+		if n.PrevRound != j.target-1 {
+			n.PrevRank = -1 // back from an older round: it arrives as new
+		}
 		nodes = append(nodes, n)
 	}
 	ordered := orderMembers(admit(nodes), r.cfg.Shape.MaxNodes)

@@ -51,6 +51,9 @@ type NodeRecord struct {
 	// PrevRank is the node's group rank in the last round it ran, or -1;
 	// survivors keep their relative order.
 	PrevRank int `json:"prev_rank"`
+	// PrevRound is the round PrevRank is from: only the previous round's
+	// survivors keep their order.
+	PrevRound int `json:"prev_round"`
 	// Revision is the join key's create revision (set when read back):
 	// the order of arrival among new nodes.
 	Revision int64 `json:"-"`

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -68,12 +69,16 @@ type Config struct {
 
 // Rendezvous is one agent's membership in a job over etcd.
 type Rendezvous struct {
-	cli   *clientv3.Client
-	cfg   Config
-	k     keys
-	id    string
-	lease *keptLease
-	// stop ends the lease's keep-alive and New's opening watch.
+	cli *clientv3.Client
+	cfg Config
+	k   keys
+	id  string
+	// lease is the node's current lease: a new one replaces it when it
+	// was lost (etcd unreachable for longer than its TTL) and the node
+	// joins again.
+	lease atomic.Pointer[keptLease]
+	// life ends with Close (stop), and with it the lease's keep-alive.
+	life context.Context
 	stop context.CancelFunc
 	// prevRank is the group rank of the last round this node ran, and
 	// lastRound that round's number (-1 before the first).
@@ -115,28 +120,38 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	case cfg.LeaseTTL < time.Second:
 		return nil, fmt.Errorf("%w: --rdzv-conf lease_ttl=%v: want at least 1s", ErrInvalidConfig, cfg.LeaseTTL)
 	}
-	// Grant the lease under the caller's ctx, so that an unreachable etcd
-	// ends the call; keepLease then keeps it alive until Close.
-	ttl := int64((cfg.LeaseTTL + time.Second - 1) / time.Second)
-	grant, err := cli.Grant(ctx, ttl)
-	if err != nil {
-		return nil, fmt.Errorf("rendezvous: open a lease on %v: %w", cli.Endpoints(), err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	lease := keepLease(sctx, cli, grant.ID, time.Duration(ttl)*time.Second)
+	life, stop := context.WithCancel(context.Background())
 	host, _ := os.Hostname()
 	r := &Rendezvous{
 		cli: cli, cfg: cfg, k: newKeys(cfg.Prefix, sh.RunID),
 		// 64 random bits: host names and pids repeat (containers run the
 		// agent as pid 1), and many agents may share a process in tests.
-		id:    fmt.Sprintf("%s-%d-%016x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint64()),
-		lease: lease, stop: stop, prevRank: -1, lastRound: -1,
+		id:   fmt.Sprintf("%s-%d-%016x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint64()),
+		life: life, stop: stop, prevRank: -1, lastRound: -1,
 	}
-	if r.shape, err = marshal(sh); err != nil {
-		r.Close(ctx)
+	shape, err := marshal(sh)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	r.shape = shape
+	if err := r.openLease(ctx); err != nil {
+		stop()
 		return nil, err
 	}
 	return r, nil
+}
+
+// openLease grants a lease under ctx, so that an unreachable etcd ends
+// the call, and keeps it alive until Close.
+func (r *Rendezvous) openLease(ctx context.Context) error {
+	ttl := int64((r.cfg.LeaseTTL + time.Second - 1) / time.Second)
+	grant, err := r.cli.Grant(ctx, ttl)
+	if err != nil {
+		return fmt.Errorf("rendezvous: open a lease on %v: %w", r.cli.Endpoints(), err)
+	}
+	r.lease.Store(keepLease(r.life, r.cli, grant.ID, time.Duration(ttl)*time.Second))
+	return nil
 }
 
 // ID is this agent's node id in the job.
@@ -189,9 +204,10 @@ func (r *Rendezvous) Close(ctx context.Context) error {
 	// Revoke, but not for long: an unreachable etcd lets the lease expire
 	// by itself.
 	r.stop()
-	<-r.lease.done
+	lease := r.lease.Load()
+	<-lease.done
 	rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
-	_, err := r.cli.Revoke(rctx, r.lease.id)
+	_, err := r.cli.Revoke(rctx, lease.id)
 	cancel()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("rendezvous: revoke lease: %w", err)
@@ -213,13 +229,13 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 	if err != nil {
 		return rendezvous.Round{}, err
 	}
-	me := NodeRecord{ID: r.id, Addr: r.cfg.Addr, MasterPort: port, Nproc: node.LocalWorldSize, NodeRank: r.cfg.NodeRank, PrevRank: r.prevRank}
+	me := NodeRecord{ID: r.id, Addr: r.cfg.Addr, MasterPort: port, Nproc: node.LocalWorldSize, NodeRank: r.cfg.NodeRank, PrevRank: r.prevRank, PrevRound: r.lastRound}
 	jctx, cancel := context.WithTimeout(ctx, r.cfg.JoinTimeout)
 	defer cancel()
 	delay := 50 * time.Millisecond
 	var lastErr error
 	for {
-		res, err := r.join(jctx, me)
+		res, err := r.joinLeased(jctx, me)
 		switch {
 		case err == nil:
 			return r.roundFor(res), nil
@@ -243,6 +259,26 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// joinLeased runs one join attempt under this node's lease: a lost lease
+// (etcd unreachable for longer than its TTL, so this node's keys are
+// gone) ends the attempt, and the next one first opens a new lease, so a
+// node cut off for a while joins again once etcd is back.
+func (r *Rendezvous) joinLeased(ctx context.Context, me NodeRecord) (joined, error) {
+	if r.lease.Load().lost() {
+		if err := r.openLease(ctx); err != nil {
+			return joined{}, fmt.Errorf("%w: %w", errEtcd, err)
+		}
+		r.cfg.Log.Warnf("rendezvous %s: this node's lease had ended (etcd unreachable for longer than %v); joining again with a new one", r.cfg.Shape.RunID, r.cfg.LeaseTTL)
+	}
+	lctx, cancel, lease := r.whileLeased(ctx)
+	defer cancel()
+	res, err := r.join(lctx, me)
+	if err != nil && lease.lost() && ctx.Err() == nil {
+		err = fmt.Errorf("%w: this node's lease ended while joining", errEtcd)
+	}
+	return res, err
 }
 
 // roundFor turns a closed round into this node's view of it.

@@ -64,7 +64,13 @@ type agent struct {
 
 func newAgent(t *testing.T, cfg Config) (*agent, error) {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return newAgentAt(t, server.Endpoints(), cfg)
+}
+
+// newAgentAt is newAgent with a client of endpoints (a proxy).
+func newAgentAt(t *testing.T, endpoints []string, cfg Config) (*agent, error) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

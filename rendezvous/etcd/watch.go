@@ -22,13 +22,13 @@ func (r *Rendezvous) Watch(ctx context.Context, round rendezvous.Round) <-chan r
 	out := make(chan rendezvous.Event, 1)
 	go func() {
 		defer close(out)
-		lctx, cancel := r.whileLeased(ctx)
+		lctx, cancel, lease := r.whileLeased(ctx)
 		defer cancel()
 		ev, err := r.watchRound(lctx, round.Number)
 		switch {
 		case ctx.Err() != nil:
 			return
-		case r.leaseLost():
+		case lease.lost():
 			ev = rendezvous.Event{Reason: "this node's lease ended: etcd at " + strings.Join(r.cli.Endpoints(), ",") + " unreachable for longer than the lease TTL"}
 		case err != nil:
 			ev = rendezvous.Event{Reason: "lost contact with etcd at " + strings.Join(r.cli.Endpoints(), ",") + ": " + err.Error()}
@@ -115,28 +115,20 @@ func (r *Rendezvous) isMember(ctx context.Context, t int, rec RoundRecord, id st
 	return err != nil || resp.Count > 0
 }
 
-// whileLeased returns a context that also ends when this node's lease
-// does: an etcd call blocked on an unreachable server then returns.
-func (r *Rendezvous) whileLeased(ctx context.Context) (context.Context, context.CancelFunc) {
+// whileLeased returns a context that also ends when this node's current
+// lease does (an etcd call blocked on an unreachable server then
+// returns), and that lease.
+func (r *Rendezvous) whileLeased(ctx context.Context) (context.Context, context.CancelFunc, *keptLease) {
+	lease := r.lease.Load()
 	lctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {
-		case <-r.lease.done:
+		case <-lease.done:
 			cancel()
 		case <-lctx.Done():
 		}
 	}()
-	return lctx, cancel
-}
-
-// leaseLost reports whether this node's lease has ended.
-func (r *Rendezvous) leaseLost() bool {
-	select {
-	case <-r.lease.done:
-		return true
-	default:
-		return false
-	}
+	return lctx, cancel, lease
 }
 
 // roundOver turns a moved round counter or a set outcome into the event
@@ -216,21 +208,21 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 // join the next one), ErrJobFailed when the job failed elsewhere.
 func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error {
 	t := round.Number
-	wctx, cancel := r.whileLeased(ctx)
+	wctx, cancel, lease := r.whileLeased(ctx)
 	defer cancel()
-	err := r.succeed(wctx, t, round.GroupWorldSize)
-	if err != nil && r.leaseLost() && ctx.Err() == nil {
+	err := r.succeed(wctx, t, round.GroupWorldSize, lease.id)
+	if err != nil && lease.lost() && ctx.Err() == nil {
 		return fmt.Errorf("rendezvous: this node's lease ended while waiting for the job's outcome: etcd at %s unreachable", strings.Join(r.cli.Endpoints(), ","))
 	}
 	return err
 }
 
-func (r *Rendezvous) succeed(ctx context.Context, t, members int) error {
+func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3.LeaseID) error {
 	wctx := ctx
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
 	put, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t))).
-		Then(clientv3.OpPut(r.k.done(t, r.id), "ok", clientv3.WithLease(r.lease.id)),
+		Then(clientv3.OpPut(r.k.done(t, r.id), "ok", clientv3.WithLease(lease)),
 			clientv3.OpGet(r.k.donePrefix(t), clientv3.WithPrefix(), clientv3.WithCountOnly())).
 		Commit()
 	if err != nil {
