@@ -95,7 +95,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	procs := make([]*process, len(specs))
 	starts := make([]<-chan error, len(specs))
 	for i, spec := range specs {
-		procs[i], starts[i] = startProcess(spec.Argv, spec.Env, childEnds[i][0], childEnds[i][1], att.exited)
+		procs[i], starts[i] = startProcess(spec.Argv, spec.Env, childEnds[i][0], childEnds[i][1], att.exited, 0)
 	}
 	var startErr error
 	for i, w := range att.workers {

@@ -61,7 +61,12 @@ type process struct {
 // be started in parallel. When the process exits, the waiting goroutine
 // records the status, closes p.done and sends p on exited (which must have
 // room: the agent sizes it to the worker count).
-func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process) (*process, <-chan error) {
+//
+// A nice above 0 lowers the process's CPU priority: it is set on the
+// forking thread, which the child inherits (Linux keeps a nice value per
+// thread, so setting it on the child after the fork would miss the
+// threads it already started).
+func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process, nice int) (*process, <-chan error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdout = stdout
@@ -78,6 +83,10 @@ func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *pr
 		// Never unlocked: the thread ends with this goroutine, after the
 		// worker has been reaped.
 		runtime.LockOSThread()
+		if nice > 0 {
+			// This thread is the child's alone and ends with it.
+			_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, nice)
+		}
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return

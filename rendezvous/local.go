@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"syscall"
 )
 
@@ -22,6 +23,11 @@ type LocalConfig struct {
 	MasterPort int
 	// MaxRestarts is the restart budget (--max-restarts).
 	MaxRestarts int
+	// StoreEndpoints, when set, is a store that the workers reach (the
+	// embedded etcd of --standalone); each round gets its own prefix
+	// under StorePrefix.
+	StoreEndpoints []string
+	StorePrefix    string
 }
 
 // Local is the rendezvous of a job that runs on one node. It needs no
@@ -68,7 +74,17 @@ func (l *Local) Next(ctx context.Context, node Node) (Round, error) {
 		RoleWorldSize:  node.LocalWorldSize,
 		MasterAddr:     l.cfg.MasterAddr,
 		MasterPort:     port,
+		StoreEndpoints: l.cfg.StoreEndpoints,
+		StorePrefix:    l.roundPrefix(n),
 	}, nil
+}
+
+// roundPrefix is round n's key prefix in the store, or "" without one.
+func (l *Local) roundPrefix(n int) string {
+	if len(l.cfg.StoreEndpoints) == 0 {
+		return ""
+	}
+	return l.cfg.StorePrefix + strconv.Itoa(n) + "/"
 }
 
 // FreePort asks the kernel for a TCP port that is free on addr (an IP

@@ -21,6 +21,9 @@ import (
 var gorunBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(storeWorkerEnv) == "1" {
+		os.Exit(storeWorker())
+	}
 	dir, err := os.MkdirTemp("", "gorun-test-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

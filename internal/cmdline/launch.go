@@ -57,6 +57,18 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
+	if plan.standalone != nil && !c.Bool(fDryRun) {
+		if store := startLocalStore(log); store != nil {
+			defer func() {
+				if err := store.Stop(); err != nil {
+					log.Warnf("stop the local store: %v", err)
+				}
+			}()
+			local := *plan.standalone
+			local.StoreEndpoints, local.StorePrefix = []string{store.Endpoint()}, "/gorun/"+cfg.RunID+"/store/"
+			rdzv = rendezvous.NewLocal(local)
+		}
+	}
 	if c.Bool(fDryRun) {
 		format := c.String(fFormat)
 		if format != "text" && format != "json" {
@@ -93,6 +105,23 @@ func launchAction(c *cli.Context, opts Options) error {
 	if res.ExitCode != 0 {
 		return cli.Exit("", res.ExitCode)
 	}
+	return nil
+}
+
+// startLocalStore starts the embedded store of --standalone in
+// gorun-etcd, or returns nil with a warning when that binary is missing
+// or fails to start: the workers then have no store (PyTorch's do not use
+// it).
+func startLocalStore(log *logrus.Logger) *launcher.LocalStore {
+	path, err := findCompanion()
+	if err == nil {
+		var store *launcher.LocalStore
+		if store, err = launcher.StartLocalStore(path, os.Stderr); err == nil {
+			log.Debugf("--standalone: local store at %s", store.Endpoint())
+			return store
+		}
+	}
+	log.Warnf("--standalone: no store for the workers (GORUN_STORE_ENDPOINTS unset): %v", err)
 	return nil
 }
 
@@ -189,6 +218,9 @@ type rendezvousPlan struct {
 	rdzv launcher.Rendezvous
 	// elastic, when set, asks for the etcd rendezvous instead.
 	elastic *ElasticSpec
+	// standalone, when set, asks for a single-node rendezvous with a
+	// local store for the workers (--standalone), set up at launch.
+	standalone *rendezvous.LocalConfig
 	// round is the first round as --dry-run shows it (master port 0 when
 	// it is chosen at launch).
 	round rendezvous.Round
@@ -247,7 +279,11 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 			round.MasterAddr = local.MasterAddr
 		}
 		round.MasterPort = local.MasterPort
-		return rendezvousPlan{rdzv: rendezvous.NewLocal(local), round: round}, nil
+		plan := rendezvousPlan{rdzv: rendezvous.NewLocal(local), round: round}
+		if c.Bool(fStandalone) {
+			plan.standalone = &local
+		}
+		return plan, nil
 	}
 
 	if backend != "static" {

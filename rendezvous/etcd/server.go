@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Defaults of ServerConfig, chosen for a one-member store that must be
@@ -46,6 +48,9 @@ type ServerConfig struct {
 type Server struct {
 	etcd    *embed.Etcd
 	tempDir string
+	// level is etcd's log level: Close silences it, as etcd logs errors
+	// even for a normal shutdown.
+	level zap.AtomicLevel
 
 	closeOnce sync.Once
 	closeErr  error
@@ -72,7 +77,11 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
-	s := &Server{}
+	level, err := zap.ParseAtomicLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: log level %q: want debug, info, warn, error or panic", cfg.LogLevel)
+	}
+	s := &Server{level: level}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "gorun-etcd-")
 		if err != nil {
@@ -90,6 +99,13 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	ec.Name = "gorun"
 	ec.Dir = cfg.Dir
 	ec.LogLevel = cfg.LogLevel
+	logCfg := zap.NewProductionConfig()
+	logCfg.Level = level
+	logger, err := logCfg.Build()
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: logger: %w", err)
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
 	ec.TickMs, ec.ElectionMs = cfg.TickMs, cfg.ElectionMs
 	clientURL := url.URL{Scheme: "http", Host: cfg.ClientAddr}
 	peerURL := url.URL{Scheme: "http", Host: cfg.PeerAddr}
@@ -138,6 +154,7 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 // safe to call more than once.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.level.SetLevel(zapcore.PanicLevel)
 		if s.etcd != nil {
 			s.etcd.Close()
 		}
