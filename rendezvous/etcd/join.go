@@ -97,6 +97,7 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	if err != nil {
 		return joined{}, err
 	}
+	r.joining = target
 	j := &joiner{r: r, ctx: ctx, target: target, c: c, joinRev: put.Header.Revision}
 	if prev := put.Responses[0].GetResponsePut().PrevKv; prev != nil {
 		j.joinRev = prev.CreateRevision // joined before, in an earlier attempt
@@ -389,6 +390,9 @@ func (j *joiner) check() (joined, bool, error) {
 		return joined{}, true, outcomeErr(c.outcome)
 	}
 	if rec, ok := c.closed[j.target]; ok {
+		if want := shapeHash(j.r.shape); rec.ShapeHash != want {
+			return joined{}, true, fmt.Errorf("%w %s: round %d was closed for a job of shape %s, this node's is %s", ErrShapeMismatch, j.r.cfg.Shape.RunID, j.target, rec.ShapeHash, want)
+		}
 		if rec.Arrivals != nil {
 			if g, member := arrivalRank(rec.Arrivals, j.joinRev); member {
 				return joined{rec: rec, group: g, base: g * j.r.cfg.Shape.NprocPerNode}, true, nil
@@ -418,175 +422,6 @@ func (j *joiner) check() (joined, bool, error) {
 		return joined{}, true, errRetry
 	}
 	return joined{}, false, nil
-}
-
-// startCounting makes this node the round's closer: it reads every join
-// key and watches for more.
-func (j *joiner) startCounting(ctx context.Context) (clientv3.WatchChan, error) {
-	r := j.r
-	resp, err := r.cli.Get(ctx, r.k.joinPrefix(j.target), clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	j.members, j.askers, j.duplicates = map[string]NodeRecord{}, map[int]int{}, 0
-	for _, kv := range resp.Kvs {
-		j.applyJoin(&clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
-	}
-	j.seenRev = resp.Header.Revision
-	w := r.cli.Watch(clientv3.WithRequireLeader(ctx), r.k.joinPrefix(j.target), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	return w, j.maybeClose(false)
-}
-
-// applyJoin updates the closer's view of the joined nodes.
-// Nodes asking for a --node-rank that another node asks for are counted
-// once (see admit).
-func (j *joiner) applyJoin(ev *clientv3.Event) {
-	id := strings.TrimPrefix(string(ev.Kv.Key), j.r.k.joinPrefix(j.target))
-	if ev.Type == clientv3.EventTypeDelete {
-		if n, ok := j.members[id]; ok && n.NodeRank >= 0 {
-			if j.askers[n.NodeRank]--; j.askers[n.NodeRank] > 0 {
-				j.duplicates--
-			}
-		}
-		delete(j.members, id)
-		return
-	}
-	var n NodeRecord
-	if json.Unmarshal(ev.Kv.Value, &n) != nil {
-		return
-	}
-	if _, known := j.members[id]; !known && n.NodeRank >= 0 {
-		if j.askers[n.NodeRank]++; j.askers[n.NodeRank] > 1 {
-			j.duplicates++
-		}
-	}
-	n.Revision = ev.Kv.CreateRevision
-	j.members[id] = n
-}
-
-// joinedCount is the number of nodes the round would admit.
-func (j *joiner) joinedCount() int { return len(j.members) - j.duplicates }
-
-// maybeClose applies the closing rules: MaxNodes joined closes at once;
-// MinNodes joined starts the last call, and closes when it ends or when
-// every member of the previous round is back (a restart of the same
-// nodes need not wait).
-func (j *joiner) maybeClose(lastCallOver bool) error {
-	sh := j.r.cfg.Shape
-	n := j.joinedCount()
-	switch {
-	case n >= sh.MaxNodes, n >= sh.MinNodes && (lastCallOver || j.previousAllBack()):
-		return j.close()
-	case n >= sh.MinNodes && j.lastCall == nil:
-		j.lastCall = time.NewTimer(j.r.cfg.LastCallTimeout)
-	case n < sh.MinNodes && j.lastCall != nil:
-		j.lastCall.Stop()
-		j.lastCall = nil
-	}
-	return nil
-}
-
-// previousAllBack reports whether every member of the previous round has
-// joined this one (agents keep their id across rounds).
-func (j *joiner) previousAllBack() bool {
-	if _, ok := j.c.closed[j.target-1]; !ok {
-		return false
-	}
-	if j.previous == nil {
-		// The previous round's members: its rank keys, or, when its
-		// ranks followed arrival, its join keys of the listed arrivals.
-		prev := j.c.closed[j.target-1]
-		prefix := j.r.k.rankPrefix(j.target - 1)
-		if prev.Arrivals != nil {
-			prefix = j.r.k.joinPrefix(j.target - 1)
-		}
-		resp, err := j.r.cli.Get(j.ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		if err != nil {
-			return false
-		}
-		j.previous = map[string]bool{}
-		for _, kv := range resp.Kvs {
-			if _, member := arrivalRank(prev.Arrivals, kv.CreateRevision); member || prev.Arrivals == nil {
-				j.previous[strings.TrimPrefix(string(kv.Key), prefix)] = true
-			}
-		}
-	}
-	for id := range j.previous {
-		if _, back := j.members[id]; !back {
-			return false
-		}
-	}
-	return len(j.previous) > 0
-}
-
-// rankBatch bounds the puts of one transaction (etcd allows 128 operations).
-const rankBatch = 100
-
-// close writes the members' ranks, in batches, then the round's record,
-// once. Every transaction requires the round counter still at this round,
-// no record yet, and this node still the closer; the record's also requires
-// that no node joined after the closer's view (one range compare, not one
-// per member). A member that left just before is caught by Watch.
-func (j *joiner) close() error {
-	r := j.r
-	nodes := make([]NodeRecord, 0, len(j.members))
-	for _, n := range j.members {
-		if n.PrevRound != j.target-1 {
-			n.PrevRank = -1 // back from an older round: it arrives as new
-		}
-		nodes = append(nodes, n)
-	}
-	ordered := orderMembers(admit(nodes), r.cfg.Shape.MaxNodes)
-	fence := []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(j.target)),
-		clientv3.Compare(clientv3.CreateRevision(r.k.closed(j.target)), "=", 0),
-		clientv3.Compare(clientv3.Value(r.k.closer(j.target)), "=", r.id),
-	}
-	base := 0
-	for _, m := range ordered {
-		base += m.Nproc
-	}
-	rec := RoundRecord{Round: j.target, Size: len(ordered), WorldSize: base,
-		MasterAddr: ordered[0].Addr, MasterPort: ordered[0].MasterPort, Restarts: j.c.restarts,
-		Arrivals: arrivalRuns(ordered)}
-	if rec.Arrivals == nil {
-		if written, err := j.writeRanks(ordered, fence); !written {
-			return err // a lost race needs nothing more: the watches tell
-		}
-	}
-	val, err := marshal(rec)
-	if err != nil {
-		return err
-	}
-	last := append(fence, clientv3.Compare(clientv3.CreateRevision(r.k.joinPrefix(j.target)), "<", j.seenRev+1).WithPrefix())
-	_, err = r.cli.Txn(j.ctx).If(last...).Then(clientv3.OpPut(r.k.closed(j.target), val)).Commit()
-	return err
-}
-
-// writeRanks writes the members' rank keys, in batches, each fenced; it
-// reports whether all were written.
-func (j *joiner) writeRanks(ordered []NodeRecord, fence []clientv3.Cmp) (bool, error) {
-	r := j.r
-	// Ranks left by an earlier attempt to close go first (etcd refuses a
-	// delete and puts of the same keys in one transaction).
-	resp, err := r.cli.Txn(j.ctx).If(fence...).Then(clientv3.OpDelete(r.k.rankPrefix(j.target), clientv3.WithPrefix())).Commit()
-	if err != nil || !resp.Succeeded {
-		return false, err
-	}
-	var ops []clientv3.Op
-	base := 0
-	for i, m := range ordered {
-		ops = append(ops, clientv3.OpPut(r.k.rank(j.target, m.ID), rankValue(i, base)))
-		base += m.Nproc
-		if len(ops) == rankBatch || i == len(ordered)-1 {
-			resp, err := r.cli.Txn(j.ctx).If(fence...).Then(ops...).Commit()
-			if err != nil || !resp.Succeeded {
-				return false, err
-			}
-			ops = nil
-		}
-	}
-	return true, nil
 }
 
 // report logs the wait at a modest rate.

@@ -3,6 +3,7 @@ package etcd
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"path"
 	"slices"
 	"strconv"
@@ -69,12 +70,23 @@ type RoundRecord struct {
 	MasterAddr string `json:"master_addr"`
 	MasterPort int    `json:"master_port"`
 	Restarts   int    `json:"restarts"`
+	// ShapeHash identifies the job's shape (shapeHash): every member
+	// checks it against its own.
+	ShapeHash string `json:"shape_hash"`
 	// Arrivals, when set, lists the members' join revisions in rank
 	// order as runs of consecutive revisions [first, count]. The closer
 	// sets it when ranks follow the order of arrival (no --node-rank, no
 	// earlier round's order to keep) in a few runs: a member then finds
 	// its rank from its own join revision, without reading its rank key.
 	Arrivals [][2]int64 `json:"arrivals,omitempty"`
+}
+
+// shapeHash is the hash of a recorded shape that round records carry:
+// FNV-1a, 64 bits, in hex.
+func shapeHash(recorded string) string {
+	h := fnv.New64a()
+	h.Write([]byte(recorded))
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // maxArrivalRuns bounds Arrivals, which every agent receives.

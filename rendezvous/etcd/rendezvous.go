@@ -84,6 +84,8 @@ type Rendezvous struct {
 	// lastRound that round's number (-1 before the first).
 	prevRank  int
 	lastRound int
+	// joining is the round of the last join attempt (-1 before the first).
+	joining int
 	// shape is cfg.Shape as recorded in etcd.
 	shape string
 }
@@ -127,7 +129,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 		// 64 random bits: host names and pids repeat (containers run the
 		// agent as pid 1), and many agents may share a process in tests.
 		id:   fmt.Sprintf("%s-%d-%016x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint64()),
-		life: life, stop: stop, prevRank: -1, lastRound: -1,
+		life: life, stop: stop, prevRank: -1, lastRound: -1, joining: -1,
 	}
 	shape, err := marshal(sh)
 	if err != nil {
@@ -248,7 +250,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 			if lastErr != nil {
 				return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 			}
-			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d)", ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.MinNodes)
+			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d)%s", ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.MinNodes, r.joinedNodes(ctx))
 		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, ErrShapeMismatch), errors.Is(err, ErrInvalidNode):
 			return rendezvous.Round{}, err
 		}
@@ -259,6 +261,31 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// joinedNodes names the nodes in the round this node last tried to join,
+// for a join timeout's message ("" if etcd cannot say).
+func (r *Rendezvous) joinedNodes(ctx context.Context) string {
+	if r.joining < 0 {
+		return ""
+	}
+	rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
+	defer cancel()
+	prefix := r.k.joinPrefix(r.joining)
+	resp, err := r.cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return ""
+	}
+	ids := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ids = append(ids, strings.TrimPrefix(string(kv.Key), prefix))
+	}
+	const shown = 16
+	more := ""
+	if len(ids) > shown {
+		ids, more = ids[:shown], fmt.Sprintf(" and %d more", len(ids)-shown)
+	}
+	return fmt.Sprintf("; %d in round %d: %s%s", len(resp.Kvs), r.joining, strings.Join(ids, ", "), more)
 }
 
 // joinLeased runs one join attempt under this node's lease: a lost lease

@@ -254,8 +254,8 @@ func TestJoinTimeoutNamesNodes(t *testing.T) {
 	t.Parallel()
 	as := mustAgents(t, 1, Config{Shape: shape(t.Name(), 2, 2, 1), JoinTimeout: 300 * time.Millisecond})
 	_, err := as[0].r.Next(context.Background(), rendezvous.Node{LocalWorldSize: 1, Role: "default"})
-	if !errors.Is(err, ErrJoinTimeout) {
-		t.Fatalf("Next = %v; want ErrJoinTimeout", err)
+	if !errors.Is(err, ErrJoinTimeout) || !strings.Contains(err.Error(), "1 in round 0: "+as[0].r.ID()) {
+		t.Fatalf("Next = %v; want ErrJoinTimeout naming the node that joined", err)
 	}
 }
 
