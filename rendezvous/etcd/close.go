@@ -181,4 +181,3 @@ func (j *joiner) writeRanks(ordered []NodeRecord, fence []clientv3.Cmp) (bool, e
 	}
 	return true, nil
 }
-
