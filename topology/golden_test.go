@@ -125,7 +125,7 @@ func TestLayerPlacementMatchesMegatron(t *testing.T) {
 	}
 	// The extra placements are named for their inputs.
 	extra := map[string]Pipeline{
-		"layer_placement_uneven_L80_pp4_vpp5_first15_last15": {NumLayers: 80, PP: 4, VPP: 5, FirstStageLayers: 15, LastStageLayers: 15},
+		"layer_placement_uneven_L80_pp4_vpp5_first15_last15":  {NumLayers: 80, PP: 4, VPP: 5, FirstStageLayers: 15, LastStageLayers: 15},
 		"layer_placement_uneven_L80_pp4_first19_last19_novpp": {NumLayers: 80, PP: 4, FirstStageLayers: 19, LastStageLayers: 19},
 	}
 	for i := range g.Extra {
