@@ -23,6 +23,7 @@ type Config struct {
 	EP                  *int    `key:"expert_model_parallel_size" alias:"ep" doc:"expert-parallel size"`
 	ETP                 *int    `key:"expert_tensor_parallel_size" alias:"etp" doc:"expert tensor-parallel size (default: tp)"`
 	DP                  *int    `key:"data_parallel_size" alias:"dp" doc:"data-parallel size (derived; checked when given)"`
+	ExpertDP            *int    `key:"expert_data_parallel_size" alias:"expt_dp" doc:"expert data-parallel size (derived; checked when given)"`
 	Order               *string `key:"order" doc:"rank order, fastest first (default tp-cp-ep-dp-pp)"`
 	TPPPDPMapping       *bool   `key:"use_tp_pp_dp_mapping" doc:"use the order tp-cp-ep-pp-dp"`
 	RankOffset          *int    `key:"rank_offset" doc:"Megatron's rank offset (only 0 is supported)"`
@@ -45,7 +46,7 @@ type Config struct {
 	GQA                 *bool   `key:"group_query_attention" doc:"use num_query_groups"`
 	KVChannels          *int    `key:"kv_channels" doc:"attention head size (default hidden / heads)"`
 	VocabSize           *int    `key:"vocab_size" doc:"vocabulary size"`
-	PaddedVocabSize     *int    `key:"padded_vocab_size" doc:"vocabulary size after padding (default: padded from vocab_size)"`
+	PaddedVocabSize     *int    `key:"padded_vocab_size" alias:"mlm_padded_vocab_size" doc:"vocabulary size after padding (default: padded from vocab_size)"`
 	VocabDivisibleBy    *int    `key:"make_vocab_size_divisible_by" doc:"vocabulary padding multiple, times tp (default 128)"`
 	ShouldPadVocab      *bool   `key:"should_pad_vocab" doc:"Megatron-Bridge: pad the vocabulary (default false)"`
 	Untie               *bool   `key:"untie_embeddings_and_output_weights" alias:"untie_embeddings" doc:"separate input embedding and output layer"`
@@ -65,6 +66,8 @@ type Config struct {
 
 	// Batch and training.
 	SeqLength        *int    `key:"seq_length" doc:"sequence length"`
+	NumMicroBatches  *int    `key:"num_microbatches" doc:"micro-batches per step (derived; checked when given)"`
+	Precision        *string `key:"precision" doc:"accepted for compatibility; the estimators assume bf16 weights with fp32 Adam"`
 	MicroBatchSize   *int    `key:"micro_batch_size" alias:"mbs" doc:"micro-batch size"`
 	GlobalBatchSize  *int    `key:"global_batch_size" alias:"gbs" doc:"global batch size (default micro-batch x dp)"`
 	DistOptimizer    *bool   `key:"use_distributed_optimizer" doc:"shard optimizer state over data parallel"`

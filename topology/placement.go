@@ -1,6 +1,9 @@
 package topology
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // Pipeline says how a model's transformer layers split over pipeline
 // stages, as Megatron Core places them.
@@ -27,6 +30,16 @@ type Chunk struct {
 	VPStage   int `json:"vp_stage"`
 	Offset    int `json:"offset"`
 	NumLayers int `json:"num_layers"`
+}
+
+// MarshalJSON writes vp_stage as null without virtual stages, as
+// Megatron's placement functions take it.
+func (c Chunk) MarshalJSON() ([]byte, error) {
+	vp := "null"
+	if c.VPStage >= 0 {
+		vp = strconv.Itoa(c.VPStage)
+	}
+	return []byte(fmt.Sprintf(`{"vp_stage":%s,"offset":%d,"num_layers":%d}`, vp, c.Offset, c.NumLayers)), nil
 }
 
 // Stage is the layers of one pipeline rank.

@@ -51,9 +51,10 @@ type Parallel struct {
 // MemoryReport is the estimate of the most loaded GPU against the device.
 type MemoryReport struct {
 	memory.Estimate
-	CapacityBytes float64 `json:"capacity_bytes,omitempty"`
-	// Fits is set when a capacity is known.
-	Fits *bool `json:"fits,omitempty"`
+	// CapacityBytes is the device's memory, 0 when unknown.
+	CapacityBytes float64 `json:"capacity_bytes"`
+	// Fits is null when the capacity is unknown.
+	Fits *bool `json:"fits"`
 	// HeadroomBytes is capacity minus total (negative: over).
 	HeadroomBytes float64  `json:"headroom_bytes,omitempty"`
 	NotCounted    []string `json:"not_counted"`
@@ -81,11 +82,14 @@ func MakePlan(c *Config, capacity float64, opt Options) (*Plan, error) {
 	}
 	p.Parallel.DP, p.Parallel.ExpertDP, p.Parallel.MicroBatches = s.DP(), s.EDP(), s.MicroBatches()
 	p.Parallel.Nodes = (s.World + s.PerNode - 1) / s.PerNode
-	stages, err := s.Pipeline().Stages()
-	if err != nil {
-		return nil, fmt.Errorf("plan: %w", err) // Validate let through a split Stages refuses: a bug
+	p.Stages = []Stage{}
+	if s.NumLayers > 0 {
+		stages, err := s.Pipeline().Stages()
+		if err != nil {
+			return nil, fmt.Errorf("plan: %w", err) // Validate let through a split Stages refuses: a bug
+		}
+		p.Stages = stages
 	}
-	p.Stages = stages
 	if opt.PerRank {
 		r, err := NewRanks(s.Layout())
 		if err != nil {
@@ -100,7 +104,7 @@ func MakePlan(c *Config, capacity float64, opt Options) (*Plan, error) {
 			p.Ranks[i] = r.Coordinates(i, s.PerNode)
 		}
 	}
-	if s.Hidden > 0 && s.Heads > 0 && s.SeqLength > 0 && (s.VocabSize > 0 || c.PaddedVocabSize != nil) {
+	if s.NumLayers > 0 && s.Hidden > 0 && s.Heads > 0 && s.SeqLength > 0 && (s.VocabSize > 0 || c.PaddedVocabSize != nil) {
 		est, err := estimate(c, s, opt.Estimator)
 		if err != nil {
 			return nil, err
@@ -109,7 +113,7 @@ func MakePlan(c *Config, capacity float64, opt Options) (*Plan, error) {
 		p.Recommendations = advise(c, s, opt.Estimator, capacity, est)
 	} else {
 		p.Warnings = append(p.Warnings, Issue{Rule: "memory-inputs", Severity: Warning,
-			Message: "no memory estimate: give hidden_size, num_attention_heads, seq_length and vocab_size"})
+			Message: "no memory estimate: give num_layers, hidden_size, num_attention_heads, seq_length and vocab_size"})
 	}
 	return p, nil
 }

@@ -6,6 +6,13 @@ import "fmt"
 func (k *checker) pipeline() {
 	c, s := k.c, k.s
 	L, pp, vpp := s.NumLayers, s.PP, s.VPP
+	if vpp > 0 && pp == 1 {
+		k.fail("vpp-needs-pp", fmt.Sprintf("virtual pipeline stages (%d) need pipeline_model_parallel_size above 1", vpp), "virtual_pipeline_model_parallel_size", vpp, "pipeline_model_parallel_size", pp)
+		return
+	}
+	if L == 0 {
+		return // nothing to split
+	}
 	lpv := c.LayersPerVirtual != nil
 	if c.VPP != nil && lpv {
 		k.fail("vpp-knobs", "set either virtual_pipeline_model_parallel_size or num_layers_per_virtual_pipeline_stage, not both",
@@ -22,10 +29,6 @@ func (k *checker) pipeline() {
 				"num_layers", L, "pipeline_model_parallel_size", pp, "num_layers_per_virtual_pipeline_stage", n)
 			return
 		}
-	}
-	if vpp > 0 && pp == 1 {
-		k.fail("vpp-needs-pp", fmt.Sprintf("virtual pipeline stages (%d) need pipeline_model_parallel_size above 1", vpp), "virtual_pipeline_model_parallel_size", vpp, "pipeline_model_parallel_size", pp)
-		return
 	}
 	if vpp > 0 && !boolOr(c.OverlapP2P, true) && pp <= 2 {
 		k.fail("vpp-no-overlap-pp", fmt.Sprintf("virtual pipeline stages without overlap_p2p_comm need pipeline_model_parallel_size above 2 (got %d): two ranks would exchange several sends and receives per batch", pp),
@@ -155,6 +158,11 @@ func (k *checker) experts() {
 		return
 	}
 	if s.EP > 1 && s.NumExperts == 0 {
+		if s.NumLayers == 0 && s.Hidden == 0 {
+			// A layout without a model: Megatron Core builds its groups.
+			k.warn("ep-needs-experts", fmt.Sprintf("expert_model_parallel_size %d: the model (num_experts) is not described", s.EP), "expert_model_parallel_size", s.EP)
+			return
+		}
 		k.fail("ep-needs-experts", fmt.Sprintf("expert_model_parallel_size %d needs num_experts", s.EP), "expert_model_parallel_size", s.EP)
 		return
 	}
@@ -179,6 +187,10 @@ func (k *checker) batch() {
 		return
 	}
 	dp := s.DP()
+	if c.NumMicroBatches != nil && s.GlobalBatch%(s.MicroBatch*dp) == 0 && *c.NumMicroBatches != s.MicroBatches() {
+		k.fail("microbatches-mismatch", fmt.Sprintf("num_microbatches %d, but global_batch_size %d / (micro_batch_size %d x dp %d) gives %d", *c.NumMicroBatches, s.GlobalBatch, s.MicroBatch, dp, s.MicroBatches()),
+			"num_microbatches", *c.NumMicroBatches)
+	}
 	if s.GlobalBatch%(s.MicroBatch*dp) != 0 {
 		k.fail("global-batch-divisible", fmt.Sprintf("global_batch_size %d is not a multiple of micro_batch_size %d x data-parallel size %d = %d", s.GlobalBatch, s.MicroBatch, dp, s.MicroBatch*dp),
 			"global_batch_size", s.GlobalBatch, "micro_batch_size", s.MicroBatch, "data_parallel_size", dp)
@@ -190,7 +202,7 @@ func (k *checker) recompute() {
 	c, s := k.c, k.s
 	offload := boolOr(c.CPUOffloading, false) || intOr(c.CPUOffloadLayers, 0) > 0
 	if offload {
-		if n := intOr(c.CPUOffloadLayers, 0); n < 0 || n >= s.NumLayers {
+		if n := intOr(c.CPUOffloadLayers, 0); n < 0 || (s.NumLayers > 0 && n >= s.NumLayers) {
 			k.fail("cpu-offload-layers", fmt.Sprintf("cpu_offloading_num_layers %d: want 0 to %d (fewer than num_layers)", n, s.NumLayers-1), "cpu_offloading_num_layers", n, "num_layers", s.NumLayers)
 		}
 		if s.PP > 1 {
@@ -211,7 +223,7 @@ func (k *checker) recompute() {
 			k.fail("recompute-full-method", fmt.Sprintf("full recompute needs recompute_method uniform or block (got %q)", m), "recompute_method", m)
 		}
 		perRank := s.NumLayers / max(s.PP, 1)
-		if n := intOr(c.RecomputeLayers, 0); n < 1 || n > perRank {
+		if n := intOr(c.RecomputeLayers, 0); n < 1 || (perRank > 0 && n > perRank) {
 			k.fail("recompute-full-layers", fmt.Sprintf("full recompute needs recompute_num_layers from 1 to the %d layers per pipeline rank (got %d)", perRank, n), "recompute_num_layers", n)
 		}
 	default:

@@ -105,7 +105,7 @@ func (k *checker) positive() {
 			"world_size", *c.WorldSize, "nnodes", *c.NNodes, "nproc_per_node", k.s.PerNode)
 	}
 	if k.s.NumLayers == 0 {
-		k.fail("num-layers-unknown", "num_layers is not set")
+		k.warn("num-layers-unknown", "num_layers is not set: no layer placement and no checks of the pipeline split")
 	}
 }
 
@@ -126,6 +126,10 @@ func (k *checker) world() {
 	if c.DP != nil && *c.DP != s.DP() {
 		k.fail("dp-mismatch", fmt.Sprintf("data_parallel_size %d, but world %d / (tp x pp x cp = %d) gives %d", *c.DP, s.World, model, s.DP()),
 			"data_parallel_size", *c.DP, "world_size", s.World)
+	}
+	if c.ExpertDP != nil && *c.ExpertDP != s.EDP() {
+		k.fail("dp-mismatch", fmt.Sprintf("expert_data_parallel_size %d, but world %d / (etp x ep x pp = %d) gives %d", *c.ExpertDP, s.World, s.ETP*s.EP*s.PP, s.EDP()),
+			"expert_data_parallel_size", *c.ExpertDP, "world_size", s.World)
 	}
 	if _, err := NewRanks(s.Layout()); err != nil {
 		k.fail("order", fmt.Sprintf("rank order: %v", err), "order", s.Order)
