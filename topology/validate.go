@@ -26,6 +26,9 @@ type Issue struct {
 
 func (i Issue) String() string { return string(i.Severity) + ": " + i.Message }
 
+// MaxWorldSize is the largest world a plan takes (2^21 ranks).
+const MaxWorldSize = 1 << 21
+
 // checker collects every issue of one configuration.
 type checker struct {
 	c      *Config
@@ -99,6 +102,23 @@ func (k *checker) positive() {
 	}
 	if k.s.World == 0 {
 		k.fail("world-size-unknown", "world size unknown: give world_size, or nnodes and nproc_per_node")
+	}
+	if k.s.World > MaxWorldSize {
+		k.fail("world-size-limit", fmt.Sprintf("world size %d: gorun plans at most %d ranks", k.s.World, MaxWorldSize), "world_size", k.s.World)
+	}
+	// No dimension can exceed the world (this also keeps their products
+	// from overflowing).
+	for _, d := range []struct {
+		key  string
+		size int
+	}{{"tensor_model_parallel_size", k.s.TP}, {"pipeline_model_parallel_size", k.s.PP}, {"context_parallel_size", k.s.CP},
+		{"expert_model_parallel_size", k.s.EP}, {"expert_tensor_parallel_size", k.s.ETP}} {
+		if k.s.World > 0 && d.size > k.s.World {
+			k.fail("size-above-world", fmt.Sprintf("%s %d is larger than the world size %d", d.key, d.size, k.s.World), d.key, d.size, "world_size", k.s.World)
+		}
+	}
+	if k.s.VPP > 0 && k.s.NumLayers > 0 && k.s.VPP > k.s.NumLayers {
+		k.fail("vpp-above-layers", fmt.Sprintf("virtual_pipeline_model_parallel_size %d exceeds num_layers %d", k.s.VPP, k.s.NumLayers), "virtual_pipeline_model_parallel_size", k.s.VPP)
 	}
 	if c.WorldSize != nil && c.NNodes != nil && *c.WorldSize != *c.NNodes*k.s.PerNode {
 		k.fail("world-size-mismatch", fmt.Sprintf("world_size %d differs from nnodes %d x nproc_per_node %d = %d", *c.WorldSize, *c.NNodes, k.s.PerNode, *c.NNodes*k.s.PerNode),
