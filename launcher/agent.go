@@ -153,7 +153,11 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		res.ExitCode = 1
 		return res, false, err
 	}
-	specs := PlanWorkers(cfg, shared, round, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
+	specs, err := PlanWorkers(cfg, shared, round, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
+	if err != nil {
+		res.ExitCode = 1
+		return res, false, err
+	}
 	cfg.Log.Debugf("round %d: group rank %d of %d, world size %d, master %s:%d", round.Number, round.GroupRank, round.GroupWorldSize, round.WorldSize, round.MasterAddr, round.MasterPort)
 	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/gorun-dev/gorun/topology"
 )
 
 // Defaults of Config fields, named after the flags that set them.
@@ -97,6 +99,10 @@ type Config struct {
 	Role string
 	// RunID is the job id (TORCHELASTIC_RUN_ID).
 	RunID string
+	// Layout, when set, is the job's parallel layout (gorun --plan): each
+	// round's world size gives its data-parallel size, and every worker
+	// gets the layout and its coordinates in GORUN_* variables.
+	Layout *topology.Layout
 
 	// MaxRestarts is the number of restarts after a worker failure.
 	MaxRestarts int

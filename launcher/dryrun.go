@@ -24,7 +24,7 @@ type DryRunPlan struct {
 // PlanDryRun returns the workers of the first attempt of cfg in round,
 // without creating or starting anything. A round with MasterPort 0 stands
 // for a port chosen at launch.
-func PlanDryRun(cfg *Config, round rendezvous.Round) DryRunPlan {
+func PlanDryRun(cfg *Config, round rendezvous.Round) (DryRunPlan, error) {
 	shared, warnings := SharedEnv(cfg)
 	errorFile := func(lr int) string {
 		if cfg.LogDir == "" {
@@ -32,12 +32,16 @@ func PlanDryRun(cfg *Config, round rendezvous.Round) DryRunPlan {
 		}
 		return filepath.Join(cfg.LogDir, cfg.RunID, "attempt_0", strconv.Itoa(lr), "error.json")
 	}
+	workers, err := PlanWorkers(cfg, shared, round, 0, errorFile)
+	if err != nil {
+		return DryRunPlan{}, err
+	}
 	return DryRunPlan{
 		RunID:              round.RunID,
 		MasterPortAtLaunch: round.MasterPort == 0,
 		Warnings:           warnings,
-		Workers:            PlanWorkers(cfg, shared, round, 0, errorFile),
-	}
+		Workers:            workers,
+	}, nil
 }
 
 // Write prints the plan as text, or as JSON when format is "json".

@@ -83,9 +83,9 @@ func TestPlanWorkersEnvironment(t *testing.T) {
 	}
 	round := rendezvous.Round{RunID: "job", GroupRank: 1, GroupWorldSize: 2, BaseRank: 2, WorldSize: 4,
 		BaseRoleRank: 2, RoleWorldSize: 4, MasterAddr: "10.0.0.1", MasterPort: 1234}
-	specs := PlanWorkers(&cfg, nil, round, 2, func(lr int) string { return "/e/" + string(rune('0'+lr)) })
-	if len(specs) != 2 {
-		t.Fatalf("got %d workers; want 2", len(specs))
+	specs, err := PlanWorkers(&cfg, nil, round, 2, func(lr int) string { return "/e/" + string(rune('0'+lr)) })
+	if err != nil || len(specs) != 2 {
+		t.Fatalf("got %d workers, %v; want 2", len(specs), err)
 	}
 	want := map[string]string{
 		"LOCAL_RANK": "1", "RANK": "3", "GROUP_RANK": "1", "ROLE_RANK": "3", "ROLE_NAME": "trainer",

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -132,6 +133,46 @@ func TestPlanGroupsThroughTheCommandLine(t *testing.T) {
 		}
 		if len(plan.Ranks) == 0 || plan.Ranks[len(plan.Ranks)-1]["rank"] != len(plan.Ranks)-1 {
 			t.Errorf("%s: per-rank list %v", l.ID, plan.Ranks)
+		}
+	}
+}
+
+// TestLaunchWithPlan: gorun --plan gives each worker the layout and its
+// coordinates, and refuses a layout or world size that does not fit
+// before any worker starts.
+func TestLaunchWithPlan(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan.yaml")
+	if err := os.WriteFile(plan, []byte("tensor_model_parallel_size: 2\npipeline_model_parallel_size: 2\nnum_layers: 8\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := writeScript(t, `touch "$1/started.$RANK"; echo "$RANK tp=$GORUN_TP_RANK pp=$GORUN_PP_RANK dp=$GORUN_DP_RANK of $GORUN_TP/$GORUN_PP/$GORUN_DP"`)
+	r := runGorun(t, testEnv(), "--plan", plan, "--nproc-per-node=8", "--no-prefix", "--no-python", script, dir)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	// Megatron's default order tp-cp-ep-dp-pp: rank = tp + 2*(dp + 2*pp).
+	for rank := range 8 {
+		want := fmt.Sprintf("%d tp=%d pp=%d dp=%d of 2/2/2", rank, rank%2, rank/4, rank/2%2)
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("no %q in\n%s", want, r.stdout)
+		}
+	}
+	for _, tt := range []struct {
+		name, nproc, extra, stderr string
+	}{
+		{"layout does not fit", "6", "", "not valid for 6 workers"},
+		{"world size differs", "8", "world_size: 16\n", "world_size 16, but this launch runs 8 workers"},
+	} {
+		if err := os.WriteFile(plan, []byte("tensor_model_parallel_size: 2\npipeline_model_parallel_size: 2\n"+tt.extra), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		refused := t.TempDir()
+		r := runGorun(t, testEnv(), "--plan", plan, "--nproc-per-node="+tt.nproc, "--no-python", script, refused)
+		left, _ := os.ReadDir(refused)
+		if r.code != 2 || !strings.Contains(r.stderr, tt.stderr) || len(left) != 0 {
+			t.Errorf("%s: exit %d, %d workers started; want 2 and none\n%s", tt.name, r.code, len(left), r.stderr)
 		}
 	}
 }

@@ -53,6 +53,7 @@ const (
 	fNoPrefix         = "no-prefix"
 	fNoMemoryDefaults = "no-memory-defaults"
 	fDryRun           = "dry-run"
+	fPlan             = "plan"
 	fFormat           = "format"
 	fLogLevel         = "log-level"
 )
@@ -112,6 +113,7 @@ func launchFlags() []cli.Flag {
 		str(catWorkers, fStartMethod, "spawn", "spawn, fork or forkserver; accepted for torchrun compatibility (every worker is a fresh process)", true),
 		str(catWorkers, fNumaBinding, "", "torchrun's NUMA binding of GPU workers: node, socket, exclusive or core-complex (not applied yet: gorun warns)", false),
 		boolean(catWorkers, fDryRun, "print each worker's rank, command line and the environment gorun adds; start nothing", false),
+		str(catWorkers, fPlan, "", "a gorun plan file (YAML): validate its layout for this launch before any worker starts, and give each worker GORUN_TP/PP/VPP/CP/EP/DP and its coordinates", false),
 		str(catWorkers, fFormat, "text", "output of --dry-run: text or json", false),
 
 		// Rendezvous.

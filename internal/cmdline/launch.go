@@ -57,6 +57,11 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
+	if path := c.String(fPlan); path != "" {
+		if cfg.Layout, err = planLayout(path, cfg.NprocPerNode, round.WorldSize, log); err != nil {
+			return usageError("%v", err)
+		}
+	}
 	if plan.standalone != nil && !c.Bool(fDryRun) {
 		if store := startLocalStore(log); store != nil {
 			defer func() {
@@ -74,7 +79,11 @@ func launchAction(c *cli.Context, opts Options) error {
 		if format != "text" && format != "json" {
 			return usageError("--format=%q: want text or json", format)
 		}
-		if err := launcher.PlanDryRun(&cfg, round).Write(c.App.Writer, format); err != nil {
+		dry, err := launcher.PlanDryRun(&cfg, round)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		if err := dry.Write(c.App.Writer, format); err != nil {
 			return cli.Exit(err.Error(), 1)
 		}
 		return nil

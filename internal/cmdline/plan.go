@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/memory"
@@ -114,6 +115,42 @@ func planConfig(c *cli.Context) (*topology.Config, error) {
 		}
 	}
 	return cfg, errors.Join(errs...)
+}
+
+// planLayout reads a plan file for a launch of world workers, nproc per
+// node: the file's world size and ranks per node, when given, must be the
+// launch's, and its layout must be valid for it (warnings are logged).
+func planLayout(path string, nproc, world int, log *logrus.Logger) (*topology.Layout, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--plan: %w", err)
+	}
+	cfg, err := topology.ParseYAML(path, data)
+	if err != nil {
+		return nil, fmt.Errorf("--plan: %w", err)
+	}
+	if w, ok := cfg.Get("world_size").(int); ok && w != world {
+		return nil, fmt.Errorf("--plan %s: world_size %d, but this launch runs %d workers (nnodes x nproc-per-node)", path, w, world)
+	}
+	if n, ok := cfg.Get("nproc_per_node").(int); ok && n != nproc {
+		return nil, fmt.Errorf("--plan %s: nproc_per_node %d, but this launch runs --nproc-per-node %d", path, n, nproc)
+	}
+	if err := errors.Join(cfg.Set("world_size", world), cfg.Set("nproc_per_node", nproc), cfg.Set("nnodes", nil)); err != nil {
+		return nil, err
+	}
+	var errs []string
+	for _, i := range topology.Validate(cfg) {
+		if i.Severity == topology.Error {
+			errs = append(errs, i.Message)
+		} else {
+			log.Warnf("--plan %s: %s", path, i.Message)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("--plan %s: the layout is not valid for %d workers:\n  %s", path, world, strings.Join(errs, "\n  "))
+	}
+	l := cfg.Resolve().Layout()
+	return &l, nil
 }
 
 // planCapacity is gpu_memory, else the gpu preset's memory, else 0.
