@@ -69,7 +69,9 @@ func planAction(c *cli.Context) error {
 	}
 	if format == "json" {
 		enc := json.NewEncoder(c.App.Writer)
-		enc.SetIndent("", "  ")
+		if plan.WorldSize <= compactAbove || c.Bool("summary") {
+			enc.SetIndent("", "  ")
+		}
 		err = enc.Encode(plan)
 	} else {
 		err = plan.WriteText(c.App.Writer)
@@ -82,6 +84,10 @@ func planAction(c *cli.Context) error {
 	}
 	return nil
 }
+
+// compactAbove is the world size above which per-rank JSON is written
+// without indentation (one rank per line would be millions of lines).
+const compactAbove = 1024
 
 // planConfig reads --config, then the flags over it.
 func planConfig(c *cli.Context) (*topology.Config, error) {
