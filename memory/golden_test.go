@@ -73,8 +73,8 @@ func (c goldenCase) inputs() Inputs {
 		SequenceParallel: tr.SP && p.TP > 1, Recompute: tr.Recompute}
 }
 
-// close reports whether got is within a relative 1e-12 of want.
-func close(got, want float64) bool {
+// near reports whether got is within a relative 1e-12 of want.
+func near(got, want float64) bool {
 	if got == want {
 		return true
 	}
@@ -111,7 +111,7 @@ func TestMegatronLMMatchesUpstream(t *testing.T) {
 			}{{"weights and optimizer", e.WeightsAndOptimizerBytes, c.MLM.WO}, {"activations (SP formula)", in.mlmActivationSP(), c.MLM.ActSP},
 				{"activations (without SP formula)", in.mlmActivationWithoutSP(), c.MLM.ActNoSP}, {"activations reported", e.ActivationBytes, c.MLM.Act},
 				{"total", e.TotalBytes, c.MLM.Total}} {
-				if !close(v.got, v.want) {
+				if !near(v.got, v.want) {
 					t.Errorf("%s: %v; want %v (relative error %.3g)", v.name, v.got, v.want, math.Abs(v.got-v.want)/v.want)
 				}
 			}
@@ -134,7 +134,7 @@ func TestBridgeMatchesUpstream(t *testing.T) {
 					got, want float64
 				}{{"weights and optimizer", e.WeightsAndOptimizerBytes, want.WO}, {"activations", e.ActivationBytes, want.Act},
 					{"total", e.TotalBytes, want.Total}, {"parameters", e.TotalParameters, want.Params}} {
-					if !close(v.got, v.want) {
+					if !near(v.got, v.want) {
 						t.Errorf("%s: %v; want %v", v.name, v.got, v.want)
 					}
 				}
@@ -143,8 +143,8 @@ func TestBridgeMatchesUpstream(t *testing.T) {
 				}
 				for i, wc := range want.Components {
 					gc := e.Components[i]
-					if gc.Name != wc.Name || !close(gc.Parameters, wc.Parameters) || !close(gc.ParametersPerGPU, wc.ParametersPerGPU) ||
-						gc.BytesPerParameter != wc.BytesPerParameter || !close(gc.Bytes, wc.Bytes) {
+					if gc.Name != wc.Name || !near(gc.Parameters, wc.Parameters) || !near(gc.ParametersPerGPU, wc.ParametersPerGPU) ||
+						gc.BytesPerParameter != wc.BytesPerParameter || !near(gc.Bytes, wc.Bytes) {
 						t.Errorf("component %d: %+v; want %+v", i, gc, wc)
 					}
 				}
