@@ -44,7 +44,7 @@ type Work struct {
 	P2P bool
 
 	mu       sync.Mutex
-	shelf    []*Tensor    // strong references (mode 2)
+	shelf    []*Tensor     // strong references (mode 2)
 	recorded []recordedUse // uses to erase at Wait (modes 1, 3; P2P in 2)
 	waited   bool
 }
