@@ -22,7 +22,7 @@ func benchCommand(opts Options) *cli.Command {
 		Name:            "bench",
 		Usage:           "measure gorun against its anchors (torchrun) in the same run",
 		HideHelpCommand: true,
-		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv},
+		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, benchMemoryCommand()},
 	}
 }
 

@@ -1,0 +1,91 @@
+package cmdline
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun-dev/gorun/internal/bench/membench"
+	"github.com/gorun-dev/gorun/memory"
+)
+
+// benchMemoryCommand is `gorun bench memory`: training-step memory
+// patterns replayed on the simulated device under each reuse mode.
+func benchMemoryCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "memory",
+		Usage: "replay a training step's memory pattern on the simulated device: peak memory, events and violations per MULTI_STREAM_MEMORY_REUSE mode",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "workload", Value: "all", Usage: "ddp, fsdp, ddp-late-wait, fragmentation, or all"},
+			&cli.StringFlag{Name: "mode", Usage: "0, 1, 2, 3, none (no protection), or all (default: " + memory.ReuseEnv + ", else 2)"},
+			&cli.BoolFlag{Name: "expandable-segments", Usage: "the allocator grows one segment per stream instead of fixed segments"},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "text (a table) or json (one object per run)"},
+		},
+		Action: benchMemoryAction,
+	}
+}
+
+func benchMemoryAction(c *cli.Context) error {
+	workloads := membench.Workloads
+	if w := c.String("workload"); w != "all" {
+		workloads = []string{w}
+	}
+	modes, err := benchModes(c.String("mode"))
+	if err != nil {
+		return usageError("%v", err)
+	}
+	format := c.String("format")
+	if format != "text" && format != "json" {
+		return usageError("--format=%q: want text or json", format)
+	}
+	var results []membench.Result
+	for _, w := range workloads {
+		for _, m := range modes {
+			res, err := membench.Run(c.Context, membench.Config{Workload: w, Mode: m, ExpandableSegments: c.Bool("expandable-segments")})
+			if err != nil {
+				if strings.HasPrefix(err.Error(), "--workload") {
+					return usageError("%v", err)
+				}
+				return cli.Exit("bench memory: "+err.Error(), 1)
+			}
+			results = append(results, res)
+		}
+	}
+	if format == "json" {
+		enc := json.NewEncoder(c.App.Writer)
+		for _, r := range results {
+			if err := enc.Encode(r); err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tmode\texpandable\tpeak reserved MiB\tpeak allocated MiB\tpeak active MiB\tevents\tviolations\tout of memory\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%.0f\t%.0f\t%.0f\t%d\t%d\t%v\t\n", r.Workload, r.Mode, r.ExpandableSegments,
+			float64(r.PeakReservedBytes)/(1<<20), float64(r.PeakAllocatedBytes)/(1<<20), float64(r.PeakActiveBytes)/(1<<20), r.EventsCreated, r.Violations, r.OOM)
+	}
+	return tw.Flush()
+}
+
+// benchModes reads --mode: the environment's mode when empty.
+func benchModes(s string) ([]memory.Mode, error) {
+	switch s {
+	case "":
+		m, err := memory.ModeFromEnv()
+		return []memory.Mode{m}, err
+	case "all":
+		return []memory.Mode{memory.ModeRecordStream, memory.ModeEraseRecordStream, memory.ModeAvoidRecordStream, memory.ModeEraseWithBlock, memory.ModeNone}, nil
+	case "none":
+		return []memory.Mode{memory.ModeNone}, nil
+	}
+	m, err := memory.ParseMode(s)
+	if err != nil || s == "" {
+		return nil, fmt.Errorf("--mode=%q: want 0, 1, 2, 3, none or all", s)
+	}
+	return []memory.Mode{m}, nil
+}
