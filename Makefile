@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PYTHON   ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test test-gpu demo demo-torch bench bench-launch bench-rendezvous bench-plan lint fmt tidy-check update-golden clean help
+.PHONY: all build test test-gpu demo demo-torch bench bench-launch bench-rendezvous bench-plan bench-memory lint fmt tidy-check update-golden clean help
 
 all: build
 
@@ -34,13 +34,17 @@ demo: build ## three workers that print their ranks; rank 1 fails once and all r
 demo-torch: build ## the PyTorch DDP example on three CPU workers (needs python3-torch)
 	bin/gorun --nproc-per-node=3 --python $(PYTHON) examples/pytorch/train_ddp.py --steps 20
 
-bench: bench-launch bench-rendezvous bench-plan ## every benchmark
+bench: bench-launch bench-rendezvous bench-plan bench-memory ## every benchmark
 
 bench-launch: build ## gorun vs torchrun: empty job, failure -> replacement; writes docs/benchmarks.md
 	bin/gorun bench launch --python $(PYTHON) --write docs/benchmarks.md
 
 bench-rendezvous: build ## N agents through the etcd rendezvous vs the etcd floor; writes docs/benchmarks.md
 	bin/gorun bench rendezvous --agents 64,256,1024,4096 --format text --write docs/benchmarks.md
+
+bench-memory: build ## reuse modes on the simulated device: peak memory, events, violations (anchor: mode 0)
+	bin/gorun bench memory --mode all
+	bin/gorun bench memory --mode all --expandable-segments
 
 bench-plan: ## gorun plan of a 131,072-GPU layout (Go benchmark; no anchor exists)
 	$(GO) test -run '^$$' -bench Plan131072 -benchmem ./topology/

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 )
@@ -368,16 +367,4 @@ func (d *SimDevice) Close() {
 	}
 	d.mu.Unlock()
 	d.wg.Wait()
-}
-
-// segmentsBySize lists the live fixed segments, largest first (tests).
-func (d *SimDevice) segmentsBySize() []int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []int
-	for _, b := range d.segments {
-		out = append(out, len(b))
-	}
-	sort.Sort(sort.Reverse(sort.IntSlice(out)))
-	return out
 }

@@ -63,11 +63,22 @@ func benchMemoryAction(c *cli.Context) error {
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\texpandable\tpeak reserved MiB\tpeak allocated MiB\tpeak active MiB\tevents\tviolations\tout of memory\t")
+	// The anchor is mode 0, PyTorch's classic recordStream, in the same run.
+	anchor := map[string]int64{}
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%.0f\t%.0f\t%.0f\t%d\t%d\t%v\t\n", r.Workload, r.Mode, r.ExpandableSegments,
-			float64(r.PeakReservedBytes)/(1<<20), float64(r.PeakAllocatedBytes)/(1<<20), float64(r.PeakActiveBytes)/(1<<20), r.EventsCreated, r.Violations, r.OOM)
+		if r.Mode == "0" {
+			anchor[r.Workload] = r.PeakReservedBytes
+		}
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tmode\texpandable\tpeak reserved MiB\tvs mode 0\tpeak allocated MiB\tpeak active MiB\tevents\tviolations\tout of memory\t")
+	for _, r := range results {
+		ratio := "-"
+		if a := anchor[r.Workload]; a > 0 {
+			ratio = fmt.Sprintf("%.2fx", float64(r.PeakReservedBytes)/float64(a))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%.0f\t%s\t%.0f\t%.0f\t%d\t%d\t%v\t\n", r.Workload, r.Mode, r.ExpandableSegments,
+			float64(r.PeakReservedBytes)/(1<<20), ratio, float64(r.PeakAllocatedBytes)/(1<<20), float64(r.PeakActiveBytes)/(1<<20), r.EventsCreated, r.Violations, r.OOM)
 	}
 	return tw.Flush()
 }
