@@ -1,0 +1,175 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gorun-dev/gorun/memory"
+)
+
+// DefaultTimeout bounds one collective, as ProcessGroupNCCL's default.
+const DefaultTimeout = 10 * time.Minute
+
+// Options configure a process group.
+type Options struct {
+	// Device, Allocator and Engine hold the tensors; the group adds its
+	// communication stream to Device.
+	Device    memory.Device
+	Allocator *memory.Allocator
+	Engine    *memory.Engine
+	// Compute is the stream the caller works on (default 0): the group's
+	// stream waits for it before each collective, and Wait orders it
+	// after the collective.
+	Compute memory.Stream
+	// Timeout bounds each collective (default DefaultTimeout).
+	Timeout time.Duration
+	// Name prefixes the group's keys in the store (several groups).
+	Name string
+}
+
+// Group is a process group on the CPU backend.
+type Group struct {
+	rank, size int
+	mesh       *mesh
+	opt        Options
+	comm       memory.Stream
+
+	mu      sync.Mutex
+	broken  error // the first failure: later calls fail fast
+	scratch []byte
+}
+
+// NewGroup connects rank of size ranks through st.
+func NewGroup(ctx context.Context, st Store, rank, size int, host string, opt Options) (*Group, error) {
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("comm: rank %d of %d: want 0 <= rank < size", rank, size)
+	}
+	if opt.Device == nil || opt.Allocator == nil || opt.Engine == nil {
+		return nil, errors.New("comm: Options need a Device, an Allocator and an Engine")
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	prefix := "pg/" + opt.Name + "/"
+	m, err := connectMesh(ctx, st, prefix, rank, size, host)
+	if err != nil {
+		return nil, err
+	}
+	return &Group{rank: rank, size: size, mesh: m, opt: opt, comm: opt.Device.NewStream()}, nil
+}
+
+// Rank is this process's rank in the group; Size the group's size.
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the number of ranks.
+func (g *Group) Size() int { return g.size }
+
+// Close ends the connections. Pending collectives fail.
+func (g *Group) Close() error {
+	g.mesh.close()
+	return nil
+}
+
+// Work is an asynchronous operation.
+type Work struct {
+	g    *Group
+	mw   *memory.Work
+	done chan struct{}
+	err  error
+}
+
+// Wait blocks until the operation is done, orders the caller's stream
+// after it and releases what the reuse mode held; it returns the
+// operation's error.
+func (w *Work) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := w.g.opt.Device.Synchronize(ctx, w.mw.End); err != nil {
+		return err
+	}
+	w.g.opt.Engine.Wait(w.mw, w.g.opt.Compute)
+	return w.err
+}
+
+// IsCompleted reports whether the operation finished (well or not).
+func (w *Work) IsCompleted() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Err is the operation's error once completed (nil before).
+func (w *Work) Err() error {
+	if !w.IsCompleted() {
+		return nil
+	}
+	return w.err
+}
+
+// MemoryWork is the reuse engine's view of w, for a watchdog.
+func (w *Work) MemoryWork() *memory.Work { return w.mw }
+
+// launch runs fn on the group's stream after the caller's stream, with
+// tensors protected by the reuse engine.
+func (g *Group) launch(name string, p2p bool, fn func(deadline time.Time) error, tensors ...*memory.Tensor) (*Work, error) {
+	g.mu.Lock()
+	broken := g.broken
+	g.mu.Unlock()
+	if broken != nil {
+		return nil, fmt.Errorf("comm: %s: the process group failed earlier: %w", name, broken)
+	}
+	dev, eng := g.opt.Device, g.opt.Engine
+	eng.Drain()
+	ready := dev.NewEvent()
+	dev.Record(ready, g.opt.Compute)
+	dev.StreamWait(g.comm, ready)
+	w := &Work{g: g, done: make(chan struct{})}
+	regions := make([]memory.Region, len(tensors))
+	for i, t := range tensors {
+		regions[i] = t.Region()
+	}
+	dev.Launch(g.comm, memory.Op{Name: name, Reads: regions, Writes: regions, Run: func() {
+		w.err = fn(time.Now().Add(g.opt.Timeout))
+		if w.err != nil {
+			g.mu.Lock()
+			if g.broken == nil {
+				g.broken = w.err
+			}
+			g.mu.Unlock()
+			g.mesh.close() // the others see this rank go, at once
+		}
+		close(w.done)
+	}})
+	w.mw = &memory.Work{Stream: g.comm, End: dev.NewEvent(), P2P: p2p}
+	dev.Record(w.mw.End, g.comm)
+	eng.Launch(w.mw, tensors...)
+	return w, nil
+}
+
+// scratchBuf returns the group's scratch space of n bytes (reused).
+func (g *Group) scratchBuf(n int) []byte {
+	if cap(g.scratch) < n {
+		g.scratch = make([]byte, n)
+	}
+	return g.scratch[:n]
+}
+
+func checkTensor(name string, t *memory.Tensor, d DType) ([]byte, error) {
+	b := t.Bytes()
+	if b == nil {
+		return nil, fmt.Errorf("comm: %s: the tensor has no host memory", name)
+	}
+	if len(b)%d.Size() != 0 {
+		return nil, fmt.Errorf("comm: %s: %d bytes is not a whole number of %s elements", name, len(b), d)
+	}
+	return b, nil
+}

@@ -1,0 +1,181 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// peer is the connection to one other rank, with the message counters of
+// each direction: every message carries its number and length, so two
+// ranks that disagree on what comes next get an error, not garbage.
+type peer struct {
+	rank       int
+	conn       net.Conn
+	sent, recv uint64
+	hdrOut     [16]byte
+	hdrIn      [16]byte
+}
+
+// mesh connects every pair of ranks once over TCP.
+type mesh struct {
+	rank, size int
+	peers      []*peer // by rank; nil for this rank
+}
+
+// connectMesh publishes this rank's listening address in the store under
+// prefix, dials every lower rank and accepts every higher one.
+func connectMesh(ctx context.Context, st Store, prefix string, rank, size int, host string) (*mesh, error) {
+	m := &mesh{rank: rank, size: size, peers: make([]*peer, size)}
+	if size == 1 {
+		return m, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: listen on %s: %w", rank, host, err)
+	}
+	defer ln.Close()
+	if err := st.Set(ctx, prefix+"addr/"+strconv.Itoa(rank), ln.Addr().String()); err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	// Accept the higher ranks; each says who it is.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		defer stop()
+		for range size - 1 - rank {
+			c, err := ln.Accept()
+			if err != nil {
+				fail(fmt.Errorf("rank %d: accept: %w", rank, err))
+				return
+			}
+			var id [4]byte
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.ReadFull(c, id[:]); err != nil {
+				c.Close()
+				fail(fmt.Errorf("rank %d: handshake: %w", rank, err))
+				return
+			}
+			_ = c.SetReadDeadline(time.Time{})
+			r := int(binary.LittleEndian.Uint32(id[:]))
+			if r <= rank || r >= size || m.peers[r] != nil {
+				c.Close()
+				fail(fmt.Errorf("rank %d: a connection claims rank %d", rank, r))
+				return
+			}
+			m.peers[r] = &peer{rank: r, conn: tune(c)}
+		}
+	}()
+	var d net.Dialer
+	for r := range rank {
+		addr, err := st.Get(ctx, prefix+"addr/"+strconv.Itoa(r))
+		if err != nil {
+			fail(err)
+			break
+		}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			fail(fmt.Errorf("rank %d: connect to rank %d at %s: %w", rank, r, addr, err))
+			break
+		}
+		var id [4]byte
+		binary.LittleEndian.PutUint32(id[:], uint32(rank))
+		if _, err := c.Write(id[:]); err != nil {
+			c.Close()
+			fail(err)
+			break
+		}
+		m.peers[r] = &peer{rank: r, conn: tune(c)}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		m.close()
+		return nil, errors.Join(errs...)
+	}
+	return m, nil
+}
+
+// tune sets the socket options for bulk transfers.
+func tune(c net.Conn) net.Conn {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetReadBuffer(4 << 20)
+		_ = tc.SetWriteBuffer(4 << 20)
+	}
+	return c
+}
+
+func (m *mesh) close() {
+	for _, p := range m.peers {
+		if p != nil {
+			p.conn.Close()
+		}
+	}
+}
+
+// send writes one message to rank r before deadline.
+func (m *mesh) send(r int, b []byte, deadline time.Time) error {
+	p := m.peers[r]
+	_ = p.conn.SetWriteDeadline(deadline)
+	binary.LittleEndian.PutUint64(p.hdrOut[:8], p.sent)
+	binary.LittleEndian.PutUint64(p.hdrOut[8:], uint64(len(b)))
+	p.sent++
+	if _, err := p.conn.Write(p.hdrOut[:]); err != nil {
+		return m.peerErr(r, "send to", err)
+	}
+	if _, err := p.conn.Write(b); err != nil {
+		return m.peerErr(r, "send to", err)
+	}
+	return nil
+}
+
+// recv reads the next message from rank r into b, which must be its size.
+func (m *mesh) recv(r int, b []byte, deadline time.Time) error {
+	p := m.peers[r]
+	_ = p.conn.SetReadDeadline(deadline)
+	if _, err := io.ReadFull(p.conn, p.hdrIn[:]); err != nil {
+		return m.peerErr(r, "receive from", err)
+	}
+	seq, n := binary.LittleEndian.Uint64(p.hdrIn[:8]), binary.LittleEndian.Uint64(p.hdrIn[8:])
+	if seq != p.recv || n != uint64(len(b)) {
+		return fmt.Errorf("rank %d: message %d of %d bytes from rank %d, expected message %d of %d bytes: the ranks called different collectives (desync)",
+			m.rank, seq, n, r, p.recv, len(b))
+	}
+	p.recv++
+	if _, err := io.ReadFull(p.conn, b); err != nil {
+		return m.peerErr(r, "receive from", err)
+	}
+	return nil
+}
+
+// exchange sends to one rank while receiving from another.
+func (m *mesh) exchange(to int, out []byte, from int, in []byte, deadline time.Time) error {
+	errc := make(chan error, 1)
+	go func() { errc <- m.send(to, out, deadline) }()
+	rerr := m.recv(from, in, deadline)
+	serr := <-errc
+	return errors.Join(rerr, serr)
+}
+
+func (m *mesh) peerErr(r int, what string, err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("rank %d: %s rank %d: timed out (the peer is stuck or gone): %w", m.rank, what, r, err)
+	}
+	return fmt.Errorf("rank %d: %s rank %d: %w (the peer may have exited)", m.rank, what, r, err)
+}
