@@ -20,7 +20,10 @@ bin/gorun-etcd: FORCE
 bin/hello: FORCE
 	$(GO) build -o $@ ./examples/hello
 
-build: bin/gorun bin/gorun-etcd bin/hello ## build bin/gorun, bin/gorun-etcd (gorun with etcd, run by gorun when needed) and the examples
+bin/ddp: FORCE
+	$(GO) build -o $@ ./examples/ddp
+
+build: bin/gorun bin/gorun-etcd bin/hello bin/ddp ## build bin/gorun, bin/gorun-etcd (gorun with etcd, run by gorun when needed) and the examples
 
 test: build ## unit and integration tests, with the race detector
 	$(GO) test -race -count=1 ./...
@@ -28,8 +31,9 @@ test: build ## unit and integration tests, with the race detector
 test-gpu: build ## tests that need an NVIDIA GPU (PyTorch DDP over NCCL)
 	GORUN_TEST_GPU=1 GORUN_TEST_PYTHON=$(PYTHON) $(GO) test -count=1 -run 'GPU' -v ./cmd/gorun/
 
-demo: build ## three workers that print their ranks; rank 1 fails once and all restart
+demo: build ## three workers that print their ranks, rank 1 fails once and all restart; then data-parallel SGD in Go on 4 workers
 	bin/gorun --nproc-per-node=3 --max-restarts=1 --no-python bin/hello --fail-rank=1
+	bin/gorun --nproc-per-node=4 --no-python bin/ddp --steps 10
 
 demo-torch: build ## the PyTorch DDP example on three CPU workers (needs python3-torch)
 	bin/gorun --nproc-per-node=3 --python $(PYTHON) examples/pytorch/train_ddp.py --steps 20

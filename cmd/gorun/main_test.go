@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(storeWorkerEnv) == "1" {
 		os.Exit(storeWorker())
 	}
+	if os.Getenv(commWorkerEnv) == "1" {
+		os.Exit(commWorker())
+	}
 	dir, err := os.MkdirTemp("", "gorun-test-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -32,7 +35,8 @@ func TestMain(m *testing.M) {
 	// gorun and its companion gorun-etcd, side by side as make build
 	// leaves them.
 	gorunBin = filepath.Join(dir, "gorun")
-	for _, b := range [][2]string{{gorunBin, "."}, {filepath.Join(dir, "gorun-etcd"), "../gorun-etcd"}} {
+	ddpBin = filepath.Join(dir, "ddp")
+	for _, b := range [][2]string{{gorunBin, "."}, {filepath.Join(dir, "gorun-etcd"), "../gorun-etcd"}, {ddpBin, "../../examples/ddp"}} {
 		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", b[0], b[1])
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gorun-dev/gorun/comm"
+)
+
+// commWorkerEnv makes the test binary a worker that runs collectives on
+// the CPU backend (see commWorker).
+const commWorkerEnv = "GORUN_TEST_COMM_WORKER"
+
+// commWorker checks every reduction of all-reduce for every dtype, and
+// all-gather, broadcast, all-to-all and barrier, between real processes.
+func commWorker() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: 30 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.Close()
+	r, w := env.Rank(), env.Size()
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "rank %d: "+format+"\n", append([]any{r}, a...)...)
+		return 1
+	}
+	const n = 11
+	for _, d := range []comm.DType{comm.Float32, comm.Float64, comm.BFloat16, comm.Float16, comm.Int32, comm.Int64, comm.Uint8} {
+		for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.Min, comm.Max, comm.Prod} {
+			x, err := env.Allocator.Empty(int64(n*d.Size()), 0)
+			if err != nil {
+				return fail("%v", err)
+			}
+			for i := range n {
+				put(x.Bytes(), d, i, float64(1+(r+i)%2)) // 1 or 2: exact everywhere
+			}
+			if err := comm.Sync(ctx)(env.AllReduce(x, d, op)); err != nil {
+				return fail("all_reduce %s %s: %v", d, op, err)
+			}
+			for i := range n {
+				ones, twos := 0, 0
+				for q := range w {
+					if (q+i)%2 == 0 {
+						ones++
+					} else {
+						twos++
+					}
+				}
+				want := map[comm.ReduceOp]float64{comm.Sum: float64(ones + 2*twos), comm.Prod: math.Pow(2, float64(twos)),
+					comm.Min: map[bool]float64{true: 1, false: 2}[ones > 0], comm.Max: map[bool]float64{true: 2, false: 1}[twos > 0]}[op]
+				if op == comm.Avg {
+					want = float64(ones+2*twos) / float64(w)
+					if d == comm.Int32 || d == comm.Int64 || d == comm.Uint8 {
+						want = math.Trunc(want)
+					}
+				}
+				if got := get(x.Bytes(), d, i); math.Abs(got-want) > 1e-2*math.Abs(want) {
+					return fail("all_reduce %s %s: element %d = %v; want %v", d, op, i, got, want)
+				}
+			}
+			x.Release()
+		}
+	}
+	in, _ := env.Allocator.Empty(4, 0)
+	out, _ := env.Allocator.Empty(int64(4*w), 0)
+	put(in.Bytes(), comm.Int32, 0, float64(r*r))
+	if err := comm.Sync(ctx)(env.AllGather(out, in)); err != nil {
+		return fail("all_gather: %v", err)
+	}
+	for q := range w {
+		if got := get(out.Bytes(), comm.Int32, q); got != float64(q*q) {
+			return fail("all_gather: from rank %d got %v", q, got)
+		}
+	}
+	put(in.Bytes(), comm.Int32, 0, float64(100+r))
+	if err := comm.Sync(ctx)(env.Broadcast(in, w-1)); err != nil || get(in.Bytes(), comm.Int32, 0) != float64(100+w-1) {
+		return fail("broadcast: %v, %v", err, get(in.Bytes(), comm.Int32, 0))
+	}
+	src, _ := env.Allocator.Empty(int64(4*w), 0)
+	for q := range w {
+		put(src.Bytes(), comm.Int32, q, float64(10*r+q))
+	}
+	if err := comm.Sync(ctx)(env.AllToAll(out, src)); err != nil {
+		return fail("all_to_all: %v", err)
+	}
+	for q := range w {
+		if got := get(out.Bytes(), comm.Int32, q); got != float64(10*q+r) {
+			return fail("all_to_all: from rank %d got %v", q, got)
+		}
+	}
+	if err := comm.Sync(ctx)(env.Barrier()); err != nil {
+		return fail("barrier: %v", err)
+	}
+	fmt.Printf("rank %d of %d: every collective checked\n", r, w)
+	return 0
+}
+
+func put(b []byte, d comm.DType, i int, v float64) {
+	p := unsafe.Pointer(&b[i*d.Size()])
+	switch d {
+	case comm.Float32:
+		*(*float32)(p) = float32(v)
+	case comm.Float64:
+		*(*float64)(p) = v
+	case comm.Int32:
+		*(*int32)(p) = int32(v)
+	case comm.Int64:
+		*(*int64)(p) = int64(v)
+	case comm.Uint8:
+		*(*uint8)(p) = uint8(v)
+	case comm.BFloat16:
+		*(*uint16)(p) = comm.BFloat16FromFloat32(float32(v))
+	case comm.Float16:
+		*(*uint16)(p) = comm.Float16FromFloat32(float32(v))
+	}
+}
+
+func get(b []byte, d comm.DType, i int) float64 {
+	p := unsafe.Pointer(&b[i*d.Size()])
+	switch d {
+	case comm.Float32:
+		return float64(*(*float32)(p))
+	case comm.Float64:
+		return *(*float64)(p)
+	case comm.Int32:
+		return float64(*(*int32)(p))
+	case comm.Int64:
+		return float64(*(*int64)(p))
+	case comm.Uint8:
+		return float64(*(*uint8)(p))
+	case comm.BFloat16:
+		return float64(comm.BFloat16ToFloat32(*(*uint16)(p)))
+	}
+	return float64(comm.Float16ToFloat32(*(*uint16)(p)))
+}
+
+// TestCollectivesBetweenProcesses runs the collectives between worker
+// processes launched by gorun, at world sizes 1 to 5.
+func TestCollectivesBetweenProcesses(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := 1; w <= 5; w++ {
+		r := runGorun(t, testEnv(commWorkerEnv+"=1"), "--nproc-per-node="+strconv.Itoa(w), "--no-python", self)
+		if r.code != 0 || strings.Count(r.stdout, "every collective checked") != w {
+			t.Errorf("world %d: exit %d\n%s\n%s", w, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestGoDDPSameModelAnyWorld: examples/ddp trains the same model on 1, 3
+// and 5 ranks (the global batch is split and gradients summed).
+func TestGoDDPSameModelAnyWorld(t *testing.T) {
+	t.Parallel()
+	var lines []string
+	for _, w := range []string{"1", "3", "5"} {
+		r := runGorun(t, testEnv(), "--nproc-per-node="+w, "--no-python", ddpBin, "--steps", "5")
+		final := linesWithPrefix(r.stdout, "[default0]:final ")
+		if r.code != 0 || len(final) != 1 {
+			t.Fatalf("world %s: exit %d\n%s\n%s", w, r.code, r.stdout, r.stderr)
+		}
+		lines = append(lines, final[0])
+	}
+	parse := func(s string) (loss, sum float64) {
+		fmt.Sscanf(s, "loss=%g checksum=%g", &loss, &sum)
+		return
+	}
+	l0, c0 := parse(lines[0])
+	for _, l := range lines[1:] {
+		if l1, c1 := parse(l); math.Abs(l1-l0) > 1e-6*math.Abs(l0) || math.Abs(c1-c0) > 1e-5 {
+			t.Errorf("worlds differ: %q vs %q", lines[0], l)
+		}
+	}
+}
+
+// TestGoDDPHungRankTimesOut: a rank that stops calling collectives makes
+// the others fail after --collective-timeout, and the job stops.
+func TestGoDDPHungRankTimesOut(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--no-python", ddpBin, "--steps", "10", "--hang-rank", "1", "--hang-step", "2", "--collective-timeout", "1s")
+	if r.code == 0 || !strings.Contains(r.stderr, "timed out") {
+		t.Errorf("exit %d; want a failure naming the timeout\n%s", r.code, r.stderr)
+	}
+}
+
+var ddpBin = filepath.Join(os.TempDir(), "unset")

@@ -1,0 +1,165 @@
+// Command ddp is data-parallel SGD in Go on gorun's process groups: a
+// linear regression on synthetic data, the global batch split across the
+// ranks, gradients bucketed and all-reduced asynchronously (Wait before
+// the update), so that one rank and N ranks train the same model up to
+// float rounding.
+//
+//	gorun --nproc-per-node=4 --no-python bin/ddp --steps 20
+//
+// Fault injection for the watchdog: --hang-rank R --hang-step S makes
+// rank R stop calling collectives at step S; --collective-timeout bounds
+// each collective.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/gorun-dev/gorun/comm"
+	"github.com/gorun-dev/gorun/memory"
+)
+
+const (
+	features    = 64
+	globalBatch = 240 // divisible by 1-6, 8, 10, ... ranks; others split unevenly
+	buckets     = 4
+)
+
+func main() {
+	steps := flag.Int("steps", 20, "training steps")
+	backend := flag.String("backend", "cpu", "process-group backend (cpu)")
+	lr := flag.Float64("lr", 0.05, "learning rate")
+	hangRank := flag.Int("hang-rank", -1, "rank that stops calling collectives (fault injection; -1: none)")
+	hangStep := flag.Int("hang-step", 0, "step at which --hang-rank stops")
+	timeout := flag.Duration("collective-timeout", comm.DefaultTimeout, "bound of each collective")
+	flag.Parse()
+	if *backend != "cpu" {
+		fmt.Fprintf(os.Stderr, "ddp: --backend=%q: this build has the cpu backend only (nccl and hccl are not built yet)\n", *backend)
+		os.Exit(2)
+	}
+	if *steps < 1 || *timeout <= 0 {
+		fmt.Fprintln(os.Stderr, "ddp: --steps must be at least 1 and --collective-timeout positive")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := train(ctx, *steps, float32(*lr), *hangRank, *hangStep, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "ddp:", err)
+		os.Exit(1)
+	}
+}
+
+func train(ctx context.Context, steps int, lr float32, hangRank, hangStep int, timeout time.Duration) error {
+	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	rank, world := env.Rank(), env.Size()
+	a := env.Allocator
+	// The model: features weights and a bias, the same on every rank.
+	w := make([]float32, features+1)
+	truth := make([]float32, features+1)
+	for i := range truth {
+		truth[i] = float32(i%7) - 3
+	}
+	// Gradient buckets: device tensors reduced asynchronously.
+	per := (features + 1 + buckets - 1) / buckets
+	lo, hi := rank*globalBatch/world, (rank+1)*globalBatch/world
+	lossBuf, err := a.Empty(8, 0)
+	if err != nil {
+		return err
+	}
+	defer lossBuf.Release()
+	for step := range steps {
+		if rank == hangRank && step == hangStep {
+			fmt.Fprintf(os.Stderr, "rank %d: hanging at step %d (fault injection)\n", rank, step)
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		grad := make([]float64, features+1)
+		var loss float64
+		rng := rand.New(rand.NewPCG(uint64(step), 42)) // every rank draws the same global batch
+		x := make([]float32, features)
+		for row := range globalBatch {
+			var y, pred float32
+			for j := range x {
+				x[j] = float32(rng.NormFloat64())
+				y += truth[j] * x[j]
+				pred += w[j] * x[j]
+			}
+			y += truth[features] + 0.01*float32(rng.NormFloat64())
+			pred += w[features]
+			if row < lo || row >= hi {
+				continue // another rank's share
+			}
+			diff := float64(pred - y)
+			loss += diff * diff
+			for j := range x {
+				grad[j] += 2 * diff * float64(x[j])
+			}
+			grad[features] += 2 * diff
+		}
+		// Bucket the gradient sums and all-reduce them asynchronously.
+		var works []*comm.Work
+		var tensors []*memory.Tensor
+		for b := 0; b < features+1; b += per {
+			n := min(per, features+1-b)
+			t, err := a.Empty(int64(8*n), 0)
+			if err != nil {
+				return err
+			}
+			copy(float64s(t.Bytes()), grad[b:b+n])
+			wk, err := env.AllReduce(t, comm.Float64, comm.Sum)
+			if err != nil {
+				return err
+			}
+			works, tensors = append(works, wk), append(tensors, t)
+		}
+		float64s(lossBuf.Bytes())[0] = loss
+		lw, err := env.AllReduce(lossBuf, comm.Float64, comm.Sum)
+		if err != nil {
+			return err
+		}
+		for i, wk := range works {
+			if err := wk.Wait(ctx); err != nil {
+				return fmt.Errorf("step %d: %w", step, err)
+			}
+			copy(grad[i*per:], float64s(tensors[i].Bytes()))
+			tensors[i].Release()
+		}
+		if err := lw.Wait(ctx); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		for j := range w {
+			w[j] -= lr * float32(grad[j]/globalBatch)
+		}
+		if rank == 0 {
+			fmt.Printf("step %d loss=%.6f\n", step, float64s(lossBuf.Bytes())[0]/globalBatch)
+		}
+	}
+	var checksum float64
+	for _, v := range w {
+		checksum += float64(v)
+	}
+	final := float64s(lossBuf.Bytes())[0] / globalBatch
+	if math.IsNaN(final) {
+		return errors.New("the loss is NaN")
+	}
+	if rank == 0 {
+		fmt.Printf("final loss=%.6f checksum=%.6f\n", final, checksum)
+	}
+	return nil
+}
+
+// float64s views a tensor's host bytes as float64s.
+func float64s(b []byte) []float64 { return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8) }
