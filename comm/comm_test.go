@@ -20,7 +20,7 @@ type world struct {
 	allocs []*memory.Allocator
 }
 
-func newWorld(t *testing.T, size int, mode memory.Mode, timeout time.Duration) *world {
+func newWorld(t testing.TB, size int, mode memory.Mode, timeout time.Duration) *world {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

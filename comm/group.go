@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -28,6 +29,10 @@ type Options struct {
 	Timeout time.Duration
 	// Name prefixes the group's keys in the store (several groups).
 	Name string
+	// Transport chooses between shared memory and TCP per peer
+	// (TransportAuto, TransportTCP, TransportSHM); empty: the
+	// GORUN_CPU_TRANSPORT environment variable, else auto.
+	Transport string
 }
 
 // Group is a process group on the CPU backend.
@@ -54,8 +59,21 @@ func NewGroup(ctx context.Context, st Store, rank, size int, host string, opt Op
 		opt.Timeout = DefaultTimeout
 	}
 	prefix := "pg/" + opt.Name + "/"
+	transport := opt.Transport
+	if transport == "" {
+		transport = os.Getenv(TransportEnv)
+	}
+	switch transport {
+	case TransportAuto, TransportTCP, TransportSHM:
+	default:
+		return nil, fmt.Errorf("comm: %s=%q: want tcp or shm (unset: shared memory on one host, else TCP)", TransportEnv, transport)
+	}
 	m, err := connectMesh(ctx, st, prefix, rank, size, host)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.setupShm(transport); err != nil {
+		m.close()
 		return nil, err
 	}
 	return &Group{rank: rank, size: size, mesh: m, opt: opt, comm: opt.Device.NewStream()}, nil

@@ -18,6 +18,7 @@ import (
 type peer struct {
 	rank       int
 	conn       net.Conn
+	shm        *shmLink // set when the peer shares this host's memory
 	sent, recv uint64
 	hdrOut     [16]byte
 	hdrIn      [16]byte
@@ -27,6 +28,7 @@ type peer struct {
 type mesh struct {
 	rank, size int
 	peers      []*peer // by rank; nil for this rank
+	watchers   sync.WaitGroup
 }
 
 // connectMesh publishes this rank's listening address in the store under
@@ -126,6 +128,13 @@ func (m *mesh) close() {
 			p.conn.Close()
 		}
 	}
+	m.watchers.Wait()
+	for _, p := range m.peers {
+		if p != nil && p.shm != nil {
+			p.shm.close()
+			p.shm = nil
+		}
+	}
 }
 
 // send writes one message to rank r before deadline.
@@ -135,6 +144,15 @@ func (m *mesh) send(r int, b []byte, deadline time.Time) error {
 	binary.LittleEndian.PutUint64(p.hdrOut[:8], p.sent)
 	binary.LittleEndian.PutUint64(p.hdrOut[8:], uint64(len(b)))
 	p.sent++
+	if p.shm != nil {
+		if err := p.shm.write(p.hdrOut[:], deadline); err != nil {
+			return fmt.Errorf("rank %d: send to rank %d: %w", m.rank, r, err)
+		}
+		if err := p.shm.write(b, deadline); err != nil {
+			return fmt.Errorf("rank %d: send to rank %d: %w", m.rank, r, err)
+		}
+		return nil
+	}
 	if _, err := p.conn.Write(p.hdrOut[:]); err != nil {
 		return m.peerErr(r, "send to", err)
 	}
@@ -144,12 +162,26 @@ func (m *mesh) send(r int, b []byte, deadline time.Time) error {
 	return nil
 }
 
+// readFull reads len(b) bytes from the peer's link.
+func (m *mesh) readFull(p *peer, b []byte, deadline time.Time) error {
+	if p.shm != nil {
+		if err := p.shm.read(b, deadline); err != nil {
+			return fmt.Errorf("rank %d: receive from rank %d: %w", m.rank, p.rank, err)
+		}
+		return nil
+	}
+	if _, err := io.ReadFull(p.conn, b); err != nil {
+		return m.peerErr(p.rank, "receive from", err)
+	}
+	return nil
+}
+
 // recv reads the next message from rank r into b, which must be its size.
 func (m *mesh) recv(r int, b []byte, deadline time.Time) error {
 	p := m.peers[r]
 	_ = p.conn.SetReadDeadline(deadline)
-	if _, err := io.ReadFull(p.conn, p.hdrIn[:]); err != nil {
-		return m.peerErr(r, "receive from", err)
+	if err := m.readFull(p, p.hdrIn[:], deadline); err != nil {
+		return err
 	}
 	seq, n := binary.LittleEndian.Uint64(p.hdrIn[:8]), binary.LittleEndian.Uint64(p.hdrIn[8:])
 	if seq != p.recv || n != uint64(len(b)) {
@@ -157,10 +189,7 @@ func (m *mesh) recv(r int, b []byte, deadline time.Time) error {
 			m.rank, seq, n, r, p.recv, len(b))
 	}
 	p.recv++
-	if _, err := io.ReadFull(p.conn, b); err != nil {
-		return m.peerErr(r, "receive from", err)
-	}
-	return nil
+	return m.readFull(p, b, deadline)
 }
 
 // exchange sends to one rank while receiving from another.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 )
 
 // ErrDeviceMemory is returned when the device has no memory left.
@@ -23,8 +25,8 @@ type SimDevice struct {
 	used     int64 // allocated segments and mapped pages
 	nextAddr uintptr
 	segments map[uintptr][]byte // fixed segments by base address
-	pages    map[uintptr][]byte // mapped pages by address
-	pageSize map[uintptr]int64
+	reserved map[uintptr][]byte // address ranges reserved with mmap
+	pageSize map[uintptr]int64  // mapped ranges by address
 	streams  []*simStream
 	events   int
 	hb       *checker
@@ -69,7 +71,7 @@ const simQueueDepth = 1 << 14
 // NewSimDevice returns a simulated device of total bytes with its default
 // stream (0).
 func NewSimDevice(total int64) *SimDevice {
-	d := &SimDevice{total: total, nextAddr: 1 << 20, segments: map[uintptr][]byte{}, pages: map[uintptr][]byte{},
+	d := &SimDevice{total: total, nextAddr: 1 << 20, segments: map[uintptr][]byte{}, reserved: map[uintptr][]byte{},
 		pageSize: map[uintptr]int64{}, hb: newChecker()}
 	d.NewStream()
 	return d
@@ -119,28 +121,43 @@ func (d *SimDevice) Free(ptr uintptr) error {
 	return nil
 }
 
-// ReserveAddress implements Device.
+// ReserveAddress implements Device: host address space reserved with
+// mmap (no memory until pages are mapped), so that an expandable segment
+// is contiguous host memory too.
 func (d *SimDevice) ReserveAddress(size int64) (uintptr, error) {
+	b, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	if err != nil {
+		return 0, fmt.Errorf("reserve %d bytes of address space: %w", size, err)
+	}
+	p := uintptr(unsafe.Pointer(&b[0]))
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.address(size), nil
+	d.reserved[p] = b
+	return p, nil
 }
 
-// MapPages implements Device: one host buffer per mapped range.
+// MapPages implements Device: the range becomes readable and writable
+// host memory.
 func (d *SimDevice) MapPages(ptr uintptr, size int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.used+size > d.total {
 		return fmt.Errorf("%w: map %d bytes, %d of %d free", ErrDeviceMemory, size, d.total-d.used, d.total)
 	}
-	d.pages[ptr] = make([]byte, size)
+	b := d.reservedRange(ptr, size)
+	if b == nil {
+		return fmt.Errorf("map %#x: not in a reserved range", ptr)
+	}
+	if err := syscall.Mprotect(b, syscall.PROT_READ|syscall.PROT_WRITE); err != nil {
+		return fmt.Errorf("map %#x: %w", ptr, err)
+	}
 	d.pageSize[ptr] = size
 	d.used += size
 	return nil
 }
 
 // UnmapPages implements Device: ptr and size must be a range mapped
-// before, or a run of such ranges.
+// before, or a run of such ranges; their memory goes back to the host.
 func (d *SimDevice) UnmapPages(ptr uintptr, size int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -149,7 +166,10 @@ func (d *SimDevice) UnmapPages(ptr uintptr, size int64) error {
 		if !ok {
 			return fmt.Errorf("unmap %#x: not mapped", ptr)
 		}
-		delete(d.pages, ptr)
+		if b := d.reservedRange(ptr, n); b != nil {
+			_ = syscall.Madvise(b, syscall.MADV_DONTNEED)
+			_ = syscall.Mprotect(b, syscall.PROT_NONE)
+		}
 		delete(d.pageSize, ptr)
 		d.used -= n
 		ptr += uintptr(n)
@@ -157,20 +177,29 @@ func (d *SimDevice) UnmapPages(ptr uintptr, size int64) error {
 	return nil
 }
 
-// Bytes implements Device: the host memory of a region inside one
-// segment or one mapped range.
-func (d *SimDevice) Bytes(ptr uintptr, size int64) []byte {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, m := range []map[uintptr][]byte{d.segments, d.pages} {
-		for base, b := range m {
-			if ptr >= base && ptr+uintptr(size) <= base+uintptr(len(b)) {
-				off := ptr - base
-				return b[off : off+uintptr(size) : off+uintptr(size)]
-			}
+// reservedRange is the host memory of [ptr, ptr+size) in a reservation.
+func (d *SimDevice) reservedRange(ptr uintptr, size int64) []byte {
+	for base, b := range d.reserved {
+		if ptr >= base && ptr+uintptr(size) <= base+uintptr(len(b)) {
+			off := ptr - base
+			return b[off : off+uintptr(size) : off+uintptr(size)]
 		}
 	}
 	return nil
+}
+
+// Bytes implements Device: the host memory of a region inside one
+// segment or one reserved range (whose pages must be mapped).
+func (d *SimDevice) Bytes(ptr uintptr, size int64) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for base, b := range d.segments {
+		if ptr >= base && ptr+uintptr(size) <= base+uintptr(len(b)) {
+			off := ptr - base
+			return b[off : off+uintptr(size) : off+uintptr(size)]
+		}
+	}
+	return d.reservedRange(ptr, size)
 }
 
 // NewStream implements Device.
@@ -367,4 +396,10 @@ func (d *SimDevice) Close() {
 	}
 	d.mu.Unlock()
 	d.wg.Wait()
+	d.mu.Lock()
+	for p, b := range d.reserved {
+		_ = syscall.Munmap(b)
+		delete(d.reserved, p)
+	}
+	d.mu.Unlock()
 }

@@ -15,14 +15,16 @@ import (
 // same run.
 func benchCommand(opts Options) *cli.Command {
 	rdzv := placeholder("rendezvous", "time N agents through the etcd rendezvous against the etcd floor (--agents N, --format json)")
+	commBench := placeholder("comm", "time collectives between N workers launched by gorun, like nccl-tests, against gloo and this machine's floors")
 	if opts.Elastic != nil {
 		rdzv = opts.Elastic.BenchRendezvousCommand()
+		commBench = opts.Elastic.BenchCommCommand()
 	}
 	return &cli.Command{
 		Name:            "bench",
 		Usage:           "measure gorun against its anchors (torchrun) in the same run",
 		HideHelpCommand: true,
-		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, benchMemoryCommand()},
+		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, benchMemoryCommand(), commBench},
 	}
 }
 

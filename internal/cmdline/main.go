@@ -50,6 +50,9 @@ type Elastic interface {
 	StoreCommand() *cli.Command
 	// BenchRendezvousCommand is `gorun bench rendezvous`.
 	BenchRendezvousCommand() *cli.Command
+	// BenchCommCommand is `gorun bench comm` (it needs the network stack,
+	// which gorun itself leaves out to start fast).
+	BenchCommCommand() *cli.Command
 }
 
 // ElasticSpec is a launch's rendezvous settings, as the flags gave them.
