@@ -45,6 +45,7 @@ type Group struct {
 	mu      sync.Mutex
 	broken  error // the first failure: later calls fail fast
 	scratch []byte
+	work    []byte // reduce-scatter's accumulator
 }
 
 // NewGroup connects rank of size ranks through st.
@@ -74,6 +75,7 @@ func NewGroup(ctx context.Context, st Store, rank, size int, host string, opt Op
 	}
 	if err := m.setupShm(transport); err != nil {
 		m.close()
+		m.unmapShm()
 		return nil, err
 	}
 	return &Group{rank: rank, size: size, mesh: m, opt: opt, comm: opt.Device.NewStream()}, nil
@@ -85,9 +87,19 @@ func (g *Group) Rank() int { return g.rank }
 // Size is the number of ranks.
 func (g *Group) Size() int { return g.size }
 
-// Close ends the connections. Pending collectives fail.
+// Close ends the connections; pending collectives fail. It waits (up to
+// a minute) for the group's stream to finish its queue before releasing
+// the shared memory. Close the group before its device.
 func (g *Group) Close() error {
 	g.mesh.close()
+	ev := g.opt.Device.NewEvent()
+	g.opt.Device.Record(ev, g.comm)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := g.opt.Device.Synchronize(ctx, ev); err != nil {
+		return fmt.Errorf("comm: close: the group's stream did not finish: %w", err)
+	}
+	g.mesh.unmapShm()
 	return nil
 }
 

@@ -32,11 +32,9 @@ func (g *Group) ringAllReduce(buf []byte, d DType, op ReduceOp, dl time.Time) er
 		for s := range w - 1 {
 			so, se := chunk(r-s, n, w, es)
 			ro, re := chunk(r-s-1, n, w, es)
-			in := g.scratchBuf(re - ro)
-			if err := g.mesh.exchange(next, buf[so:se], prev, in, dl); err != nil {
+			if err := g.exchangeReduce(next, buf[so:se], prev, buf[ro:re], d, op, dl); err != nil {
 				return err
 			}
-			reduceInto(d, op, buf[ro:re], in)
 		}
 		if op == Avg {
 			o, e := chunk(r+1, n, w, es)
@@ -51,6 +49,40 @@ func (g *Group) ringAllReduce(buf []byte, d DType, op ReduceOp, dl time.Time) er
 		}
 	}
 	return nil
+}
+
+// pipeSegment is the piece size of a reducing exchange: each piece is
+// reduced while the next one is on its way.
+const pipeSegment = 1 << 20
+
+// exchangeReduce sends out to rank to while receiving, from rank from,
+// the peer's copy of acc's chunk in pieces, reducing each into acc as it
+// arrives.
+func (g *Group) exchangeReduce(to int, out []byte, from int, acc []byte, d DType, op ReduceOp, dl time.Time) error {
+	errc := make(chan error, 1)
+	go func() {
+		for off := 0; off < len(out); off += pipeSegment {
+			if err := g.mesh.send(to, out[off:min(off+pipeSegment, len(out))], dl); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	var rerr error
+	tmp := g.scratchBuf(min(pipeSegment, len(acc)))
+	for off := 0; off < len(acc) && rerr == nil; off += pipeSegment {
+		piece := acc[off:min(off+pipeSegment, len(acc))]
+		if rerr = g.mesh.recv(from, tmp[:len(piece)], dl); rerr == nil {
+			reduceInto(d, op, piece, tmp[:len(piece)])
+		}
+	}
+	if rerr != nil {
+		g.mesh.close() // unblocks the sender
+		<-errc
+		return rerr
+	}
+	return <-errc
 }
 
 // AllGather gathers every rank's in into out (size ranks x in, in rank
@@ -83,16 +115,17 @@ func (g *Group) ReduceScatter(out, in *memory.Tensor, d DType, op ReduceOp) (*Wo
 	}
 	return g.launch("reduce_scatter", false, func(dl time.Time) error {
 		w, r, n := g.size, g.rank, len(ob)
-		work := g.scratchBuf(2 * len(ib))
-		acc, tmp := work[:len(ib)], work[len(ib):len(ib)+n]
+		if cap(g.work) < len(ib) {
+			g.work = make([]byte, len(ib))
+		}
+		acc := g.work[:len(ib)]
 		copy(acc, ib)
 		next, prev := (r+1)%w, (r-1+w)%w
 		for s := range w - 1 {
 			si, ri := ((r-s-1)%w+w)%w, ((r-s-2)%w+w)%w
-			if err := g.mesh.exchange(next, acc[si*n:(si+1)*n], prev, tmp, dl); err != nil {
+			if err := g.exchangeReduce(next, acc[si*n:(si+1)*n], prev, acc[ri*n:(ri+1)*n], d, op, dl); err != nil {
 				return err
 			}
-			reduceInto(d, op, acc[ri*n:(ri+1)*n], tmp)
 		}
 		copy(ob, acc[r*n:(r+1)*n])
 		if op == Avg {

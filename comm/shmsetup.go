@@ -2,6 +2,7 @@ package comm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -62,7 +63,13 @@ func (m *mesh) setupShm(transport string) error {
 		go func() {
 			defer m.watchers.Done()
 			var b [1]byte
-			_, _ = p.conn.Read(b[:]) // returns when the peer or this rank closes
+			for { // returns when the peer or this rank closes
+				_, err := p.conn.Read(b[:])
+				var ne net.Error
+				if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+					break
+				}
+			}
 			dead.Store(true)
 		}()
 	}

@@ -129,10 +129,14 @@ func (m *mesh) close() {
 		}
 	}
 	m.watchers.Wait()
+}
+
+// unmapShm releases the shared memory; no operation may use the mesh any
+// more.
+func (m *mesh) unmapShm() {
 	for _, p := range m.peers {
 		if p != nil && p.shm != nil {
 			p.shm.close()
-			p.shm = nil
 		}
 	}
 }
@@ -140,7 +144,9 @@ func (m *mesh) close() {
 // send writes one message to rank r before deadline.
 func (m *mesh) send(r int, b []byte, deadline time.Time) error {
 	p := m.peers[r]
-	_ = p.conn.SetWriteDeadline(deadline)
+	if p.shm == nil {
+		_ = p.conn.SetWriteDeadline(deadline)
+	}
 	binary.LittleEndian.PutUint64(p.hdrOut[:8], p.sent)
 	binary.LittleEndian.PutUint64(p.hdrOut[8:], uint64(len(b)))
 	p.sent++
@@ -179,7 +185,9 @@ func (m *mesh) readFull(p *peer, b []byte, deadline time.Time) error {
 // recv reads the next message from rank r into b, which must be its size.
 func (m *mesh) recv(r int, b []byte, deadline time.Time) error {
 	p := m.peers[r]
-	_ = p.conn.SetReadDeadline(deadline)
+	if p.shm == nil {
+		_ = p.conn.SetReadDeadline(deadline)
+	}
 	if err := m.readFull(p, p.hdrIn[:], deadline); err != nil {
 		return err
 	}
