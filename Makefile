@@ -28,8 +28,8 @@ build: bin/gorun bin/gorun-etcd bin/hello bin/ddp ## build bin/gorun, bin/gorun-
 test: build ## unit and integration tests, with the race detector
 	$(GO) test -race -count=1 ./...
 
-test-gpu: build ## tests that need an NVIDIA GPU (PyTorch DDP over NCCL)
-	GORUN_TEST_GPU=1 GORUN_TEST_PYTHON=$(PYTHON) $(GO) test -count=1 -run 'GPU' -v ./cmd/gorun/
+test-gpu: build ## tests that need an NVIDIA GPU (PyTorch DDP over NCCL; gorun's NCCL binding on the real library)
+	GORUN_TEST_GPU=1 GORUN_TEST_PYTHON=$(PYTHON) $(GO) test -count=1 -run 'GPU' -v ./cmd/gorun/ ./comm/nccl/
 
 demo: build ## three workers that print their ranks, rank 1 fails once and all restart; then data-parallel SGD in Go on 4 workers
 	bin/gorun --nproc-per-node=3 --max-restarts=1 --no-python bin/hello --fail-rank=1
