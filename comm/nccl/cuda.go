@@ -174,7 +174,9 @@ func (d *Device) StreamWait(s memory.Stream, e memory.Event) {
 // enqueued by NCCL calls on Handle(s) instead.
 func (d *Device) Launch(s memory.Stream, op memory.Op) {
 	h := d.Handle(s)
-	_ = d.do(func() error { return d.cu.check(C.gr_cuda_stream_synchronize(d.cu.t, C.uintptr_t(h)), "stream synchronize") })
+	_ = d.do(func() error {
+		return d.cu.check(C.gr_cuda_stream_synchronize(d.cu.t, C.uintptr_t(h)), "stream synchronize")
+	})
 	if op.Gate != nil {
 		<-op.Gate
 	}
