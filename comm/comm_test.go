@@ -303,3 +303,95 @@ func gatherCheck(ctx context.Context, a *memory.Allocator, g *Group, d DType, r,
 	}
 	return nil
 }
+
+func TestCoalescedBlock(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, 3, memory.ModeAvoidRecordStream, 30*time.Second)
+	w.each(t, func(r int, g *Group) error {
+		var xs []*memory.Tensor
+		if err := g.StartCoalescing(); err != nil {
+			return err
+		}
+		var works []*Work
+		for i := range 3 {
+			x, err := w.allocs[r].Empty(64, 0)
+			if err != nil {
+				return err
+			}
+			setValues(x, Float32, []float64{float64(r + i)})
+			wk, err := g.AllReduce(x, Float32, Sum)
+			if err != nil {
+				return err
+			}
+			if err := wk.Wait(ctx); err == nil {
+				return fmt.Errorf("Wait inside the block succeeded")
+			}
+			xs, works = append(xs, x), append(works, wk)
+		}
+		all, err := g.EndCoalescing()
+		if err != nil {
+			return err
+		}
+		keep := make([]*memory.Tensor, len(xs))
+		for i, x := range xs {
+			keep[i] = x.Retain() // for reading the result
+			x.Release()          // the caller's reference goes before the wait
+		}
+		if err := all.Wait(ctx); err != nil {
+			return err
+		}
+		for i, wk := range works {
+			if err := wk.Wait(ctx); err != nil {
+				return err
+			}
+			if got := values(keep[i], Float32)[0]; got != float64(0+1+2+3*i) {
+				return fmt.Errorf("tensor %d: %v", i, got)
+			}
+			keep[i].Release()
+		}
+		return nil
+	})
+}
+
+// Subgroups of a 4-rank world, as a tp2 layout's tensor-parallel groups.
+func TestSubgroups(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, 4, memory.ModeAvoidRecordStream, 30*time.Second)
+	tp := [][]int{{0, 1}, {2, 3}}
+	dp := [][]int{{0, 2}, {1, 3}}
+	w.each(t, func(r int, g *Group) error {
+		tpg, err := g.Subgroups(ctx, "tp", tp)
+		if err != nil {
+			return err
+		}
+		dpg, err := g.Subgroups(ctx, "dp", dp)
+		if err != nil {
+			return err
+		}
+		defer tpg.Close()
+		defer dpg.Close()
+		if tpg.Size() != 2 || tpg.ParentRank(tpg.Rank()) != r {
+			return fmt.Errorf("tp group: size %d, rank %d", tpg.Size(), tpg.Rank())
+		}
+		x, err := w.allocs[r].Empty(4, 0)
+		if err != nil {
+			return err
+		}
+		defer x.Release()
+		setValues(x, Int32, []float64{float64(r)})
+		if err := Sync(ctx)(tpg.AllReduce(x, Int32, Sum)); err != nil {
+			return err
+		}
+		if got, want := values(x, Int32)[0], float64(r/2*2*2+1); got != want {
+			return fmt.Errorf("tp all_reduce: %v; want %v", got, want)
+		}
+		setValues(x, Int32, []float64{float64(r)})
+		if err := Sync(ctx)(dpg.AllReduce(x, Int32, Sum)); err != nil {
+			return err
+		}
+		if got, want := values(x, Int32)[0], float64(2*(r%2)+2); got != want {
+			return fmt.Errorf("dp all_reduce: %v; want %v", got, want)
+		}
+		return nil
+	})
+}

@@ -41,11 +41,16 @@ type Group struct {
 	mesh       *mesh
 	opt        Options
 	comm       memory.Stream
+	store      Store
+	host       string
+	// ranks maps this group's ranks to its parent's (nil: the world).
+	ranks []int
 
 	mu      sync.Mutex
 	broken  error // the first failure: later calls fail fast
 	scratch []byte
-	work    []byte // reduce-scatter's accumulator
+	work    []byte     // reduce-scatter's accumulator
+	coal    *coalescer // operations gathered between Start and EndCoalescing
 }
 
 // NewGroup connects rank of size ranks through st.
@@ -78,7 +83,7 @@ func NewGroup(ctx context.Context, st Store, rank, size int, host string, opt Op
 		m.unmapShm()
 		return nil, err
 	}
-	return &Group{rank: rank, size: size, mesh: m, opt: opt, comm: opt.Device.NewStream()}, nil
+	return &Group{rank: rank, size: size, mesh: m, opt: opt, comm: opt.Device.NewStream(), store: st, host: host}, nil
 }
 
 // Rank is this process's rank in the group; Size the group's size.
@@ -115,6 +120,9 @@ type Work struct {
 // after it and releases what the reuse mode held; it returns the
 // operation's error.
 func (w *Work) Wait(ctx context.Context) error {
+	if w.mw == nil {
+		return errors.New("comm: Wait inside a coalescing block: call EndCoalescing first")
+	}
 	select {
 	case <-w.done:
 	case <-ctx.Done():
@@ -152,10 +160,13 @@ func (w *Work) MemoryWork() *memory.Work { return w.mw }
 // tensors protected by the reuse engine.
 func (g *Group) launch(name string, p2p bool, fn func(deadline time.Time) error, tensors ...*memory.Tensor) (*Work, error) {
 	g.mu.Lock()
-	broken := g.broken
+	broken, coal := g.broken, g.coal
 	g.mu.Unlock()
 	if broken != nil {
 		return nil, fmt.Errorf("comm: %s: the process group failed earlier: %w", name, broken)
+	}
+	if coal != nil {
+		return coal.add(name, fn, tensors), nil
 	}
 	dev, eng := g.opt.Device, g.opt.Engine
 	eng.Drain()

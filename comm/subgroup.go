@@ -1,0 +1,62 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// NewSubgroup makes the group of some of this group's ranks, as
+// torch.distributed.new_group does: every member calls it with the same
+// name and ranks (in the order that gives the new ranks); a rank not in
+// ranks gets nil. The subgroup has its own communication stream on the
+// same device.
+func (g *Group) NewSubgroup(ctx context.Context, name string, ranks []int) (*Group, error) {
+	seen := map[int]bool{}
+	for _, r := range ranks {
+		if r < 0 || r >= g.size || seen[r] {
+			return nil, fmt.Errorf("comm: subgroup %q: ranks %v: want distinct ranks below %d", name, ranks, g.size)
+		}
+		seen[r] = true
+	}
+	me := slices.Index(ranks, g.rank)
+	if me < 0 {
+		return nil, nil
+	}
+	opt := g.opt
+	opt.Name = g.opt.Name + "/" + name
+	sub, err := NewGroup(ctx, g.store, me, len(ranks), g.host, opt)
+	if err != nil {
+		return nil, err
+	}
+	sub.ranks = slices.Clone(ranks)
+	return sub, nil
+}
+
+// Subgroups makes one subgroup per list of ranks (such as the groups of a
+// topology layout: every tensor-parallel group, say) and returns the one
+// that holds this rank (nil if none). Every rank of g calls it with the
+// same kind and lists.
+func (g *Group) Subgroups(ctx context.Context, kind string, groups [][]int) (*Group, error) {
+	var mine *Group
+	for i, ranks := range groups {
+		if !slices.Contains(ranks, g.rank) {
+			continue
+		}
+		sub, err := g.NewSubgroup(ctx, kind+"/"+strconv.Itoa(i), ranks)
+		if err != nil {
+			return nil, err
+		}
+		mine = sub
+	}
+	return mine, nil
+}
+
+// ParentRank is the rank in the parent group of this group's rank r.
+func (g *Group) ParentRank(r int) int {
+	if g.ranks == nil {
+		return r
+	}
+	return g.ranks[r]
+}
