@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -54,6 +53,11 @@ func MeasureFloors(ctx context.Context) (Floors, error) {
 	if derr != nil || err != nil {
 		return f, fmt.Errorf("loopback tcp: %v %v", derr, err)
 	}
+	for _, c := range []net.Conn{client, server} {
+		tc := c.(*net.TCPConn)
+		_ = tc.SetReadBuffer(4 << 20)
+		_ = tc.SetWriteBuffer(4 << 20)
+	}
 	defer client.Close()
 	defer server.Close()
 	buf := make([]byte, 1<<20)
@@ -67,7 +71,14 @@ func MeasureFloors(ctx context.Context) (Floors, error) {
 	}
 	drain := func(c net.Conn) {
 		defer wg.Done()
-		_, _ = io.CopyN(io.Discard, c, total)
+		in := make([]byte, 1<<20)
+		for got := 0; got < total; {
+			n, err := c.Read(in)
+			if err != nil {
+				return
+			}
+			got += n
+		}
 	}
 	start = time.Now()
 	wg.Add(4)
