@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"unsafe"
 )
 
 // TestRealNCCLOnTheGPU runs on a machine with a GPU (make test-gpu sets
@@ -33,7 +34,7 @@ func TestRealNCCLOnTheGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cu.check(cSetDevice(cu, 0), "set device"); err != nil {
+	if err := cu.SetDevice(0); err != nil {
 		t.Fatal(err)
 	}
 	id, err := n.NewUniqueID()
@@ -56,15 +57,17 @@ func TestRealNCCLOnTheGPU(t *testing.T) {
 	for i := range count {
 		binary.LittleEndian.PutUint32(host[4*i:], math.Float32bits(float32(i%7)))
 	}
-	if err := dev.CopyToDevice(buf, host, s); err != nil {
+	hp := uintptr(unsafe.Pointer(&host[0]))
+	if err := cu.Copy(buf, hp, len(host), 1, dev.Handle(s)); err != nil {
 		t.Fatal(err)
 	}
-	if err := comm.AllReduce(buf, buf, count, Float32, Sum, dev.Handle(s)); err != nil {
+	if err := comm.AllReduce(buf, buf, count, Float32, Sum, Stream(dev.Handle(s))); err != nil {
 		t.Fatal(err)
 	}
-	if err := dev.CopyToHost(host, buf, s); err != nil {
+	if err := cu.Copy(hp, buf, len(host), 2, dev.Handle(s)); err != nil {
 		t.Fatal(err)
 	}
+	runtime.KeepAlive(host)
 	for i := range count {
 		if got := math.Float32frombits(binary.LittleEndian.Uint32(host[4*i:])); got != float32(i%7) {
 			t.Fatalf("element %d = %v; want %v", i, got, float32(i%7))

@@ -12,11 +12,10 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"unsafe"
+
+	"github.com/gorun-dev/gorun/internal/dlsearch"
 )
 
 // LibraryEnv and CUDARuntimeEnv name the variables that point at the
@@ -44,10 +43,10 @@ type CUDA struct {
 // Open finds and opens NCCL (see LibraryEnv).
 func Open() (*NCCL, error) {
 	var n *NCCL
-	err := search("NCCL", LibraryEnv, []string{"libnccl.so.2", "libnccl.so"}, "nvidia/nccl/lib/libnccl.so.2", func(p string) (string, error) {
-		var err error
+	err := dlsearch.Find(dlsearch.Spec{What: "NCCL", Env: LibraryEnv, Names: []string{"libnccl.so.2", "libnccl.so"},
+		Globs: dlsearch.SitePackages("nvidia/nccl/lib/libnccl.so.2")}, func(p string) (err error) {
 		n, err = OpenPath(p)
-		return errText(err), err
+		return err
 	})
 	return n, err
 }
@@ -69,10 +68,10 @@ func OpenPath(path string) (*NCCL, error) {
 // OpenCUDA finds and opens the CUDA runtime (see CUDARuntimeEnv).
 func OpenCUDA() (*CUDA, error) {
 	var c *CUDA
-	err := search("CUDA runtime", CUDARuntimeEnv, []string{"libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}, "nvidia/cuda_runtime/lib/libcudart.so.12", func(p string) (string, error) {
-		var err error
+	err := dlsearch.Find(dlsearch.Spec{What: "CUDA runtime", Env: CUDARuntimeEnv, Names: []string{"libcudart.so.12", "libcudart.so.11.0", "libcudart.so"},
+		Globs: dlsearch.SitePackages("nvidia/cuda_runtime/lib/libcudart.so.12")}, func(p string) (err error) {
 		c, err = OpenCUDAPath(p)
-		return errText(err), err
+		return err
 	})
 	return c, err
 }
@@ -89,58 +88,6 @@ func OpenCUDAPath(path string) (*CUDA, error) {
 		return nil, fmt.Errorf("cuda: open %s: %s", path, C.GoString(&buf[0]))
 	}
 	return &CUDA{t: t, Path: path}, nil
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// search tries the variable's path, the loader's names, then Python's
-// site-packages, and names every place tried when all fail.
-func search(what, env string, names []string, wheel string, try func(string) (string, error)) error {
-	if p := os.Getenv(env); p != "" {
-		_, err := try(p)
-		if err != nil {
-			return fmt.Errorf("%s library: %s=%s: %w", what, env, p, err)
-		}
-		return nil
-	}
-	var tried []string
-	for _, n := range names {
-		msg, err := try(n)
-		if err == nil {
-			return nil
-		}
-		tried = append(tried, msg)
-	}
-	var dirs []string
-	for _, pattern := range sitePackages() {
-		matches, _ := filepath.Glob(filepath.Join(pattern, wheel))
-		for _, m := range matches {
-			if _, err := try(m); err == nil {
-				return nil
-			}
-		}
-		dirs = append(dirs, pattern)
-	}
-	return fmt.Errorf("%s library not found: %s is unset; the dynamic loader (LD_LIBRARY_PATH=%q, its cache, /lib, /usr/lib) found none of %s (%s); no %s under %s",
-		what, env, os.Getenv("LD_LIBRARY_PATH"), strings.Join(names, ", "), strings.Join(tried, "; "), wheel, strings.Join(dirs, ", "))
-}
-
-// sitePackages are the places pip puts packages.
-func sitePackages() []string {
-	out := []string{"/usr/lib/python3/dist-packages", "/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
-		"/usr/lib/python3*/site-packages", "/opt/conda/lib/python3*/site-packages"}
-	if h, err := os.UserHomeDir(); err == nil {
-		out = append(out, filepath.Join(h, ".local/lib/python3*/site-packages"))
-	}
-	if v := os.Getenv("VIRTUAL_ENV"); v != "" {
-		out = append(out, filepath.Join(v, "lib/python3*/site-packages"))
-	}
-	return out
 }
 
 // Result is an NCCL or CUDA status code.

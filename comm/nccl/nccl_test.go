@@ -5,27 +5,17 @@ package nccl
 import (
 	"encoding/binary"
 	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
+	"github.com/gorun-dev/gorun/internal/cdouble"
 	"github.com/gorun-dev/gorun/memory"
 )
 
 // buildDouble compiles a test-double library from testdata.
-func buildDouble(t *testing.T, src, lib string, flags ...string) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), lib)
-	args := append([]string{"-shared", "-fPIC", "-O2", "-o", out, filepath.Join("testdata", src), "-lpthread"}, flags...)
-	if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc %s: %v\n%s", src, err, b)
-	}
-	return out
-}
 
 func TestMissingLibraryNamesThePlacesSearched(t *testing.T) {
 	t.Setenv(LibraryEnv, "/nonexistent/libnccl.so.2")
@@ -47,7 +37,7 @@ func TestMissingLibraryNamesThePlacesSearched(t *testing.T) {
 }
 
 func TestMissingSymbolIsNamed(t *testing.T) {
-	lib := buildDouble(t, "nccl_double.c", "libnccl-double.so", "-DOMIT_GROUP_END")
+	lib := cdouble.Build(t, "nccl_double.c", "libnccl-double.so", "-DOMIT_GROUP_END")
 	_, err := OpenPath(lib)
 	if err == nil || !strings.Contains(err.Error(), "symbol ncclGroupEnd missing from "+lib) {
 		t.Fatalf("OpenPath = %v; want the missing symbol named", err)
@@ -57,11 +47,11 @@ func TestMissingSymbolIsNamed(t *testing.T) {
 // TestCollectivesThroughTheDoubles drives the cgo and dlopen path: two
 // ranks on two locked threads, buffers from the CUDA runtime double.
 func TestCollectivesThroughTheDoubles(t *testing.T) {
-	n, err := OpenPath(buildDouble(t, "nccl_double.c", "libnccl-double.so"))
+	n, err := OpenPath(cdouble.Build(t, "nccl_double.c", "libnccl-double.so"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cu, err := OpenCUDAPath(buildDouble(t, "cudart_double.c", "libcudart-double.so"))
+	cu, err := OpenCUDAPath(cdouble.Build(t, "cudart_double.c", "libcudart-double.so"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +77,7 @@ func TestCollectivesThroughTheDoubles(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if err := cu.check(cSetDevice(cu, rank), "set device"); err != nil {
+				if err := cu.SetDevice(rank); err != nil {
 					return err
 				}
 				comm, err := n.InitRank(size, rank, id)
@@ -105,15 +95,17 @@ func TestCollectivesThroughTheDoubles(t *testing.T) {
 				for i := range count {
 					binary.LittleEndian.PutUint32(host[4*i:], math.Float32bits(float32(rank+i)))
 				}
-				if err := dev.CopyToDevice(buf, host, s); err != nil {
+				hp := uintptr(unsafe.Pointer(&host[0]))
+				if err := cu.Copy(buf, hp, len(host), 1, dev.Handle(s)); err != nil {
 					return err
 				}
-				if err := comm.AllReduce(buf, buf, count, Float32, Sum, dev.Handle(s)); err != nil {
+				if err := comm.AllReduce(buf, buf, count, Float32, Sum, Stream(dev.Handle(s))); err != nil {
 					return err
 				}
-				if err := dev.CopyToHost(host, buf, s); err != nil {
+				if err := cu.Copy(hp, buf, len(host), 2, dev.Handle(s)); err != nil {
 					return err
 				}
+				runtime.KeepAlive(host)
 				out := make([]float32, count)
 				for i := range out {
 					out[i] = math.Float32frombits(binary.LittleEndian.Uint32(host[4*i:]))
@@ -124,13 +116,13 @@ func TestCollectivesThroughTheDoubles(t *testing.T) {
 					return err
 				}
 				defer dev.Free(gathered)
-				if err := comm.AllGather(buf, gathered, count, Float32, dev.Handle(s)); err != nil {
+				if err := comm.AllGather(buf, gathered, count, Float32, Stream(dev.Handle(s))); err != nil {
 					return err
 				}
 				if rank == 0 {
-					return comm.Send(buf, count, Float32, 1, dev.Handle(s))
+					return comm.Send(buf, count, Float32, 1, Stream(dev.Handle(s)))
 				}
-				return comm.Recv(buf, count, Float32, 0, dev.Handle(s))
+				return comm.Recv(buf, count, Float32, 0, Stream(dev.Handle(s)))
 			}()
 		}()
 	}
@@ -152,7 +144,7 @@ func TestCollectivesThroughTheDoubles(t *testing.T) {
 // TestDeviceThroughTheDouble uses the CUDA runtime double as a
 // memory.Device under the caching allocator.
 func TestDeviceThroughTheDouble(t *testing.T) {
-	cu, err := OpenCUDAPath(buildDouble(t, "cudart_double.c", "libcudart-double.so"))
+	cu, err := OpenCUDAPath(cdouble.Build(t, "cudart_double.c", "libcudart-double.so"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,14 +175,4 @@ func TestDeviceThroughTheDouble(t *testing.T) {
 	if _, err := NewDevice(cu, 99); err == nil {
 		t.Error("device 99 accepted")
 	}
-}
-
-func TestMain(m *testing.M) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		if os.Getenv("GORUN_REQUIRE_CGO") == "1" {
-			panic("gcc is needed to build the test doubles")
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
 }
