@@ -83,47 +83,15 @@ func (w *world) each(t *testing.T, fn func(r int, g *Group) error) {
 
 // setValues writes vals (as dtype d) into t.
 func setValues(t *memory.Tensor, d DType, vals []float64) {
-	b := t.Bytes()
 	for i, v := range vals {
-		switch d {
-		case Float32:
-			view[float32](b)[i] = float32(v)
-		case Float64:
-			view[float64](b)[i] = v
-		case Int32:
-			view[int32](b)[i] = int32(v)
-		case Int64:
-			view[int64](b)[i] = int64(v)
-		case Uint8:
-			b[i] = uint8(v)
-		case BFloat16:
-			view[uint16](b)[i] = BFloat16FromFloat32(float32(v))
-		case Float16:
-			view[uint16](b)[i] = Float16FromFloat32(float32(v))
-		}
+		SetElement(t.Bytes(), d, i, v)
 	}
 }
 
 func values(t *memory.Tensor, d DType) []float64 {
-	b := t.Bytes()
-	out := make([]float64, len(b)/d.Size())
+	out := make([]float64, len(t.Bytes())/d.Size())
 	for i := range out {
-		switch d {
-		case Float32:
-			out[i] = float64(view[float32](b)[i])
-		case Float64:
-			out[i] = view[float64](b)[i]
-		case Int32:
-			out[i] = float64(view[int32](b)[i])
-		case Int64:
-			out[i] = float64(view[int64](b)[i])
-		case Uint8:
-			out[i] = float64(b[i])
-		case BFloat16:
-			out[i] = float64(BFloat16ToFloat32(view[uint16](b)[i]))
-		case Float16:
-			out[i] = float64(Float16ToFloat32(view[uint16](b)[i]))
-		}
+		out[i] = Element(t.Bytes(), d, i)
 	}
 	return out
 }

@@ -242,3 +242,45 @@ func Float16FromFloat32(f float32) uint16 {
 	}
 	return sign | uint16(r)
 }
+
+// SetElement writes element i of b (of dtype d) as the value v, rounded
+// to the dtype (to the nearest for the 16-bit floats).
+func SetElement(b []byte, d DType, i int, v float64) {
+	at := b[i*d.Size():]
+	switch d {
+	case Float32:
+		view[float32](at)[0] = float32(v)
+	case Float64:
+		view[float64](at)[0] = v
+	case Int32:
+		view[int32](at)[0] = int32(v)
+	case Int64:
+		view[int64](at)[0] = int64(v)
+	case Uint8:
+		at[0] = uint8(v)
+	case BFloat16:
+		view[uint16](at)[0] = BFloat16FromFloat32(float32(v))
+	case Float16:
+		view[uint16](at)[0] = Float16FromFloat32(float32(v))
+	}
+}
+
+// Element reads element i of b (of dtype d).
+func Element(b []byte, d DType, i int) float64 {
+	at := b[i*d.Size():]
+	switch d {
+	case Float32:
+		return float64(view[float32](at)[0])
+	case Float64:
+		return view[float64](at)[0]
+	case Int32:
+		return float64(view[int32](at)[0])
+	case Int64:
+		return float64(view[int64](at)[0])
+	case Uint8:
+		return float64(at[0])
+	case BFloat16:
+		return float64(BFloat16ToFloat32(view[uint16](at)[0]))
+	}
+	return float64(Float16ToFloat32(view[uint16](at)[0]))
+}

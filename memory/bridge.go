@@ -18,15 +18,7 @@ func (in Inputs) bridgeParams() bridgeParams {
 	if in.SwiGLU {
 		ffnFactor = 3
 	}
-	groups := in.QueryGroups
-	if groups == 0 {
-		groups = in.Heads
-	}
-	kv := in.KVChannels
-	if kv == 0 {
-		kv = in.Hidden / in.Heads
-	}
-	attn := float64(2*in.Hidden*in.Hidden) * ((1 + float64(groups)/float64(in.Heads)) * (float64(kv*in.Heads) / h))
+	attn := in.attention()
 	lnLayer := 4 * h
 	denseMLP := ffnFactor * h * float64(in.FFN)
 	shared := ffnFactor * h * float64(in.SharedExpert)

@@ -57,6 +57,22 @@ func (in Inputs) paddedVocab() int {
 	return (in.Vocab + m - 1) / m * m
 }
 
+// attention is the parameters of one attention block, as both estimators
+// count them: 2 h h ((1 + g/a) (d a / h)), queries and output plus keys
+// and values of g groups (GQA), no biases.
+func (in Inputs) attention() float64 {
+	groups := in.QueryGroups
+	if groups == 0 {
+		groups = in.Heads
+	}
+	kv := in.KVChannels
+	if kv == 0 {
+		kv = in.Hidden / in.Heads
+	}
+	ratio := float64(kv*in.Heads) / float64(in.Hidden)
+	return float64(2*in.Hidden*in.Hidden) * ((1 + float64(groups)/float64(in.Heads)) * ratio)
+}
+
 // moePattern marks the MoE layers (every MoELayerFreq-th, from layer 0),
 // with the MTP layers, of the type of the last layer, after them.
 func (in Inputs) moePattern() []bool {

@@ -27,16 +27,7 @@ func (in Inputs) mlmParams() mlmParams {
 	if in.RMSNorm {
 		norm = 1
 	}
-	groups := in.QueryGroups
-	if groups == 0 {
-		groups = in.Heads
-	}
-	kv := in.KVChannels
-	if kv == 0 {
-		kv = in.Hidden / in.Heads
-	}
-	ratio := float64(kv*in.Heads) / h
-	attn := float64(2*in.Hidden*in.Hidden) * ((1 + float64(groups)/float64(in.Heads)) * ratio)
+	attn := in.attention()
 	denseMLP := float64(2*in.Hidden*in.FFN) * gl
 	shared := float64(2*in.Hidden*in.SharedExpert) * gl
 	routedHidden := in.Hidden

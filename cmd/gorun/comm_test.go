@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/gorun-dev/gorun/comm"
 )
@@ -106,44 +105,9 @@ func commWorker() int {
 	return 0
 }
 
-func put(b []byte, d comm.DType, i int, v float64) {
-	p := unsafe.Pointer(&b[i*d.Size()])
-	switch d {
-	case comm.Float32:
-		*(*float32)(p) = float32(v)
-	case comm.Float64:
-		*(*float64)(p) = v
-	case comm.Int32:
-		*(*int32)(p) = int32(v)
-	case comm.Int64:
-		*(*int64)(p) = int64(v)
-	case comm.Uint8:
-		*(*uint8)(p) = uint8(v)
-	case comm.BFloat16:
-		*(*uint16)(p) = comm.BFloat16FromFloat32(float32(v))
-	case comm.Float16:
-		*(*uint16)(p) = comm.Float16FromFloat32(float32(v))
-	}
-}
+func put(b []byte, d comm.DType, i int, v float64) { comm.SetElement(b, d, i, v) }
 
-func get(b []byte, d comm.DType, i int) float64 {
-	p := unsafe.Pointer(&b[i*d.Size()])
-	switch d {
-	case comm.Float32:
-		return float64(*(*float32)(p))
-	case comm.Float64:
-		return *(*float64)(p)
-	case comm.Int32:
-		return float64(*(*int32)(p))
-	case comm.Int64:
-		return float64(*(*int64)(p))
-	case comm.Uint8:
-		return float64(*(*uint8)(p))
-	case comm.BFloat16:
-		return float64(comm.BFloat16ToFloat32(*(*uint16)(p)))
-	}
-	return float64(comm.Float16ToFloat32(*(*uint16)(p)))
-}
+func get(b []byte, d comm.DType, i int) float64 { return comm.Element(b, d, i) }
 
 // TestCollectivesBetweenProcesses runs the collectives between worker
 // processes launched by gorun, at world sizes 1 to 5.

@@ -133,25 +133,8 @@ func check(ctx context.Context, env *comm.Env, op string, in, out *memory.Tensor
 }
 
 func setAll(b []byte, d comm.DType, v float64) {
-	es := d.Size()
-	for i := 0; i+es <= len(b); i += es {
-		p := unsafe.Pointer(&b[i])
-		switch d {
-		case comm.Float32:
-			*(*float32)(p) = float32(v)
-		case comm.Float64:
-			*(*float64)(p) = v
-		case comm.Int32:
-			*(*int32)(p) = int32(v)
-		case comm.Int64:
-			*(*int64)(p) = int64(v)
-		case comm.Uint8:
-			*(*uint8)(p) = uint8(v)
-		case comm.BFloat16:
-			*(*uint16)(p) = comm.BFloat16FromFloat32(float32(v))
-		case comm.Float16:
-			*(*uint16)(p) = comm.Float16FromFloat32(float32(v))
-		}
+	for i := range len(b) / d.Size() {
+		comm.SetElement(b, d, i, v)
 	}
 }
 
