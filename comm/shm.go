@@ -85,6 +85,11 @@ func (l *shmLink) wait(cond func() bool, deadline time.Time, what string) error 
 	for i := 0; !cond(); i++ {
 		switch {
 		case l.dead.Load():
+			// The peer may have written its last bytes and exited between
+			// the check above and this one: look once more.
+			if cond() {
+				return nil
+			}
 			return fmt.Errorf("%s: the peer's connection closed (it may have exited)", what)
 		case i < 64:
 		case i < 1024:
