@@ -38,7 +38,7 @@ type Options struct {
 // Group is a process group on the CPU backend.
 type Group struct {
 	rank, size int
-	mesh       *mesh
+	backend    Backend
 	opt        Options
 	comm       memory.Stream
 	store      Store
@@ -46,11 +46,9 @@ type Group struct {
 	// ranks maps this group's ranks to its parent's (nil: the world).
 	ranks []int
 
-	mu      sync.Mutex
-	broken  error // the first failure: later calls fail fast
-	scratch []byte
-	work    []byte     // reduce-scatter's accumulator
-	coal    *coalescer // operations gathered between Start and EndCoalescing
+	mu     sync.Mutex
+	broken error      // the first failure: later calls fail fast
+	coal   *coalescer // operations gathered between Start and EndCoalescing
 }
 
 // NewGroup connects rank of size ranks through st.
@@ -83,8 +81,35 @@ func NewGroup(ctx context.Context, st Store, rank, size int, host string, opt Op
 		m.unmapShm()
 		return nil, err
 	}
-	return &Group{rank: rank, size: size, mesh: m, opt: opt, comm: opt.Device.NewStream(), store: st, host: host}, nil
+	g, err := NewGroupOn(rank, size, func(memory.Stream) (Backend, error) { return &cpuBackend{rank: rank, size: size, mesh: m}, nil }, opt)
+	if err != nil {
+		return nil, err
+	}
+	g.store, g.host = st, host
+	return g, nil
 }
+
+// NewGroupOn makes a group over another backend (a vendor library's):
+// the group brings the communication stream (made with
+// opt.Device.NewStream and given to makeBackend), the order of
+// operations, Works and the reuse engine.
+func NewGroupOn(rank, size int, makeBackend func(stream memory.Stream) (Backend, error), opt Options) (*Group, error) {
+	if opt.Device == nil || opt.Allocator == nil || opt.Engine == nil {
+		return nil, errors.New("comm: Options need a Device, an Allocator and an Engine")
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	s := opt.Device.NewStream()
+	b, err := makeBackend(s)
+	if err != nil {
+		return nil, err
+	}
+	return &Group{rank: rank, size: size, backend: b, opt: opt, comm: s}, nil
+}
+
+// Stream is the group's communication stream.
+func (g *Group) Stream() memory.Stream { return g.comm }
 
 // Rank is this process's rank in the group; Size the group's size.
 func (g *Group) Rank() int { return g.rank }
@@ -96,7 +121,7 @@ func (g *Group) Size() int { return g.size }
 // a minute) for the group's stream to finish its queue before releasing
 // the shared memory. Close the group before its device.
 func (g *Group) Close() error {
-	g.mesh.close()
+	g.backend.Shutdown()
 	ev := g.opt.Device.NewEvent()
 	g.opt.Device.Record(ev, g.comm)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -104,7 +129,7 @@ func (g *Group) Close() error {
 	if err := g.opt.Device.Synchronize(ctx, ev); err != nil {
 		return fmt.Errorf("comm: close: the group's stream did not finish: %w", err)
 	}
-	g.mesh.unmapShm()
+	g.backend.Release()
 	return nil
 }
 
@@ -186,7 +211,7 @@ func (g *Group) launch(name string, p2p bool, fn func(deadline time.Time) error,
 				g.broken = w.err
 			}
 			g.mu.Unlock()
-			g.mesh.close() // the others see this rank go, at once
+			g.backend.Shutdown() // the others see this rank go, at once
 		}
 		close(w.done)
 	}})
@@ -194,23 +219,4 @@ func (g *Group) launch(name string, p2p bool, fn func(deadline time.Time) error,
 	dev.Record(w.mw.End, g.comm)
 	eng.Launch(w.mw, tensors...)
 	return w, nil
-}
-
-// scratchBuf returns the group's scratch space of n bytes (reused).
-func (g *Group) scratchBuf(n int) []byte {
-	if cap(g.scratch) < n {
-		g.scratch = make([]byte, n)
-	}
-	return g.scratch[:n]
-}
-
-func checkTensor(name string, t *memory.Tensor, d DType) ([]byte, error) {
-	b := t.Bytes()
-	if b == nil {
-		return nil, fmt.Errorf("comm: %s: the tensor has no host memory", name)
-	}
-	if len(b)%d.Size() != 0 {
-		return nil, fmt.Errorf("comm: %s: %d bytes is not a whole number of %s elements", name, len(b), d)
-	}
-	return b, nil
 }
