@@ -186,6 +186,12 @@ func (c *Comm) Recv(buf uintptr, count int, dt DataType, peer int, s Stream) err
 	return c.h.check(C.gh_hccl_recv(c.h.t, C.uintptr_t(buf), C.uint64_t(count), C.int(dt), C.uint32_t(peer), c.c, C.uintptr_t(s)), "recv")
 }
 
+// AllToAll sends count elements to every rank and receives count from
+// each, in rank order.
+func (c *Comm) AllToAll(send, recv uintptr, count int, dt DataType, s Stream) error {
+	return c.h.check(C.gh_hccl_all_to_all(c.h.t, C.uintptr_t(send), C.uint64_t(count), C.int(dt), C.uintptr_t(recv), c.c, C.uintptr_t(s)), "all_to_all")
+}
+
 // Barrier waits for every rank.
 func (c *Comm) Barrier(s Stream) error {
 	return c.h.check(C.gh_hccl_barrier(c.h.t, c.c, C.uintptr_t(s)), "barrier")

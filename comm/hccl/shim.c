@@ -17,7 +17,8 @@ typedef void *ptr;
 	X(HcclBroadcast, gh_result, (ptr, uint64_t, int, uint32_t, ptr, ptr)) \
 	X(HcclSend, gh_result, (ptr, uint64_t, int, uint32_t, ptr, ptr)) \
 	X(HcclRecv, gh_result, (ptr, uint64_t, int, uint32_t, ptr, ptr)) \
-	X(HcclBarrier, gh_result, (ptr, ptr))
+	X(HcclBarrier, gh_result, (ptr, ptr)) \
+	X(HcclAlltoAll, gh_result, (const void *, uint64_t, int, const void *, uint64_t, int, ptr, ptr))
 
 #define ACL_SYMBOLS(X) \
 	X(aclrtSetDevice, gh_result, (int32_t)) \
@@ -69,6 +70,7 @@ gh_result gh_hccl_broadcast(gh_hccl *L, uintptr_t b, uint64_t n, int d, uint32_t
 gh_result gh_hccl_send(gh_hccl *L, uintptr_t s, uint64_t n, int d, uint32_t peer, uintptr_t c, uintptr_t st) { return L->p_HcclSend(P(s), n, d, peer, P(c), P(st)); }
 gh_result gh_hccl_recv(gh_hccl *L, uintptr_t r, uint64_t n, int d, uint32_t peer, uintptr_t c, uintptr_t st) { return L->p_HcclRecv(P(r), n, d, peer, P(c), P(st)); }
 gh_result gh_hccl_barrier(gh_hccl *L, uintptr_t c, uintptr_t st) { return L->p_HcclBarrier(P(c), P(st)); }
+gh_result gh_hccl_all_to_all(gh_hccl *L, uintptr_t s, uint64_t n, int d, uintptr_t r, uintptr_t c, uintptr_t st) { return L->p_HcclAlltoAll(P(s), n, d, P(r), n, d, P(c), P(st)); }
 
 gh_result gh_acl_set_device(gh_acl *L, int32_t d) { return L->p_aclrtSetDevice(d); }
 gh_result gh_acl_stream_create(gh_acl *L, uintptr_t *s) { ptr x = 0; gh_result e = L->p_aclrtCreateStream(&x); *s = (uintptr_t)x; return e; }

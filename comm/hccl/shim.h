@@ -27,6 +27,7 @@ gh_result gh_hccl_broadcast(gh_hccl *L, uintptr_t buf, uint64_t count, int dtype
 gh_result gh_hccl_send(gh_hccl *L, uintptr_t s, uint64_t count, int dtype, uint32_t peer, uintptr_t comm, uintptr_t stream);
 gh_result gh_hccl_recv(gh_hccl *L, uintptr_t r, uint64_t count, int dtype, uint32_t peer, uintptr_t comm, uintptr_t stream);
 gh_result gh_hccl_barrier(gh_hccl *L, uintptr_t comm, uintptr_t stream);
+gh_result gh_hccl_all_to_all(gh_hccl *L, uintptr_t s, uint64_t count, int dtype, uintptr_t r, uintptr_t comm, uintptr_t stream);
 
 gh_result gh_acl_set_device(gh_acl *L, int32_t device);
 gh_result gh_acl_stream_create(gh_acl *L, uintptr_t *s);

@@ -4,9 +4,7 @@ package nccl
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
-	"time"
 
 	"github.com/gorun-dev/gorun/comm"
 	"github.com/gorun-dev/gorun/memory"
@@ -15,53 +13,43 @@ import (
 // NewGroup makes a process group over NCCL: rank 0 makes the
 // communicator's unique id and publishes it in st, every rank joins with
 // its device set, and the group runs its collectives on its own CUDA
-// stream with the reuse engine of opt. opt.Device must be dev.
+// stream with the reuse engine of opt (opt.Device becomes dev).
 func NewGroup(ctx context.Context, st comm.Store, rank, size int, n *NCCL, dev *memory.RuntimeDevice, opt comm.Options) (*comm.Group, error) {
-	key := "pg/" + opt.Name + "/nccl-unique-id"
 	var id UniqueID
-	if rank == 0 {
-		var err error
-		if id, err = n.NewUniqueID(); err != nil {
-			return nil, err
-		}
-		if err := st.Set(ctx, key, hex.EncodeToString(id[:])); err != nil {
-			return nil, err
-		}
-	} else {
-		v, err := st.Get(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		b, err := hex.DecodeString(v)
-		if err != nil || len(b) != len(id) {
-			return nil, fmt.Errorf("nccl: the unique id in the store is not %d bytes of hex", len(id))
-		}
-		copy(id[:], b)
+	b, err := comm.ExchangeRootID(ctx, st, "pg/"+opt.Name+"/nccl-unique-id", rank, len(id), func() ([]byte, error) {
+		id, err := n.NewUniqueID()
+		return id[:], err
+	})
+	if err != nil {
+		return nil, err
 	}
+	copy(id[:], b)
 	var c *Comm
 	if err := dev.Do(func() (err error) { c, err = n.InitRank(size, rank, id); return err }); err != nil {
 		return nil, err
 	}
-	opt.Device = dev
-	return comm.NewGroupOn(rank, size, func(s memory.Stream) (comm.Backend, error) {
-		b := &backend{n: n, dev: dev, c: c, stream: Stream(dev.Handle(s)), size: size}
-		var err error
-		if b.one, err = dev.Malloc(1); err != nil {
+	g, err := comm.NewDeviceGroup(rank, size, dev, func(stream uintptr) (comm.DeviceComm, error) {
+		one, err := dev.Malloc(1)
+		if err != nil {
 			return nil, err
 		}
-		return b, nil
+		return &bound{n: n, c: c, s: Stream(stream), size: size, one: one, dev: dev}, nil
 	}, opt)
+	if err != nil {
+		_ = dev.Do(c.Destroy)
+		return nil, err
+	}
+	return g, nil
 }
 
-// backend is comm.Backend on NCCL: every call enqueues on the group's
-// stream, on a thread with the device set.
-type backend struct {
-	n      *NCCL
-	dev    *memory.RuntimeDevice
-	c      *Comm
-	stream Stream
-	size   int
-	one    uintptr // a byte of device memory for Barrier
+// bound is a communicator bound to a group's stream (comm.DeviceComm).
+type bound struct {
+	n    *NCCL
+	c    *Comm
+	s    Stream
+	size int
+	one  uintptr // a byte of device memory for Barrier
+	dev  *memory.RuntimeDevice
 }
 
 var dataTypes = map[comm.DType]DataType{comm.Float32: Float32, comm.Float64: Float64, comm.BFloat16: BFloat16,
@@ -69,63 +57,64 @@ var dataTypes = map[comm.DType]DataType{comm.Float32: Float32, comm.Float64: Flo
 
 var redOps = map[comm.ReduceOp]RedOp{comm.Sum: Sum, comm.Avg: Avg, comm.Min: Min, comm.Max: Max, comm.Prod: Prod}
 
-func (b *backend) on(fn func() error) error { return b.dev.Do(fn) }
-
-func (b *backend) AllReduce(t *memory.Tensor, d comm.DType, op comm.ReduceOp, _ time.Time) error {
-	p := t.Region().Ptr
-	return b.on(func() error { return b.c.AllReduce(p, p, int(t.Size())/d.Size(), dataTypes[d], redOps[op], b.stream) })
+// types maps comm's element type and reduction to NCCL's.
+func types(d comm.DType, op comm.ReduceOp) (DataType, RedOp, error) {
+	dt, ok1 := dataTypes[d]
+	ro, ok2 := redOps[op]
+	if !ok1 || !ok2 {
+		return 0, 0, fmt.Errorf("nccl: no NCCL type for %s with %s", d, op)
+	}
+	return dt, ro, nil
 }
 
-func (b *backend) AllGather(out, in *memory.Tensor, _ time.Time) error {
-	return b.on(func() error { return b.c.AllGather(in.Region().Ptr, out.Region().Ptr, int(in.Size()), Uint8, b.stream) })
+func (b *bound) AllReduce(send, recv uintptr, count int, d comm.DType, op comm.ReduceOp) error {
+	dt, ro, err := types(d, op)
+	if err != nil {
+		return err
+	}
+	return b.c.AllReduce(send, recv, count, dt, ro, b.s)
 }
 
-func (b *backend) ReduceScatter(out, in *memory.Tensor, d comm.DType, op comm.ReduceOp, _ time.Time) error {
-	return b.on(func() error {
-		return b.c.ReduceScatter(in.Region().Ptr, out.Region().Ptr, int(out.Size())/d.Size(), dataTypes[d], redOps[op], b.stream)
-	})
+func (b *bound) AllGather(send, recv uintptr, n int) error {
+	return b.c.AllGather(send, recv, n, Uint8, b.s)
 }
 
-func (b *backend) Broadcast(t *memory.Tensor, root int, _ time.Time) error {
-	p := t.Region().Ptr
-	return b.on(func() error { return b.c.Broadcast(p, p, int(t.Size()), Uint8, root, b.stream) })
+func (b *bound) ReduceScatter(send, recv uintptr, count int, d comm.DType, op comm.ReduceOp) error {
+	dt, ro, err := types(d, op)
+	if err != nil {
+		return err
+	}
+	return b.c.ReduceScatter(send, recv, count, dt, ro, b.s)
 }
 
-// AllToAll is a group of sends and receives, one pair per peer.
-func (b *backend) AllToAll(out, in *memory.Tensor, _ time.Time) error {
-	n := uintptr(in.Size()) / uintptr(b.size)
-	ip, op := in.Region().Ptr, out.Region().Ptr
-	return b.on(func() error {
-		if err := b.n.GroupStart(); err != nil {
+func (b *bound) Broadcast(buf uintptr, n, root int) error {
+	return b.c.Broadcast(buf, buf, n, Uint8, root, b.s)
+}
+
+// AllToAll is one group of sends and receives, a pair per rank.
+func (b *bound) AllToAll(send, recv uintptr, n int) error {
+	if err := b.n.GroupStart(); err != nil {
+		return err
+	}
+	for p := range b.size {
+		off := uintptr(p * n)
+		if err := b.c.Send(send+off, n, Uint8, p, b.s); err != nil {
+			_ = b.n.GroupEnd()
 			return err
 		}
-		for p := range b.size {
-			if err := b.c.Send(ip+uintptr(p)*n, int(n), Uint8, p, b.stream); err != nil {
-				return err
-			}
-			if err := b.c.Recv(op+uintptr(p)*n, int(n), Uint8, p, b.stream); err != nil {
-				return err
-			}
+		if err := b.c.Recv(recv+off, n, Uint8, p, b.s); err != nil {
+			_ = b.n.GroupEnd()
+			return err
 		}
-		return b.n.GroupEnd()
-	})
+	}
+	return b.n.GroupEnd()
 }
 
-func (b *backend) Send(t *memory.Tensor, peer int, _ time.Time) error {
-	return b.on(func() error { return b.c.Send(t.Region().Ptr, int(t.Size()), Uint8, peer, b.stream) })
-}
+func (b *bound) Send(buf uintptr, n, peer int) error { return b.c.Send(buf, n, Uint8, peer, b.s) }
+func (b *bound) Recv(buf uintptr, n, peer int) error { return b.c.Recv(buf, n, Uint8, peer, b.s) }
 
-func (b *backend) Recv(t *memory.Tensor, peer int, _ time.Time) error {
-	return b.on(func() error { return b.c.Recv(t.Region().Ptr, int(t.Size()), Uint8, peer, b.stream) })
-}
+// Barrier all-reduces one byte (NCCL has no barrier).
+func (b *bound) Barrier() error { return b.c.AllReduce(b.one, b.one, 1, Uint8, Max, b.s) }
 
-// Barrier all-reduces one byte.
-func (b *backend) Barrier(time.Time) error {
-	return b.on(func() error { return b.c.AllReduce(b.one, b.one, 1, Uint8, Max, b.stream) })
-}
-
-// Shutdown aborts the communicator (running work ends with an error).
-func (b *backend) Shutdown() { _ = b.on(b.c.Abort) }
-
-// Release frees the barrier byte.
-func (b *backend) Release() { _ = b.dev.Free(b.one) }
+func (b *bound) Abort() error { return b.c.Abort() }
+func (b *bound) Free() error  { return b.dev.Free(b.one) }

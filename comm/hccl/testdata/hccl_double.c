@@ -18,7 +18,7 @@ int HcclCommInitRootInfo(uint32_t n, const HcclRootInfo *info, uint32_t rank, co
 	memcpy(&id, info, sizeof id);
 	return ncclCommInitRank(c, (int)n, id, (int)rank);
 }
-int HcclCommDestroy(comm_t *c) { return ncclCommDestroy(c); }
+int HcclCommDestroy(comm_t *c) { return ncclCommAbort(c); } /* wakes the waiting ranks */
 int HcclGetCommAsyncError(comm_t *c, int *e) { return ncclCommGetAsyncError(c, e); }
 const char *HcclGetErrorString(int r) { return r ? "error in the HCCL test double" : "no error"; }
 int HcclAllReduce(void *s, void *r, uint64_t n, int t, int op, comm_t *c, void *st) { return ncclAllReduce(s, r, n, nccl_type(t), op, c, st); }
@@ -27,6 +27,18 @@ int HcclReduceScatter(void *s, void *r, uint64_t n, int t, int op, comm_t *c, vo
 int HcclBroadcast(void *b, uint64_t n, int t, uint32_t root, comm_t *c, void *st) { return ncclBroadcast(b, b, n, nccl_type(t), (int)root, c, st); }
 int HcclSend(void *s, uint64_t n, int t, uint32_t peer, comm_t *c, void *st) { return ncclSend(s, n, nccl_type(t), (int)peer, c, st); }
 int HcclRecv(void *r, uint64_t n, int t, uint32_t peer, comm_t *c, void *st) { return ncclRecv(r, n, nccl_type(t), (int)peer, c, st); }
+/* count elements of type t to and from every rank, as one group of
+   sends and receives. */
+int HcclAlltoAll(const void *s, uint64_t sc, int st, const void *r, uint64_t rc, int rt, comm_t *c, void *stream) {
+	if (sc != rc || st != rt) return 1; /* HCCL_E_PARA */
+	size_t n = sc * esize(nccl_type(st));
+	ncclGroupStart();
+	for (int p = 0; p < c->g->n; p++) {
+		ncclSend((const char *)s + p * n, sc, nccl_type(st), p, c, stream);
+		ncclRecv((char *)r + p * n, sc, nccl_type(st), p, c, stream);
+	}
+	return ncclGroupEnd();
+}
 #ifndef OMIT_BARRIER
-int HcclBarrier(comm_t *c, void *st) { (void)st; barrier(c->g); return 0; }
+int HcclBarrier(comm_t *c, void *st) { (void)st; return barrier(c->g); }
 #endif

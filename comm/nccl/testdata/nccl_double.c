@@ -14,7 +14,7 @@ enum { MAXR = 16 };
 
 struct group {
 	char id[128];
-	int n, joined, arrived, gen;
+	int n, joined, arrived, gen, aborted;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	const void *send[MAXR];
@@ -41,12 +41,17 @@ int ncclGetUniqueId(ncclUniqueId *id) {
 	return 0;
 }
 
-static void barrier(struct group *g) {
+/* ncclRemoteError: what every waiting rank gets once a rank aborted. */
+enum { ABORTED = 6 };
+
+static int barrier(struct group *g) {
 	pthread_mutex_lock(&g->mu);
 	int gen = g->gen;
 	if (++g->arrived == g->n) { g->arrived = 0; g->gen++; pthread_cond_broadcast(&g->cv); }
-	else while (gen == g->gen) pthread_cond_wait(&g->cv, &g->mu);
+	else while (gen == g->gen && !g->aborted) pthread_cond_wait(&g->cv, &g->mu);
+	int rc = gen == g->gen ? ABORTED : 0;
 	pthread_mutex_unlock(&g->mu);
+	return rc;
 }
 
 int ncclCommInitRank(comm_t **c, int n, ncclUniqueId id, int rank) {
@@ -67,17 +72,19 @@ int ncclCommInitRank(comm_t **c, int n, ncclUniqueId id, int rank) {
 	*c = calloc(1, sizeof **c);
 	(*c)->g = g;
 	(*c)->rank = rank;
-	barrier(g);
-	return 0;
+	return barrier(g);
 }
 
 int ncclCommDestroy(comm_t *c) { free(c); return 0; }
-int ncclCommAbort(comm_t *c) { free(c); return 0; }
+int ncclCommAbort(comm_t *c) {
+	pthread_mutex_lock(&c->g->mu);
+	c->g->aborted = 1;
+	pthread_cond_broadcast(&c->g->cv);
+	pthread_mutex_unlock(&c->g->mu);
+	free(c);
+	return 0;
+}
 int ncclCommGetAsyncError(comm_t *c, int *e) { (void)c; *e = 0; return 0; }
-int ncclGroupStart(void) { return 0; }
-#ifndef OMIT_GROUP_END
-int ncclGroupEnd(void) { return 0; }
-#endif
 
 static size_t esize(int d) {
 	switch (d) { case 0: case 1: return 1; case 2: case 3: return 4; case 4: case 5: return 8;
@@ -114,9 +121,9 @@ int ncclAllReduce(const void *s, void *r, size_t count, int d, int op, comm_t *c
 	struct group *g = c->g;
 	void *tmp = malloc(count * esize(d) + 1);
 	g->send[c->rank] = s;
-	barrier(g);
+	if (barrier(g)) { free(tmp); return ABORTED; }
 	int rc = reduce(tmp, g->send, g->n, 0, count, d, op);
-	barrier(g);
+	if (barrier(g)) { free(tmp); return ABORTED; }
 	memcpy(r, tmp, count * esize(d));
 	free(tmp);
 	return rc;
@@ -127,9 +134,9 @@ int ncclReduceScatter(const void *s, void *r, size_t count, int d, int op, comm_
 	struct group *g = c->g;
 	void *tmp = malloc(count * esize(d) + 1);
 	g->send[c->rank] = s;
-	barrier(g);
+	if (barrier(g)) { free(tmp); return ABORTED; }
 	int rc = reduce(tmp, g->send, g->n, c->rank * count, count, d, op);
-	barrier(g);
+	if (barrier(g)) { free(tmp); return ABORTED; }
 	memcpy(r, tmp, count * esize(d));
 	free(tmp);
 	return rc;
@@ -141,9 +148,9 @@ int ncclAllGather(const void *s, void *r, size_t count, int d, comm_t *c, void *
 	size_t n = count * esize(d);
 	char *tmp = malloc(n * g->n + 1);
 	g->send[c->rank] = s;
-	barrier(g);
+	if (barrier(g)) { free(tmp); return ABORTED; }
 	for (int q = 0; q < g->n; q++) memcpy(tmp + q * n, g->send[q], n);
-	barrier(g);
+	if (barrier(g)) { free(tmp); return ABORTED; }
 	memcpy(r, tmp, n * g->n);
 	free(tmp);
 	return 0;
@@ -155,33 +162,80 @@ int ncclBroadcast(const void *s, void *r, size_t count, int d, int root, comm_t 
 	size_t n = count * esize(d);
 	char *tmp = malloc(n + 1);
 	g->send[c->rank] = s;
-	barrier(g);
+	if (barrier(g)) { free(tmp); return ABORTED; }
 	memcpy(tmp, g->send[root], n);
-	barrier(g);
+	if (barrier(g)) { free(tmp); return ABORTED; }
 	memcpy(r, tmp, n);
 	free(tmp);
 	return 0;
 }
 
-int ncclSend(const void *s, size_t count, int d, int peer, comm_t *c, void *stream) {
-	(void)stream; (void)count; (void)d;
-	struct group *g = c->g;
+/* Point-to-point: a send posts its buffer in the receiver's mailbox and
+   waits until the receiver took it. Between ncclGroupStart and
+   ncclGroupEnd, sends and receives of this thread are queued; the end
+   posts every send, then runs every receive, then waits for the sends. */
+static int post(struct group *g, int from, int to, const void *s) {
 	pthread_mutex_lock(&g->mu);
-	g->mail[peer][c->rank] = s;
+	while (g->mail[to][from] && !g->aborted) pthread_cond_wait(&g->cv, &g->mu);
+	int rc = g->aborted ? ABORTED : 0;
+	if (!rc) g->mail[to][from] = s;
 	pthread_cond_broadcast(&g->cv);
-	while (g->mail[peer][c->rank]) pthread_cond_wait(&g->cv, &g->mu);
 	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
+static int taken(struct group *g, int from, int to, const void *s) {
+	pthread_mutex_lock(&g->mu);
+	while (g->mail[to][from] == s && !g->aborted) pthread_cond_wait(&g->cv, &g->mu);
+	int rc = g->mail[to][from] == s ? ABORTED : 0;
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
+static int take(struct group *g, int from, int to, void *r, size_t n) {
+	pthread_mutex_lock(&g->mu);
+	while (!g->mail[to][from] && !g->aborted) pthread_cond_wait(&g->cv, &g->mu);
+	int rc = g->mail[to][from] ? 0 : ABORTED;
+	if (!rc) memcpy(r, g->mail[to][from], n);
+	g->mail[to][from] = 0;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
+enum { MAXQ = 2 * MAXR * 4 };
+struct p2p { int send; comm_t *c; int peer; void *buf; size_t n; };
+static __thread int depth, queued;
+static __thread struct p2p queue[MAXQ];
+
+static int enqueue(int send, comm_t *c, int peer, void *buf, size_t n) {
+	if (queued == MAXQ) return 5;
+	queue[queued++] = (struct p2p){send, c, peer, buf, n};
 	return 0;
+}
+
+int ncclSend(const void *s, size_t count, int d, int peer, comm_t *c, void *stream) {
+	(void)stream;
+	if (depth) return enqueue(1, c, peer, (void *)s, count * esize(d));
+	return post(c->g, c->rank, peer, s) || taken(c->g, c->rank, peer, s) ? ABORTED : 0;
 }
 
 int ncclRecv(void *r, size_t count, int d, int peer, comm_t *c, void *stream) {
 	(void)stream;
-	struct group *g = c->g;
-	pthread_mutex_lock(&g->mu);
-	while (!g->mail[c->rank][peer]) pthread_cond_wait(&g->cv, &g->mu);
-	memcpy(r, g->mail[c->rank][peer], count * esize(d));
-	g->mail[c->rank][peer] = 0;
-	pthread_cond_broadcast(&g->cv);
-	pthread_mutex_unlock(&g->mu);
-	return 0;
+	if (depth) return enqueue(0, c, peer, r, count * esize(d));
+	return take(c->g, peer, c->rank, r, count * esize(d));
 }
+
+int ncclGroupStart(void) { depth++; return 0; }
+#ifndef OMIT_GROUP_END
+int ncclGroupEnd(void) {
+	if (depth == 0) return 5;
+	if (--depth) return 0;
+	int rc = 0;
+	for (int i = 0; i < queued && !rc; i++) if (queue[i].send) rc = post(queue[i].c->g, queue[i].c->rank, queue[i].peer, queue[i].buf);
+	for (int i = 0; i < queued && !rc; i++) if (!queue[i].send) rc = take(queue[i].c->g, queue[i].peer, queue[i].c->rank, queue[i].buf, queue[i].n);
+	for (int i = 0; i < queued && !rc; i++) if (queue[i].send) rc = taken(queue[i].c->g, queue[i].c->rank, queue[i].peer, queue[i].buf);
+	queued = 0;
+	return rc;
+}
+#endif
