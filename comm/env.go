@@ -6,32 +6,25 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/gorun-dev/gorun/memory"
 )
 
-// Env is a worker's process group made from the environment gorun (or
-// torchrun) gives it, with the simulated device, allocator and reuse
-// engine it runs on.
-type Env struct {
-	*Group
-	Device    *memory.SimDevice
-	Allocator *memory.Allocator
-	Engine    *memory.Engine
-	server    *StoreServer
-	client    *StoreClient
+// Launch is what gorun (or torchrun) tells a worker about its place in
+// the job: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+type Launch struct {
+	Rank, LocalRank, Size int
+	// StoreAddr is MASTER_ADDR:MASTER_PORT, where rank 0 serves the
+	// bootstrap store.
+	StoreAddr string
 }
 
-// DefaultDeviceMemory is the simulated device's capacity unless
-// GORUN_DEVICE_MEMORY (e.g. 8GiB) says otherwise.
-const DefaultDeviceMemory = 16 << 30
-
-// NewFromEnv creates the world's process group: RANK, WORLD_SIZE,
-// MASTER_ADDR and MASTER_PORT say who and where; rank 0 serves the
-// bootstrap store there. The reuse mode is MULTI_STREAM_MEMORY_REUSE's.
-func NewFromEnv(ctx context.Context, opt Options) (*Env, error) {
+// LaunchFromEnv reads the worker's environment.
+func LaunchFromEnv() (Launch, error) {
 	get := func(name string) (int, error) {
 		v, err := strconv.Atoi(os.Getenv(name))
 		if err != nil {
@@ -42,12 +35,56 @@ func NewFromEnv(ctx context.Context, opt Options) (*Env, error) {
 	rank, err1 := get("RANK")
 	size, err2 := get("WORLD_SIZE")
 	port, err3 := get("MASTER_PORT")
-	addr := os.Getenv("MASTER_ADDR")
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return nil, err
+	local, err4 := 0, error(nil)
+	if os.Getenv("LOCAL_RANK") != "" {
+		local, err4 = get("LOCAL_RANK")
 	}
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return Launch{}, err
+	}
+	addr := os.Getenv("MASTER_ADDR")
 	if addr == "" {
-		return nil, errors.New("comm: MASTER_ADDR is not set (is this process launched by gorun?)")
+		return Launch{}, errors.New("comm: MASTER_ADDR is not set (is this process launched by gorun?)")
+	}
+	return Launch{Rank: rank, LocalRank: local, Size: size, StoreAddr: net.JoinHostPort(addr, strconv.Itoa(port))}, nil
+}
+
+// Env is a worker's world process group made from its environment, with
+// the device, allocator and reuse engine it runs on. Tensors live in the
+// device's memory: Upload and Download move bytes between them and the
+// host.
+type Env struct {
+	*Group
+	Device    memory.Device
+	Allocator *memory.Allocator
+	Engine    *memory.Engine
+	// Backend is cpu, nccl or hccl.
+	Backend string
+	copier  DeviceRuntime // nil: host memory (the simulated device)
+	rdev    *memory.RuntimeDevice
+	server  *StoreServer
+	client  *StoreClient
+}
+
+// DeviceRuntime is a vendor runtime with host-device copies (kind 1:
+// host to device, 2: device to host, as cudaMemcpyAsync and
+// aclrtMemcpyAsync number them).
+type DeviceRuntime interface {
+	memory.Runtime
+	Copy(dst, src uintptr, n, kind int, stream uintptr) error
+}
+
+// DefaultDeviceMemory is the simulated device's capacity unless
+// GORUN_DEVICE_MEMORY (e.g. 8GiB) says otherwise.
+const DefaultDeviceMemory = 16 << 30
+
+// NewFromEnv creates the world's process group on the CPU backend: rank 0
+// serves the bootstrap store at MASTER_ADDR:MASTER_PORT. The reuse mode
+// is MULTI_STREAM_MEMORY_REUSE's.
+func NewFromEnv(ctx context.Context, opt Options) (*Env, error) {
+	l, err := LaunchFromEnv()
+	if err != nil {
+		return nil, err
 	}
 	capacity := int64(DefaultDeviceMemory)
 	if s := os.Getenv("GORUN_DEVICE_MEMORY"); s != "" {
@@ -57,30 +94,63 @@ func NewFromEnv(ctx context.Context, opt Options) (*Env, error) {
 		}
 		capacity = int64(b)
 	}
-	mode, err := memory.ModeFromEnv()
+	dev := memory.NewSimDevice(capacity)
+	e, err := newEnv(ctx, l, dev, "cpu")
 	if err != nil {
-		return nil, err
-	}
-	e := &Env{Device: memory.NewSimDevice(capacity)}
-	e.Allocator = memory.NewAllocator(e.Device, memory.AllocatorConfig{ExpandableSegments: expandable()})
-	e.Engine = memory.NewEngine(e.Allocator, mode)
-	storeAddr := net.JoinHostPort(addr, strconv.Itoa(port))
-	if rank == 0 {
-		ln, err := net.Listen("tcp", storeAddr)
-		if err != nil {
-			e.Close()
-			return nil, fmt.Errorf("comm: rank 0: serve the store on MASTER_ADDR:MASTER_PORT %s: %w", storeAddr, err)
-		}
-		e.server = ServeStore(ln)
-	}
-	if e.client, err = DialStore(ctx, storeAddr); err != nil {
-		e.Close()
+		dev.Close()
 		return nil, err
 	}
 	host, _, _ := net.SplitHostPort(e.client.LocalAddr().String())
 	opt.Device, opt.Allocator, opt.Engine = e.Device, e.Allocator, e.Engine
-	if e.Group, err = NewGroup(ctx, e.client, rank, size, host, opt); err != nil {
+	if e.Group, err = NewGroup(ctx, e.client, l.Rank, l.Size, host, opt); err != nil {
 		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// NewDeviceEnv creates the world's process group over a vendor library
+// on device LOCAL_RANK of rt; newGroup makes the group through the
+// store (nccl.NewGroup, hccl.NewGroup).
+func NewDeviceEnv(ctx context.Context, l Launch, backend string, rt DeviceRuntime, newGroup func(ctx context.Context, st Store, dev *memory.RuntimeDevice, opt Options) (*Group, error), opt Options) (*Env, error) {
+	dev, err := memory.NewRuntimeDevice(rt, l.LocalRank)
+	if err != nil {
+		return nil, fmt.Errorf("comm: %s: device %d (LOCAL_RANK): %w", backend, l.LocalRank, err)
+	}
+	e, err := newEnv(ctx, l, dev, backend)
+	if err != nil {
+		return nil, err
+	}
+	e.copier, e.rdev = rt, dev
+	opt.Device, opt.Allocator, opt.Engine = e.Device, e.Allocator, e.Engine
+	if e.Group, err = newGroup(ctx, e.client, dev, opt); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// newEnv makes the allocator and engine on dev and connects the store.
+func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*Env, error) {
+	mode, err := memory.ModeFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Device: dev, Backend: backend}
+	_, sim := dev.(*memory.SimDevice)
+	e.Allocator = memory.NewAllocator(dev, memory.AllocatorConfig{ExpandableSegments: sim && expandable()})
+	e.Engine = memory.NewEngine(e.Allocator, mode)
+	if l.Rank == 0 {
+		ln, err := net.Listen("tcp", l.StoreAddr)
+		if err != nil {
+			return nil, fmt.Errorf("comm: rank 0: serve the store on MASTER_ADDR:MASTER_PORT %s: %w", l.StoreAddr, err)
+		}
+		e.server = ServeStore(ln)
+	}
+	if e.client, err = DialStore(ctx, l.StoreAddr); err != nil {
+		if e.server != nil {
+			e.server.Close()
+		}
 		return nil, err
 	}
 	return e, nil
@@ -97,6 +167,54 @@ func expandable() bool {
 	return false
 }
 
+// Upload copies host into t (len(host) bytes from its start), on the
+// caller's stream, and returns once done.
+func (e *Env) Upload(t *memory.Tensor, host []byte) error {
+	if int64(len(host)) > t.Size() {
+		return fmt.Errorf("comm: upload of %d bytes into a tensor of %d", len(host), t.Size())
+	}
+	if e.copier == nil {
+		copy(t.Bytes(), host)
+		return nil
+	}
+	return e.deviceCopy(t.Region().Ptr, host, 1)
+}
+
+// Download copies the start of t into host, after the work ordered
+// before it on the caller's stream.
+func (e *Env) Download(host []byte, t *memory.Tensor) error {
+	if int64(len(host)) > t.Size() {
+		return fmt.Errorf("comm: download of %d bytes from a tensor of %d", len(host), t.Size())
+	}
+	if e.copier == nil {
+		copy(host, t.Bytes())
+		return nil
+	}
+	return e.deviceCopy(t.Region().Ptr, host, 2)
+}
+
+// deviceCopy copies between device address p and host on the compute
+// stream and waits for it.
+func (e *Env) deviceCopy(p uintptr, host []byte, kind int) error {
+	if len(host) == 0 {
+		return nil
+	}
+	hp := uintptr(unsafe.Pointer(&host[0]))
+	dst, src := p, hp
+	if kind == 2 {
+		dst, src = hp, p
+	}
+	err := e.rdev.Do(func() error {
+		s := e.rdev.Handle(e.Group.opt.Compute)
+		if err := e.copier.Copy(dst, src, len(host), kind, s); err != nil {
+			return err
+		}
+		return e.copier.SynchronizeStream(s)
+	})
+	runtime.KeepAlive(host)
+	return err
+}
+
 // Close ends the group, the store and the device.
 func (e *Env) Close() error {
 	if e.Group != nil {
@@ -108,6 +226,8 @@ func (e *Env) Close() error {
 	if e.server != nil {
 		e.server.Close()
 	}
-	e.Device.Close()
+	if c, ok := e.Device.(interface{ Close() }); ok {
+		c.Close()
+	}
 	return nil
 }

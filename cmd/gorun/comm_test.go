@@ -37,6 +37,7 @@ func commWorker() int {
 	const n = 11
 	for _, d := range []comm.DType{comm.Float32, comm.Float64, comm.BFloat16, comm.Float16, comm.Int32, comm.Int64, comm.Uint8} {
 		for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.Min, comm.Max, comm.Prod} {
+			// all_reduce of n elements, then reduce_scatter of w x n.
 			x, err := env.Allocator.Empty(int64(n*d.Size()), 0)
 			if err != nil {
 				return fail("%v", err)
@@ -48,27 +49,27 @@ func commWorker() int {
 				return fail("all_reduce %s %s: %v", d, op, err)
 			}
 			for i := range n {
-				ones, twos := 0, 0
-				for q := range w {
-					if (q+i)%2 == 0 {
-						ones++
-					} else {
-						twos++
-					}
-				}
-				want := map[comm.ReduceOp]float64{comm.Sum: float64(ones + 2*twos), comm.Prod: math.Pow(2, float64(twos)),
-					comm.Min: map[bool]float64{true: 1, false: 2}[ones > 0], comm.Max: map[bool]float64{true: 2, false: 1}[twos > 0]}[op]
-				if op == comm.Avg {
-					want = float64(ones+2*twos) / float64(w)
-					if d == comm.Int32 || d == comm.Int64 || d == comm.Uint8 {
-						want = math.Trunc(want)
-					}
-				}
-				if got := get(x.Bytes(), d, i); math.Abs(got-want) > 1e-2*math.Abs(want) {
+				if got, want := get(x.Bytes(), d, i), reduced(d, op, w, i); math.Abs(got-want) > 1e-2*math.Abs(want) {
 					return fail("all_reduce %s %s: element %d = %v; want %v", d, op, i, got, want)
 				}
 			}
+			all, err := env.Allocator.Empty(int64(w*n*d.Size()), 0)
+			if err != nil {
+				return fail("%v", err)
+			}
+			for i := range w * n {
+				put(all.Bytes(), d, i, float64(1+(r+i)%2))
+			}
+			if err := comm.Sync(ctx)(env.ReduceScatter(x, all, d, op)); err != nil {
+				return fail("reduce_scatter %s %s: %v", d, op, err)
+			}
+			for i := range n {
+				if got, want := get(x.Bytes(), d, i), reduced(d, op, w, r*n+i); math.Abs(got-want) > 1e-2*math.Abs(want) {
+					return fail("reduce_scatter %s %s: element %d = %v; want %v", d, op, i, got, want)
+				}
+			}
 			x.Release()
+			all.Release()
 		}
 	}
 	in, _ := env.Allocator.Empty(4, 0)
@@ -98,11 +99,59 @@ func commWorker() int {
 			return fail("all_to_all: from rank %d got %v", q, got)
 		}
 	}
+	// send and receive around the ring; even ranks send first.
+	if w > 1 {
+		put(in.Bytes(), comm.Int32, 0, float64(1000+r))
+		got, _ := env.Allocator.Empty(4, 0)
+		send := func() error { return comm.Sync(ctx)(env.Send(in, (r+1)%w)) }
+		recv := func() error { return comm.Sync(ctx)(env.Recv(got, (r-1+w)%w)) }
+		first, second := send, recv
+		if r%2 == 1 {
+			first, second = recv, send
+		}
+		if err := first(); err != nil {
+			return fail("send/recv: %v", err)
+		}
+		if err := second(); err != nil {
+			return fail("send/recv: %v", err)
+		}
+		if v := get(got.Bytes(), comm.Int32, 0); v != float64(1000+(r-1+w)%w) {
+			return fail("recv from rank %d: got %v", (r-1+w)%w, v)
+		}
+	}
 	if err := comm.Sync(ctx)(env.Barrier()); err != nil {
 		return fail("barrier: %v", err)
 	}
 	fmt.Printf("rank %d of %d: every collective checked\n", r, w)
 	return 0
+}
+
+// reduced is element i's reduction over w ranks when rank q holds
+// 1+(q+i)%2 there.
+func reduced(d comm.DType, op comm.ReduceOp, w, i int) float64 {
+	ones, twos := 0, 0
+	for q := range w {
+		if (q+i)%2 == 0 {
+			ones++
+		} else {
+			twos++
+		}
+	}
+	switch op {
+	case comm.Prod:
+		return math.Pow(2, float64(twos))
+	case comm.Min:
+		return map[bool]float64{true: 1, false: 2}[ones > 0]
+	case comm.Max:
+		return map[bool]float64{true: 2, false: 1}[twos > 0]
+	case comm.Avg:
+		avg := float64(ones+2*twos) / float64(w)
+		if d == comm.Int32 || d == comm.Int64 || d == comm.Uint8 {
+			avg = math.Trunc(avg)
+		}
+		return avg
+	}
+	return float64(ones + 2*twos)
 }
 
 func put(b []byte, d comm.DType, i int, v float64) { comm.SetElement(b, d, i, v) }

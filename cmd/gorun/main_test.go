@@ -24,8 +24,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(storeWorkerEnv) == "1" {
 		os.Exit(storeWorker())
 	}
-	if os.Getenv(commWorkerEnv) == "1" {
+	switch os.Getenv(commWorkerEnv) {
+	case "1":
 		os.Exit(commWorker())
+	case "kill":
+		os.Exit(killedPeerWorker())
 	}
 	dir, err := os.MkdirTemp("", "gorun-test-bin-")
 	if err != nil {

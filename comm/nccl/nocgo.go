@@ -2,7 +2,12 @@
 
 package nccl
 
-import "errors"
+import (
+	"context"
+	"errors"
+
+	"github.com/gorun-dev/gorun/comm"
+)
 
 // ErrNoCgo: this build has no cgo, so it cannot open NCCL.
 var ErrNoCgo = errors.New("nccl: gorun was built without cgo (CGO_ENABLED=0): the NCCL backend is unavailable")
@@ -15,3 +20,6 @@ func Open() (*NCCL, error) { return nil, ErrNoCgo }
 
 // OpenPath fails: no cgo.
 func OpenPath(string) (*NCCL, error) { return nil, ErrNoCgo }
+
+// NewEnv fails: no cgo.
+func NewEnv(context.Context, comm.Options) (*comm.Env, error) { return nil, ErrNoCgo }

@@ -5,6 +5,7 @@
 // float rounding.
 //
 //	gorun --nproc-per-node=4 --no-python bin/ddp --steps 20
+//	gorun --nproc-per-node=gpu --no-python bin/ddp --backend nccl
 //
 // Fault injection for the watchdog: --hang-rank R --hang-step S makes
 // rank R stop calling collectives at step S; --collective-timeout bounds
@@ -25,6 +26,7 @@ import (
 	"unsafe"
 
 	"github.com/gorun-dev/gorun/comm"
+	"github.com/gorun-dev/gorun/comm/world"
 	"github.com/gorun-dev/gorun/memory"
 )
 
@@ -36,14 +38,14 @@ const (
 
 func main() {
 	steps := flag.Int("steps", 20, "training steps")
-	backend := flag.String("backend", "cpu", "process-group backend (cpu)")
+	backend := flag.String("backend", "cpu", "process-group backend: "+world.Backends)
 	lr := flag.Float64("lr", 0.05, "learning rate")
 	hangRank := flag.Int("hang-rank", -1, "rank that stops calling collectives (fault injection; -1: none)")
 	hangStep := flag.Int("hang-step", 0, "step at which --hang-rank stops")
 	timeout := flag.Duration("collective-timeout", comm.DefaultTimeout, "bound of each collective")
 	flag.Parse()
-	if *backend != "cpu" {
-		fmt.Fprintf(os.Stderr, "ddp: --backend=%q: this build has the cpu backend only (nccl and hccl are not built yet)\n", *backend)
+	if err := world.Check(*backend); err != nil {
+		fmt.Fprintln(os.Stderr, "ddp: --backend:", err)
 		os.Exit(2)
 	}
 	if *steps < 1 || *timeout <= 0 {
@@ -52,14 +54,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := train(ctx, *steps, float32(*lr), *hangRank, *hangStep, *timeout); err != nil {
+	if err := train(ctx, *backend, *steps, float32(*lr), *hangRank, *hangStep, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "ddp:", err)
 		os.Exit(1)
 	}
 }
 
-func train(ctx context.Context, steps int, lr float32, hangRank, hangStep int, timeout time.Duration) error {
-	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: timeout})
+func train(ctx context.Context, backend string, steps int, lr float32, hangRank, hangStep int, timeout time.Duration) error {
+	env, err := world.Open(ctx, backend, comm.Options{Timeout: timeout})
 	if err != nil {
 		return err
 	}
@@ -80,6 +82,7 @@ func train(ctx context.Context, steps int, lr float32, hangRank, hangStep int, t
 		return err
 	}
 	defer lossBuf.Release()
+	lossHost := make([]float64, 1)
 	for step := range steps {
 		if rank == hangRank && step == hangStep {
 			fmt.Fprintf(os.Stderr, "rank %d: hanging at step %d (fault injection)\n", rank, step)
@@ -118,14 +121,19 @@ func train(ctx context.Context, steps int, lr float32, hangRank, hangStep int, t
 			if err != nil {
 				return err
 			}
-			copy(float64s(t.Bytes()), grad[b:b+n])
+			if err := env.Upload(t, bytesOf(grad[b:b+n])); err != nil {
+				return err
+			}
 			wk, err := env.AllReduce(t, comm.Float64, comm.Sum)
 			if err != nil {
 				return err
 			}
 			works, tensors = append(works, wk), append(tensors, t)
 		}
-		float64s(lossBuf.Bytes())[0] = loss
+		lossHost[0] = loss
+		if err := env.Upload(lossBuf, bytesOf(lossHost)); err != nil {
+			return err
+		}
 		lw, err := env.AllReduce(lossBuf, comm.Float64, comm.Sum)
 		if err != nil {
 			return err
@@ -134,24 +142,30 @@ func train(ctx context.Context, steps int, lr float32, hangRank, hangStep int, t
 			if err := wk.Wait(ctx); err != nil {
 				return fmt.Errorf("step %d: %w", step, err)
 			}
-			copy(grad[i*per:], float64s(tensors[i].Bytes()))
+			n := min(per, features+1-i*per)
+			if err := env.Download(bytesOf(grad[i*per:i*per+n]), tensors[i]); err != nil {
+				return err
+			}
 			tensors[i].Release()
 		}
 		if err := lw.Wait(ctx); err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
+		if err := env.Download(bytesOf(lossHost), lossBuf); err != nil {
+			return err
+		}
 		for j := range w {
 			w[j] -= lr * float32(grad[j]/globalBatch)
 		}
 		if rank == 0 {
-			fmt.Printf("step %d loss=%.6f\n", step, float64s(lossBuf.Bytes())[0]/globalBatch)
+			fmt.Printf("step %d loss=%.6f\n", step, lossHost[0]/globalBatch)
 		}
 	}
 	var checksum float64
 	for _, v := range w {
 		checksum += float64(v)
 	}
-	final := float64s(lossBuf.Bytes())[0] / globalBatch
+	final := lossHost[0] / globalBatch
 	if math.IsNaN(final) {
 		return errors.New("the loss is NaN")
 	}
@@ -161,5 +175,5 @@ func train(ctx context.Context, steps int, lr float32, hangRank, hangStep int, t
 	return nil
 }
 
-// float64s views a tensor's host bytes as float64s.
-func float64s(b []byte) []float64 { return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8) }
+// bytesOf views float64s as bytes (little-endian hosts).
+func bytesOf(f []float64) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 8*len(f)) }

@@ -13,11 +13,17 @@ import (
 // compiler is installed.
 func Build(t testing.TB, src, lib string, flags ...string) string {
 	t.Helper()
+	return BuildFrom(t, "testdata", src, lib, flags...)
+}
+
+// BuildFrom is Build with the source in dir.
+func BuildFrom(t testing.TB, dir, src, lib string, flags ...string) string {
+	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc is needed to build the test doubles")
 	}
 	out := filepath.Join(t.TempDir(), lib)
-	args := append([]string{"-shared", "-fPIC", "-O2", "-o", out, filepath.Join("testdata", src), "-lpthread"}, flags...)
+	args := append([]string{"-shared", "-fPIC", "-O2", "-o", out, filepath.Join(dir, src), "-lpthread"}, flags...)
 	if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s: %v\n%s", src, err, b)
 	}

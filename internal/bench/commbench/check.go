@@ -8,15 +8,19 @@ import (
 	"github.com/gorun-dev/gorun/memory"
 )
 
-func f64(b []byte) []float64 { return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8) }
+// bytesOf views float64s as bytes (little-endian hosts).
+func bytesOf(f []float64) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 8*len(f)) }
 
 // sendRecv sends in to the next rank and receives out from the previous
 // one; even ranks send first, so that no two ranks wait on each other.
 func sendRecv(ctx context.Context, env *comm.Env, in, out *memory.Tensor) error {
 	w, r := env.Size(), env.Rank()
 	if w == 1 {
-		copy(out.Bytes(), in.Bytes())
-		return nil
+		b := make([]byte, in.Size())
+		if err := env.Download(b, in); err != nil {
+			return err
+		}
+		return env.Upload(out, b)
 	}
 	send := func() error { return comm.Sync(ctx)(env.Send(in, (r+1)%w)) }
 	recv := func() error { return comm.Sync(ctx)(env.Recv(out, (r-1+w)%w)) }
@@ -46,11 +50,16 @@ func slowRanks(ctx context.Context, env *comm.Env, mine float64) ([]int, error) 
 		return nil, err
 	}
 	defer all.Release()
-	f64(in.Bytes())[0] = mine
+	if err := env.Upload(in, bytesOf([]float64{mine})); err != nil {
+		return nil, err
+	}
 	if err := comm.Sync(ctx)(env.AllGather(all, in)); err != nil {
 		return nil, err
 	}
-	meds := f64(all.Bytes())
+	meds := make([]float64, w)
+	if err := env.Download(bytesOf(meds), all); err != nil {
+		return nil, err
+	}
 	mid := median(meds)
 	var slow []int
 	for r, m := range meds {
@@ -64,59 +73,48 @@ func slowRanks(ctx context.Context, env *comm.Env, mine float64) ([]int, error) 
 // check runs op once more on known inputs and reports whether every rank
 // got the right result.
 func check(ctx context.Context, env *comm.Env, op string, in, out *memory.Tensor, d comm.DType, r, w int, run func() error) (bool, error) {
-	fill := func(t *memory.Tensor, v byte) {
-		b := t.Bytes()
-		for i := range b {
-			b[i] = 0
-		}
-		// One small value per element, exact in every dtype: the
-		// element's low byte (little-endian integers and, for floats, a
-		// value set through the dtype below).
+	// One small value per element, exact in every dtype.
+	fill := func(v byte) error {
+		b := make([]byte, in.Size())
 		setAll(b, d, float64(v))
+		return env.Upload(in, b)
+	}
+	get := func(t *memory.Tensor) ([]byte, error) {
+		b := make([]byte, t.Size())
+		return b, env.Download(b, t)
+	}
+	v := byte(r + 1)
+	if op == "reduce_scatter" {
+		v = 1
+	}
+	if err := fill(v); err != nil {
+		return false, err
+	}
+	if err := run(); err != nil {
+		return false, err
+	}
+	res := out
+	if op == "all_reduce" || op == "broadcast" {
+		res = in
+	}
+	b, err := get(res)
+	if err != nil {
+		return false, err
 	}
 	ok := true
 	switch op {
 	case "all_reduce":
-		fill(in, byte(r+1))
-		if err := run(); err != nil {
-			return false, err
-		}
-		ok = allEqual(in.Bytes(), d, float64(w*(w+1)/2))
+		ok = allEqual(b, d, float64(w*(w+1)/2))
 	case "broadcast":
-		fill(in, byte(r+1))
-		if err := run(); err != nil {
-			return false, err
-		}
-		ok = allEqual(in.Bytes(), d, 1)
+		ok = allEqual(b, d, 1)
 	case "send_recv":
-		fill(in, byte(r+1))
-		if err := run(); err != nil {
-			return false, err
-		}
-		ok = w == 1 || allEqual(out.Bytes(), d, float64((r-1+w)%w+1))
-	case "all_gather":
-		fill(in, byte(r+1))
-		if err := run(); err != nil {
-			return false, err
-		}
-		n := len(in.Bytes())
-		for q := range w {
-			ok = ok && allEqual(out.Bytes()[q*n:(q+1)*n], d, float64(q+1))
-		}
+		ok = allEqual(b, d, float64((r-1+w)%w+1))
 	case "reduce_scatter":
-		fill(in, 1)
-		if err := run(); err != nil {
-			return false, err
-		}
-		ok = allEqual(out.Bytes(), d, float64(w))
-	case "all_to_all":
-		fill(in, byte(r+1))
-		if err := run(); err != nil {
-			return false, err
-		}
-		n := len(in.Bytes()) / w
+		ok = allEqual(b, d, float64(w))
+	case "all_gather", "all_to_all":
+		n := len(b) / w
 		for q := range w {
-			ok = ok && allEqual(out.Bytes()[q*n:(q+1)*n], d, float64(q+1))
+			ok = ok && allEqual(b[q*n:(q+1)*n], d, float64(q+1))
 		}
 	}
 	// Every rank's verdict.
@@ -125,11 +123,17 @@ func check(ctx context.Context, env *comm.Env, op string, in, out *memory.Tensor
 		return false, err
 	}
 	defer flag.Release()
-	f64(flag.Bytes())[0] = map[bool]float64{true: 1, false: 0}[ok]
+	verdict := []float64{map[bool]float64{true: 1, false: 0}[ok]}
+	if err := env.Upload(flag, bytesOf(verdict)); err != nil {
+		return false, err
+	}
 	if err := comm.Sync(ctx)(env.AllReduce(flag, comm.Float64, comm.Min)); err != nil {
 		return false, err
 	}
-	return f64(flag.Bytes())[0] == 1, nil
+	if err := env.Download(bytesOf(verdict), flag); err != nil {
+		return false, err
+	}
+	return verdict[0] == 1, nil
 }
 
 func setAll(b []byte, d comm.DType, v float64) {

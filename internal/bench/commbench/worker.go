@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/comm"
+	"github.com/gorun-dev/gorun/comm/world"
 	"github.com/gorun-dev/gorun/memory"
 )
 
@@ -22,6 +23,7 @@ var Ops = []string{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "
 
 // WorkerConfig is what every worker runs.
 type WorkerConfig struct {
+	Backend       string
 	Ops           []string
 	Sizes         []int64
 	DType         comm.DType
@@ -69,12 +71,12 @@ func busFactor(op string, n int) float64 {
 
 // RunWorker is one rank of the benchmark.
 func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
-	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: 5 * time.Minute})
+	env, err := world.Open(ctx, cfg.Backend, comm.Options{Timeout: 5 * time.Minute})
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	rep := Report{Backend: "cpu", World: env.Size()}
+	rep := Report{Backend: env.Backend, World: env.Size()}
 	slowCount := map[int]int{}
 	for _, op := range cfg.Ops {
 		sizes := cfg.Sizes
@@ -196,15 +198,21 @@ func measure(ctx context.Context, env *comm.Env, op string, size int64, cfg Work
 	}
 	// The collective is done when the slowest rank is: the max per
 	// iteration; and each rank's median, to name slow ranks.
-	copy(f64(times.Bytes()), own)
+	if err := env.Upload(times, bytesOf(own)); err != nil {
+		return Row{}, err
+	}
 	if err := comm.Sync(ctx)(env.AllReduce(times, comm.Float64, comm.Max)); err != nil {
+		return Row{}, err
+	}
+	slowest := make([]float64, cfg.Iters)
+	if err := env.Download(bytesOf(slowest), times); err != nil {
 		return Row{}, err
 	}
 	slow, err := slowRanks(ctx, env, median(own))
 	if err != nil {
 		return Row{}, err
 	}
-	t := median(f64(times.Bytes()))
+	t := median(slowest)
 	correct, err := check(ctx, env, op, in, outT, cfg.DType, r, w, run)
 	if err != nil {
 		return Row{}, err

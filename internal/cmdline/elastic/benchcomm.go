@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/comm"
+	"github.com/gorun-dev/gorun/comm/world"
 	"github.com/gorun-dev/gorun/internal/bench/commbench"
 	"github.com/gorun-dev/gorun/memory"
 )
@@ -26,7 +27,7 @@ func (e *Elastic) BenchCommCommand() *cli.Command {
 		Usage: "time collectives between N workers launched by gorun, like nccl-tests, against gloo and this machine's floors",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nproc-per-node", Value: 2, Usage: "workers"},
-			&cli.StringFlag{Name: "backend", Value: "cpu", Usage: "cpu (nccl and hccl are not built yet)"},
+			&cli.StringFlag{Name: "backend", Value: "cpu", Usage: world.Backends + " (nccl: one GPU per worker, LOCAL_RANK)"},
 			&cli.StringFlag{Name: "ops", Value: "all_reduce", Usage: "comma-separated: " + strings.Join(commbench.Ops, ", ")},
 			&cli.StringFlag{Name: "sizes", Value: "1MiB,16MiB,64MiB", Usage: "comma-separated sizes, e.g. 4KiB,1MiB,64MiB"},
 			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "float32, float64, bfloat16, float16, int32, int64 or uint8"},
@@ -60,7 +61,7 @@ func benchCommAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
-	args := []string{"--nproc-per-node=" + strconv.Itoa(n), "--no-python", "--no-prefix", self, "bench", "comm", "--worker",
+	args := []string{"--nproc-per-node=" + strconv.Itoa(n), "--no-python", "--no-prefix", self, "bench", "comm", "--worker", "--backend", cfg.Backend,
 		"--ops", c.String("ops"), "--sizes", c.String("sizes"), "--dtype", c.String("dtype"),
 		"--iters", strconv.Itoa(cfg.Iters), "--warmup", strconv.Itoa(cfg.Warmup), "--format", "json"}
 	cmd := exec.CommandContext(c.Context, self, args...)
@@ -121,8 +122,9 @@ func benchCommAction(c *cli.Context) error {
 // benchCommConfig checks the flags.
 func benchCommConfig(c *cli.Context) (commbench.WorkerConfig, error) {
 	cfg := commbench.WorkerConfig{Iters: c.Int("iters"), Warmup: c.Int("warmup"), JSON: c.String("format") == "json"}
-	if b := c.String("backend"); b != "cpu" {
-		return cfg, fmt.Errorf("--backend=%q: this build has the cpu backend only (nccl and hccl are not built yet)", b)
+	cfg.Backend = c.String("backend")
+	if err := world.Check(cfg.Backend); err != nil {
+		return cfg, fmt.Errorf("--backend: %w", err)
 	}
 	if f := c.String("format"); f != "text" && f != "json" {
 		return cfg, fmt.Errorf("--format=%q: want text or json", f)

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/comm"
+)
+
+// killedPeerWorker all-reduces 16 MiB again and again; the last rank
+// kills itself with SIGKILL while one of its all-reduces is in flight.
+// The others must fail with an error, well within their 20 s timeout.
+func killedPeerWorker() int {
+	// Survive gorun's SIGTERM so that the error below is what ends
+	// this worker (gorun would send SIGKILL after --stop-timeout).
+	signal.Ignore(syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: 20 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.Close()
+	x, err := env.Allocator.Empty(16<<20, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	victim := env.Rank() == env.Size()-1
+	for i := 0; ; i++ {
+		w, err := env.AllReduce(x, comm.Float32, comm.Sum)
+		if err == nil && victim && i == 3 {
+			for !w.IsCompleted() {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+		if err == nil {
+			err = w.Wait(ctx)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: collective %d failed: %v\n", env.Rank(), i, err)
+			return 1
+		}
+	}
+}
+
+// TestKilledPeerMidCollective: real processes on the shared-memory
+// transport; a rank killed mid-collective makes the others fail with an
+// error (not a hang), and no shared-memory file outlives its process.
+func TestKilledPeerMidCollective(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := runGorun(t, testEnv(commWorkerEnv+"=kill"), "--nproc-per-node=3", "--no-python", self)
+	took := time.Since(start)
+	if r.code == 0 || !strings.Contains(r.stderr, "signal: killed") && !strings.Contains(r.stderr, "SIGKILL") {
+		t.Errorf("exit %d; want the killed worker reported\n%s", r.code, r.stderr)
+	}
+	for _, rank := range []string{"0", "1"} {
+		if !strings.Contains(r.stderr, "[default"+rank+"]:rank "+rank+": collective ") {
+			t.Errorf("rank %s did not report its failed collective\n%s", rank, r.stderr)
+		}
+	}
+	// Nobody waits for the 20 s collective timeout: a dead peer is seen
+	// at once.
+	if took > 15*time.Second {
+		t.Errorf("the job took %v to end after a rank was killed", took)
+	}
+	for _, f := range orphanShm(t) {
+		t.Errorf("shared-memory file %s outlived its process", f)
+	}
+}
+
+// orphanShm lists gorun's ring files in /dev/shm whose creating process
+// (the pid in the name) is gone.
+func orphanShm(t *testing.T) []string {
+	matches, _ := filepath.Glob("/dev/shm/gorun-*")
+	var out []string
+	for _, m := range matches {
+		parts := strings.Split(filepath.Base(m), "-")
+		if len(parts) < 2 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[1])
+		if err != nil {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			out = append(out, m)
+		}
+	}
+	return out
+}
