@@ -81,7 +81,7 @@ func NewGroup(ctx context.Context, st Store, rank, size int, host string, opt Op
 		m.unmapShm()
 		return nil, err
 	}
-	g, err := NewGroupOn(rank, size, func(memory.Stream) (Backend, error) { return &cpuBackend{rank: rank, size: size, mesh: m}, nil }, opt)
+	g, err := NewGroupOn(rank, size, func(memory.Stream) (Backend, error) { return newCPUBackend(rank, size, m), nil }, opt)
 	if err != nil {
 		return nil, err
 	}

@@ -200,15 +200,6 @@ func (m *mesh) recv(r int, b []byte, deadline time.Time) error {
 	return m.readFull(p, b, deadline)
 }
 
-// exchange sends to one rank while receiving from another.
-func (m *mesh) exchange(to int, out []byte, from int, in []byte, deadline time.Time) error {
-	errc := make(chan error, 1)
-	go func() { errc <- m.send(to, out, deadline) }()
-	rerr := m.recv(from, in, deadline)
-	serr := <-errc
-	return errors.Join(rerr, serr)
-}
-
 func (m *mesh) peerErr(r int, what string, err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
