@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -34,6 +35,34 @@ func vendorDoubles(t *testing.T, backend string) []string {
 // worker here; real GPUs: make test-gpu.
 func TestGoDDPOnVendorDoubles(t *testing.T) {
 	t.Parallel()
+	for _, backend := range []string{"nccl", "hccl"} {
+		ddpMatchesCPU(t, backend, vendorDoubles(t, backend))
+	}
+}
+
+// TestGoDDPOnTheGPU is TestGoDDPOnVendorDoubles on a real GPU with the
+// real NCCL (make test-gpu).
+func TestGoDDPOnTheGPU(t *testing.T) {
+	skipWithoutGPU(t)
+	ddpMatchesCPU(t, "nccl", nil)
+}
+
+// TestBenchCommOnTheGPU: gorun bench comm --backend nccl on a real GPU.
+func TestBenchCommOnTheGPU(t *testing.T) {
+	skipWithoutGPU(t)
+	benchCommChecks(t, "nccl", nil)
+}
+
+func skipWithoutGPU(t *testing.T) {
+	if os.Getenv("GORUN_TEST_GPU") != "1" {
+		t.Skip("GORUN_TEST_GPU=1 runs this on a GPU machine (make test-gpu)")
+	}
+}
+
+// ddpMatchesCPU trains with bin/ddp on backend (one worker) and on the
+// CPU backend and wants the same last line.
+func ddpMatchesCPU(t *testing.T, backend string, vendorEnv []string) {
+	t.Helper()
 	run := func(env []string, backend string) string {
 		r := runGorun(t, testEnv(env...), "--nproc-per-node=1", "--no-python", ddpBin, "--steps", "4", "--backend", backend)
 		final := linesWithPrefix(r.stdout, "[default0]:final ")
@@ -43,10 +72,8 @@ func TestGoDDPOnVendorDoubles(t *testing.T) {
 		return final[0]
 	}
 	cpu := run(nil, "cpu")
-	for _, backend := range []string{"nccl", "hccl"} {
-		if got := run(vendorDoubles(t, backend), backend); got != cpu {
-			t.Errorf("%s: %q; the cpu backend gave %q", backend, got, cpu)
-		}
+	if got := run(vendorEnv, backend); got != cpu {
+		t.Errorf("%s: %q; the cpu backend gave %q", backend, got, cpu)
 	}
 }
 
@@ -72,29 +99,36 @@ func TestVendorBackendMissingLibrary(t *testing.T) {
 func TestBenchCommOnVendorDoubles(t *testing.T) {
 	t.Parallel()
 	for _, backend := range []string{"nccl", "hccl"} {
-		r := runGorun(t, testEnv(vendorDoubles(t, backend)...), "bench", "comm", "--nproc-per-node", "1", "--backend", backend,
-			"--ops", "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,send_recv,barrier", "--sizes", "4KiB",
-			"--iters", "2", "--warmup", "1", "--skip-anchors", "--format", "json")
-		if r.code != 0 {
-			t.Fatalf("%s: exit %d\n%s", backend, r.code, r.stderr)
-		}
-		var rep struct {
-			Backend string `json:"backend"`
-			Results []struct {
-				Op      string `json:"op"`
-				Correct bool   `json:"correct"`
-			} `json:"results"`
-		}
-		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-			t.Fatalf("%s: %v: %q", backend, err, r.stdout)
-		}
-		if rep.Backend != backend || len(rep.Results) != 7 {
-			t.Fatalf("%s: report %+v", backend, rep)
-		}
-		for _, res := range rep.Results {
-			if !res.Correct {
-				t.Errorf("%s: %s not correct", backend, res.Op)
-			}
+		benchCommChecks(t, backend, vendorDoubles(t, backend))
+	}
+}
+
+// benchCommChecks runs every op of gorun bench comm on backend (one
+// worker) and wants each correct.
+func benchCommChecks(t *testing.T, backend string, vendorEnv []string) {
+	t.Helper()
+	r := runGorun(t, testEnv(vendorEnv...), "bench", "comm", "--nproc-per-node", "1", "--backend", backend,
+		"--ops", "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,send_recv,barrier", "--sizes", "4KiB",
+		"--iters", "2", "--warmup", "1", "--skip-anchors", "--format", "json")
+	if r.code != 0 {
+		t.Fatalf("%s: exit %d\n%s", backend, r.code, r.stderr)
+	}
+	var rep struct {
+		Backend string `json:"backend"`
+		Results []struct {
+			Op      string `json:"op"`
+			Correct bool   `json:"correct"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%s: %v: %q", backend, err, r.stdout)
+	}
+	if rep.Backend != backend || len(rep.Results) != 7 {
+		t.Fatalf("%s: report %+v", backend, rep)
+	}
+	for _, res := range rep.Results {
+		if !res.Correct {
+			t.Errorf("%s: %s not correct", backend, res.Op)
 		}
 	}
 }
