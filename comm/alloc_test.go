@@ -13,6 +13,9 @@ import (
 // the group's bookkeeping around them (its Work, events, the reuse
 // engine's record) is a fixed count per call, not per byte or chunk.
 func TestNoAllocationsOnTheHotPath(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; counted without -race")
+	}
 	for _, transport := range []string{TransportSHM, TransportTCP} {
 		t.Run(transport, func(t *testing.T) {
 			t.Setenv(TransportEnv, transport)
@@ -22,8 +25,10 @@ func TestNoAllocationsOnTheHotPath(t *testing.T) {
 					t.Errorf("%s of 3 MiB: %v allocations per call on the backend; want none", op, n)
 				}
 			}
+			// A few of the runtime's own (a select's waiter when a
+			// collective blocks longer) may come and go.
 			small, large := groupAllocs(t, w, 12<<10), groupAllocs(t, w, 12<<20)
-			if large > small {
+			if large > small+4 {
 				t.Errorf("a group all_reduce allocates %v times at 12 KiB and %v at 12 MiB: want no more for more bytes", small, large)
 			}
 		})

@@ -96,9 +96,23 @@ type number interface {
 }
 
 func reduceSlice[T number](op ReduceOp, a, b []T) {
+	b = b[:len(a)]
 	switch op {
 	case Sum, Avg:
-		for i := range a {
+		// Eight at a time: the hot loop of every reducing collective.
+		i := 0
+		for ; i+8 <= len(a); i += 8 {
+			x, y := a[i:i+8:i+8], b[i:i+8:i+8]
+			x[0] += y[0]
+			x[1] += y[1]
+			x[2] += y[2]
+			x[3] += y[3]
+			x[4] += y[4]
+			x[5] += y[5]
+			x[6] += y[6]
+			x[7] += y[7]
+		}
+		for ; i < len(a); i++ {
 			a[i] += b[i]
 		}
 	case Prod:

@@ -4,9 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -17,17 +17,21 @@ import (
 // link.
 const shmRingSize = 8 << 20
 
-// shmHeader holds the ring's counters, each on its own cache line: head
-// is what the producer wrote in total, tail what the consumer read.
+// shmHeader holds the ring's counters on two cache lines: the
+// producer's (head: what it wrote in total, and the data event) and the
+// consumer's (tail: what it read, and the space event).
 const shmHeader = 128
 
 // shmRing is one direction of a shared-memory link: a byte ring in a
 // file mapped by both processes.
 type shmRing struct {
-	mem  []byte
-	head *uint64
-	tail *uint64
-	data []byte
+	mem   []byte
+	head  *uint64
+	tail  *uint64
+	data  []byte
+	// readers and writers count the consumer and the producer while
+	// they sleep (see shmLink.wait).
+	readers, writers *uint32
 }
 
 func mapRing(path string, create bool) (*shmRing, error) {
@@ -46,21 +50,79 @@ func mapRing(path string, create bool) (*shmRing, error) {
 			return nil, err
 		}
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	if err != nil {
 		return nil, err
 	}
-	return &shmRing{mem: mem, head: (*uint64)(unsafe.Pointer(&mem[0])), tail: (*uint64)(unsafe.Pointer(&mem[64])), data: mem[shmHeader:]}, nil
+	word := func(off int) *uint32 { return (*uint32)(unsafe.Pointer(&mem[off])) }
+	return &shmRing{mem: mem, head: (*uint64)(unsafe.Pointer(&mem[0])), tail: (*uint64)(unsafe.Pointer(&mem[64])), data: mem[shmHeader:],
+		readers: word(8), writers: word(72)}, nil
 }
 
 func (r *shmRing) unmap() { _ = syscall.Munmap(r.mem) }
 
-// shmLink carries one peer's messages in shared memory; the peer's TCP
-// connection stays open to learn at once when it dies.
+// prefault writes to every page of the ring's data, which the producer
+// does before any message: a page first written in the middle of a
+// collective costs a fault (MAP_POPULATE maps the pages for reading
+// only), and a 256 KiB all-reduce took 1.1-2.5 ms instead of 0.3 until
+// the ring had gone round once.
+func (r *shmRing) prefault() {
+	for off := 0; off < len(r.data); off += os.Getpagesize() {
+		r.data[off] = 0
+	}
+}
+
+// shmLink carries one peer's messages in shared memory. The peer's TCP
+// connection stays open: its close says at once that the peer died, and
+// a byte on it is a doorbell: a side that waits long sleeps (its count
+// in the ring's header tells the other side) until the other side moves
+// and rings. The sleeper parks in Go's network poller, so it holds no
+// thread and no P while it waits.
 type shmLink struct {
 	out, in *shmRing
-	dead    *atomic.Bool
+	conn    net.Conn
+	dead    atomic.Bool
+	// The sending and the receiving side each have their own bell and
+	// timer: they may wait at the same time, on different goroutines.
+	sendSide, recvSide shmSleeper
 }
+
+// shmSleeper is what one side needs to sleep: its bell, filled by the
+// connection's watcher, and its timer.
+type shmSleeper struct {
+	bell chan struct{}
+	nap  *time.Timer
+}
+
+func newShmSleeper() shmSleeper {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return shmSleeper{bell: make(chan struct{}, 1), nap: t}
+}
+
+func newShmLink(out, in *shmRing, conn net.Conn) *shmLink {
+	return &shmLink{out: out, in: in, conn: conn, sendSide: newShmSleeper(), recvSide: newShmSleeper()}
+}
+
+// rang is the watcher's news of a doorbell (or of the peer's death): it
+// wakes both sides, and each checks whether its own wait is over.
+func (l *shmLink) rang() {
+	for _, bell := range []chan struct{}{l.sendSide.bell, l.recvSide.bell} {
+		select {
+		case bell <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ring wakes the peer if it sleeps on sleepers.
+func (l *shmLink) ring(sleepers *uint32) {
+	if atomic.LoadUint32(sleepers) > 0 {
+		_, _ = l.conn.Write(doorbell[:])
+	}
+}
+
+var doorbell = [1]byte{'!'}
 
 // newShmPaths names a pair of ring files in /dev/shm.
 func newShmPaths(a, b int) (string, string, error) {
@@ -79,11 +141,39 @@ func shmDir() string {
 	return os.TempDir()
 }
 
-// wait spins, then yields, then sleeps a little, until cond holds, the
-// deadline passes or the peer is gone.
-func (l *shmLink) wait(cond func() bool, deadline time.Time, what string) error {
-	for i := 0; !cond(); i++ {
+// shmSpins is how often wait checks before it sleeps: enough to catch a
+// peer running on another core, short enough not to steal the core from
+// one that is not (2 cores, several ranks).
+const shmSpins = 200
+
+// shmNap bounds one sleep, so that deadlines are kept.
+const shmNap = 10 * time.Millisecond
+
+// wait spins a little, then sleeps until the peer rings, until cond
+// holds, the deadline passes or the peer is gone. sleepers is this
+// side's count in the ring's header.
+func (l *shmLink) wait(cond func() bool, side *shmSleeper, sleepers *uint32, deadline time.Time, what string) error {
+	for range shmSpins {
+		if cond() {
+			return nil
+		}
+	}
+	for {
+		atomic.AddUint32(sleepers, 1)
+		ok := cond()
+		if !ok && !l.dead.Load() {
+			side.nap.Reset(max(time.Microsecond, min(shmNap, time.Until(deadline))))
+			select {
+			case <-side.bell:
+			case <-side.nap.C:
+			}
+			side.nap.Stop()
+			ok = cond()
+		}
+		atomic.AddUint32(sleepers, ^uint32(0))
 		switch {
+		case ok:
+			return nil
 		case l.dead.Load():
 			// The peer may have written its last bytes and exited between
 			// the check above and this one: look once more.
@@ -91,17 +181,10 @@ func (l *shmLink) wait(cond func() bool, deadline time.Time, what string) error 
 				return nil
 			}
 			return fmt.Errorf("%s: the peer's connection closed (it may have exited)", what)
-		case i < 64:
-		case i < 1024:
-			runtime.Gosched()
-		default:
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: timed out (the peer is stuck or gone)", what)
-			}
-			time.Sleep(20 * time.Microsecond)
+		case time.Now().After(deadline):
+			return fmt.Errorf("%s: timed out (the peer is stuck or gone)", what)
 		}
 	}
-	return nil
 }
 
 // write copies b into the outgoing ring as space frees up.
@@ -114,7 +197,7 @@ func (l *shmLink) write(b []byte, deadline time.Time) error {
 			head = atomic.LoadUint64(r.head)
 			free = size - (head - atomic.LoadUint64(r.tail))
 			return free > 0
-		}, deadline, "shared-memory send"); err != nil {
+		}, &l.sendSide, r.writers, deadline, "shared-memory send"); err != nil {
 			return err
 		}
 		n := min(free, uint64(len(b)))
@@ -122,6 +205,7 @@ func (l *shmLink) write(b []byte, deadline time.Time) error {
 		k := copy(r.data[off:min(off+n, size)], b[:n])
 		copy(r.data, b[k:n])
 		atomic.StoreUint64(r.head, head+n)
+		l.ring(r.readers)
 		b = b[n:]
 	}
 	return nil
@@ -137,7 +221,7 @@ func (l *shmLink) read(b []byte, deadline time.Time) error {
 			tail = atomic.LoadUint64(r.tail)
 			avail = atomic.LoadUint64(r.head) - tail
 			return avail > 0
-		}, deadline, "shared-memory receive"); err != nil {
+		}, &l.recvSide, r.readers, deadline, "shared-memory receive"); err != nil {
 			return err
 		}
 		n := min(avail, uint64(len(b)))
@@ -145,6 +229,7 @@ func (l *shmLink) read(b []byte, deadline time.Time) error {
 		k := copy(b[:n], r.data[off:min(off+n, size)])
 		copy(b[k:n], r.data)
 		atomic.StoreUint64(r.tail, tail+n)
+		l.ring(r.writers)
 		b = b[n:]
 	}
 	return nil

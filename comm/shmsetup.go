@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync/atomic"
 	"time"
 )
 
@@ -58,19 +57,22 @@ func (m *mesh) setupShm(transport string) error {
 		if err != nil {
 			return fmt.Errorf("rank %d: shared memory with rank %d: %w", m.rank, r, err)
 		}
-		dead := p.shm.dead
+		link := p.shm
 		m.watchers.Add(1)
 		go func() {
 			defer m.watchers.Done()
-			var b [1]byte
+			b := make([]byte, 64)
 			for { // returns when the peer or this rank closes
-				_, err := p.conn.Read(b[:])
-				var ne net.Error
-				if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+				n, err := p.conn.Read(b)
+				if n > 0 {
+					link.rang()
+				}
+				if err != nil && !isTimeout(err) {
 					break
 				}
 			}
-			dead.Store(true)
+			link.dead.Store(true)
+			link.rang()
 		}()
 	}
 	return nil
@@ -82,6 +84,9 @@ func (m *mesh) offerShm(p *peer) error {
 		return err
 	}
 	out, err := mapRing(up, true)
+	if err == nil {
+		out.prefault()
+	}
 	if err != nil {
 		return err
 	}
@@ -102,7 +107,7 @@ func (m *mesh) offerShm(p *peer) error {
 	if _, err := io.ReadFull(p.conn, ok[:]); err != nil {
 		return err
 	}
-	p.shm = &shmLink{out: out, in: in, dead: new(atomic.Bool)}
+	p.shm = newShmLink(out, in, p.conn)
 	return nil
 }
 
@@ -124,10 +129,11 @@ func (m *mesh) acceptShm(p *peer) error {
 		in.unmap()
 		return err
 	}
+	out.prefault()
 	if _, err := p.conn.Write([]byte{1}); err != nil {
 		return err
 	}
-	p.shm = &shmLink{out: out, in: in, dead: new(atomic.Bool)}
+	p.shm = newShmLink(out, in, p.conn)
 	return nil
 }
 
@@ -150,4 +156,9 @@ func readString(r io.Reader) (string, error) {
 		_, err := io.ReadFull(r, b)
 		return string(b), err
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
