@@ -25,10 +25,10 @@ const shmHeader = 128
 // shmRing is one direction of a shared-memory link: a byte ring in a
 // file mapped by both processes.
 type shmRing struct {
-	mem   []byte
-	head  *uint64
-	tail  *uint64
-	data  []byte
+	mem  []byte
+	head *uint64
+	tail *uint64
+	data []byte
 	// readers and writers count the consumer and the producer while
 	// they sleep (see shmLink.wait).
 	readers, writers *uint32
