@@ -12,12 +12,13 @@ import (
 
 // DeviceComm is one rank's communicator of a vendor library (NCCL, HCCL)
 // bound to a group's device stream: each call enqueues on that stream and
-// returns. Addresses are device memory; counts are elements of d, sizes
-// bytes.
+// returns. Addresses are device memory; counts are elements of the
+// vendor's type code dt, op the vendor's reduction code (see
+// VendorCodes); sizes are bytes.
 type DeviceComm interface {
-	AllReduce(send, recv uintptr, count int, d DType, op ReduceOp) error
+	AllReduce(send, recv uintptr, count, dt, op int) error
 	AllGather(send, recv uintptr, bytesPerRank int) error
-	ReduceScatter(send, recv uintptr, countPerRank int, d DType, op ReduceOp) error
+	ReduceScatter(send, recv uintptr, countPerRank, dt, op int) error
 	Broadcast(buf uintptr, bytes, root int) error
 	AllToAll(send, recv uintptr, bytesPerRank int) error
 	Send(buf uintptr, bytes, peer int) error
@@ -28,6 +29,28 @@ type DeviceComm interface {
 	// Free releases what the communicator holds besides itself (device
 	// memory), once its stream is idle and after Abort.
 	Free() error
+}
+
+// VendorCodes are a vendor library's codes for comm's element types and
+// reductions; a missing one is refused with an error naming Library.
+type VendorCodes struct {
+	Library string
+	DTypes  map[DType]int
+	Ops     map[ReduceOp]int
+	// OpsHint, when set, follows the error for a missing reduction.
+	OpsHint string
+}
+
+func (v VendorCodes) lookup(d DType, op ReduceOp) (int, int, error) {
+	o, ok := v.Ops[op]
+	if !ok {
+		return 0, 0, fmt.Errorf("%s: %s is not one of its reductions%s", v.Library, op, v.OpsHint)
+	}
+	t, ok := v.DTypes[d]
+	if !ok {
+		return 0, 0, fmt.Errorf("%s: %s is not one of its element types", v.Library, d)
+	}
+	return t, o, nil
 }
 
 // ExchangeRootID gives every rank the bytes that rank 0 makes with
@@ -57,16 +80,16 @@ func ExchangeRootID(ctx context.Context, st Store, key string, rank, size int, n
 
 // NewDeviceGroup makes a group over a vendor library on dev: bind gets
 // the group's stream (the vendor's handle) and returns the communicator
-// bound to it. Every call runs on a thread with dev's device set.
-// opt.Device is set to dev.
-func NewDeviceGroup(rank, size int, dev *memory.RuntimeDevice, bind func(stream uintptr) (DeviceComm, error), opt Options) (*Group, error) {
+// bound to it; codes translate element types and reductions. Every call
+// runs on a thread with dev's device set. opt.Device is set to dev.
+func NewDeviceGroup(rank, size int, dev *memory.RuntimeDevice, codes VendorCodes, bind func(stream uintptr) (DeviceComm, error), opt Options) (*Group, error) {
 	opt.Device = dev
 	return NewGroupOn(rank, size, func(s memory.Stream) (Backend, error) {
 		var c DeviceComm
 		if err := dev.Do(func() (err error) { c, err = bind(dev.Handle(s)); return err }); err != nil {
 			return nil, err
 		}
-		return &deviceBackend{c: c, dev: dev, size: size}, nil
+		return &deviceBackend{c: c, dev: dev, size: size, codes: codes}, nil
 	}, opt)
 }
 
@@ -76,12 +99,17 @@ type deviceBackend struct {
 	c     DeviceComm
 	dev   *memory.RuntimeDevice
 	size  int
+	codes VendorCodes
 	abort sync.Once
 }
 
 func (b *deviceBackend) AllReduce(t *memory.Tensor, d DType, op ReduceOp, _ time.Time) error {
+	dt, o, err := b.codes.lookup(d, op)
+	if err != nil {
+		return err
+	}
 	p := t.Region().Ptr
-	return b.dev.Do(func() error { return b.c.AllReduce(p, p, int(t.Size())/d.Size(), d, op) })
+	return b.dev.Do(func() error { return b.c.AllReduce(p, p, int(t.Size())/d.Size(), dt, o) })
 }
 
 func (b *deviceBackend) AllGather(out, in *memory.Tensor, _ time.Time) error {
@@ -89,8 +117,12 @@ func (b *deviceBackend) AllGather(out, in *memory.Tensor, _ time.Time) error {
 }
 
 func (b *deviceBackend) ReduceScatter(out, in *memory.Tensor, d DType, op ReduceOp, _ time.Time) error {
+	dt, o, err := b.codes.lookup(d, op)
+	if err != nil {
+		return err
+	}
 	return b.dev.Do(func() error {
-		return b.c.ReduceScatter(in.Region().Ptr, out.Region().Ptr, int(out.Size())/d.Size(), d, op)
+		return b.c.ReduceScatter(in.Region().Ptr, out.Region().Ptr, int(out.Size())/d.Size(), dt, o)
 	})
 }
 

@@ -130,6 +130,24 @@ func NewDeviceEnv(ctx context.Context, l Launch, backend string, rt DeviceRuntim
 	return e, nil
 }
 
+// OpenVendor opens a vendor's library and runtime for the world of l: the
+// runtime, and the function that makes the group through the store.
+type OpenVendor func(l Launch) (DeviceRuntime, func(ctx context.Context, st Store, dev *memory.RuntimeDevice, opt Options) (*Group, error), error)
+
+// NewVendorEnv is NewDeviceEnv for the worker's environment
+// (LaunchFromEnv), with the library opened by open.
+func NewVendorEnv(ctx context.Context, backend string, open OpenVendor, opt Options) (*Env, error) {
+	l, err := LaunchFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	rt, newGroup, err := open(l)
+	if err != nil {
+		return nil, err
+	}
+	return NewDeviceEnv(ctx, l, backend, rt, newGroup, opt)
+}
+
 // newEnv makes the allocator and engine on dev and connects the store.
 func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*Env, error) {
 	mode, err := memory.ModeFromEnv()

@@ -4,7 +4,6 @@ package hccl
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/gorun-dev/gorun/comm"
 	"github.com/gorun-dev/gorun/memory"
@@ -31,7 +30,7 @@ func NewGroup(ctx context.Context, st comm.Store, rank, size int, h *HCCL, dev *
 	if err := dev.Do(func() (err error) { c, err = h.InitRank(size, rank, info); return err }); err != nil {
 		return nil, err
 	}
-	g, err := comm.NewDeviceGroup(rank, size, dev, func(stream uintptr) (comm.DeviceComm, error) {
+	g, err := comm.NewDeviceGroup(rank, size, dev, codes, func(stream uintptr) (comm.DeviceComm, error) {
 		return &bound{c: c, s: Stream(stream)}, nil
 	}, opt)
 	if err != nil {
@@ -47,42 +46,22 @@ type bound struct {
 	s Stream
 }
 
-var dataTypes = map[comm.DType]DataType{comm.Float32: Float32, comm.Float64: Float64, comm.BFloat16: BFloat16,
-	comm.Float16: Float16, comm.Int32: Int32, comm.Int64: Int64, comm.Uint8: Uint8}
+// codes are HCCL's element types and reductions: it has no average.
+var codes = comm.VendorCodes{Library: "hccl", OpsHint: " (sum, prod, min or max: reduce with sum and divide for an average)",
+	DTypes: map[comm.DType]int{comm.Float32: int(Float32), comm.Float64: int(Float64), comm.BFloat16: int(BFloat16),
+		comm.Float16: int(Float16), comm.Int32: int(Int32), comm.Int64: int(Int64), comm.Uint8: int(Uint8)},
+	Ops: map[comm.ReduceOp]int{comm.Sum: int(Sum), comm.Min: int(Min), comm.Max: int(Max), comm.Prod: int(Prod)}}
 
-var reduceOps = map[comm.ReduceOp]ReduceOp{comm.Sum: Sum, comm.Min: Min, comm.Max: Max, comm.Prod: Prod}
-
-// types maps comm's element type and reduction to HCCL's.
-func types(d comm.DType, op comm.ReduceOp) (DataType, ReduceOp, error) {
-	ro, ok := reduceOps[op]
-	if !ok {
-		return 0, 0, fmt.Errorf("hccl: %s is not an HCCL reduction (sum, prod, min, max): reduce with sum and divide", op)
-	}
-	dt, ok := dataTypes[d]
-	if !ok {
-		return 0, 0, fmt.Errorf("hccl: no HCCL type for %s", d)
-	}
-	return dt, ro, nil
+func (b *bound) AllReduce(send, recv uintptr, count, dt, op int) error {
+	return b.c.AllReduce(send, recv, count, DataType(dt), ReduceOp(op), b.s)
 }
 
-func (b *bound) AllReduce(send, recv uintptr, count int, d comm.DType, op comm.ReduceOp) error {
-	dt, ro, err := types(d, op)
-	if err != nil {
-		return err
-	}
-	return b.c.AllReduce(send, recv, count, dt, ro, b.s)
+func (b *bound) ReduceScatter(send, recv uintptr, count, dt, op int) error {
+	return b.c.ReduceScatter(send, recv, count, DataType(dt), ReduceOp(op), b.s)
 }
 
 func (b *bound) AllGather(send, recv uintptr, n int) error {
 	return b.c.AllGather(send, recv, n, Uint8, b.s)
-}
-
-func (b *bound) ReduceScatter(send, recv uintptr, count int, d comm.DType, op comm.ReduceOp) error {
-	dt, ro, err := types(d, op)
-	if err != nil {
-		return err
-	}
-	return b.c.ReduceScatter(send, recv, count, dt, ro, b.s)
 }
 
 func (b *bound) Broadcast(buf uintptr, n, root int) error {

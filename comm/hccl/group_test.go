@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/gorun-dev/gorun/comm"
-	"github.com/gorun-dev/gorun/internal/cdouble"
 	"github.com/gorun-dev/gorun/internal/commtest"
 	"github.com/gorun-dev/gorun/memory"
 )
@@ -16,14 +15,7 @@ import (
 // TestProcessGroupOnTheDoubles: every collective of comm's API over
 // HCCL on the ACL double; an average, which HCCL lacks, is refused.
 func TestProcessGroupOnTheDoubles(t *testing.T) {
-	h, err := OpenPath(cdouble.Build(t, "hccl_double.c", "libhccl-double.so"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acl, err := OpenACLPath(cdouble.Build(t, "acl_double.c", "libascendcl-double.so"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, acl := openDoubles(t)
 	newGroup := func(ctx context.Context, st comm.Store, rank, size int, dev *memory.RuntimeDevice, opt comm.Options) (*comm.Group, error) {
 		return NewGroup(ctx, st, rank, size, h, dev, opt)
 	}

@@ -31,9 +31,8 @@ func TestMissingLibraryAndSymbol(t *testing.T) {
 	}
 }
 
-// TestCollectivesThroughTheDoubles drives the cgo and dlopen path with
-// two ranks on two locked threads and NPU memory from the ACL double.
-func TestCollectivesThroughTheDoubles(t *testing.T) {
+// openDoubles builds and opens the HCCL and ACL runtime doubles.
+func openDoubles(t *testing.T) (*HCCL, *ACL) {
 	h, err := OpenPath(cdouble.Build(t, "hccl_double.c", "libhccl-double.so"))
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +41,13 @@ func TestCollectivesThroughTheDoubles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h, acl
+}
+
+// TestCollectivesThroughTheDoubles drives the cgo and dlopen path with
+// two ranks on two locked threads and NPU memory from the ACL double.
+func TestCollectivesThroughTheDoubles(t *testing.T) {
+	h, acl := openDoubles(t)
 	info, err := h.NewRootInfo()
 	if err != nil {
 		t.Fatal(err)

@@ -14,19 +14,16 @@ import (
 // GPU LOCAL_RANK, with NCCL and the CUDA runtime found as Open and
 // OpenCUDA find them.
 func NewEnv(ctx context.Context, opt comm.Options) (*comm.Env, error) {
-	l, err := comm.LaunchFromEnv()
-	if err != nil {
-		return nil, err
-	}
+	return comm.NewVendorEnv(ctx, "nccl", open, opt)
+}
+
+func open(l comm.Launch) (comm.DeviceRuntime, func(context.Context, comm.Store, *memory.RuntimeDevice, comm.Options) (*comm.Group, error), error) {
 	n, err := Open()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cu, err := OpenCUDA()
-	if err != nil {
-		return nil, err
-	}
-	return comm.NewDeviceEnv(ctx, l, "nccl", cu, func(ctx context.Context, st comm.Store, dev *memory.RuntimeDevice, opt comm.Options) (*comm.Group, error) {
+	return cu, func(ctx context.Context, st comm.Store, dev *memory.RuntimeDevice, opt comm.Options) (*comm.Group, error) {
 		return NewGroup(ctx, st, l.Rank, l.Size, n, dev, opt)
-	}, opt)
+	}, err
 }

@@ -4,7 +4,6 @@ package nccl
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/gorun-dev/gorun/comm"
 	"github.com/gorun-dev/gorun/memory"
@@ -28,7 +27,7 @@ func NewGroup(ctx context.Context, st comm.Store, rank, size int, n *NCCL, dev *
 	if err := dev.Do(func() (err error) { c, err = n.InitRank(size, rank, id); return err }); err != nil {
 		return nil, err
 	}
-	g, err := comm.NewDeviceGroup(rank, size, dev, func(stream uintptr) (comm.DeviceComm, error) {
+	g, err := comm.NewDeviceGroup(rank, size, dev, codes, func(stream uintptr) (comm.DeviceComm, error) {
 		one, err := dev.Malloc(1)
 		if err != nil {
 			return nil, err
@@ -52,39 +51,22 @@ type bound struct {
 	dev  *memory.RuntimeDevice
 }
 
-var dataTypes = map[comm.DType]DataType{comm.Float32: Float32, comm.Float64: Float64, comm.BFloat16: BFloat16,
-	comm.Float16: Float16, comm.Int32: Int32, comm.Int64: Int64, comm.Uint8: Uint8}
+// codes are NCCL's element types and reductions.
+var codes = comm.VendorCodes{Library: "nccl",
+	DTypes: map[comm.DType]int{comm.Float32: int(Float32), comm.Float64: int(Float64), comm.BFloat16: int(BFloat16),
+		comm.Float16: int(Float16), comm.Int32: int(Int32), comm.Int64: int(Int64), comm.Uint8: int(Uint8)},
+	Ops: map[comm.ReduceOp]int{comm.Sum: int(Sum), comm.Avg: int(Avg), comm.Min: int(Min), comm.Max: int(Max), comm.Prod: int(Prod)}}
 
-var redOps = map[comm.ReduceOp]RedOp{comm.Sum: Sum, comm.Avg: Avg, comm.Min: Min, comm.Max: Max, comm.Prod: Prod}
-
-// types maps comm's element type and reduction to NCCL's.
-func types(d comm.DType, op comm.ReduceOp) (DataType, RedOp, error) {
-	dt, ok1 := dataTypes[d]
-	ro, ok2 := redOps[op]
-	if !ok1 || !ok2 {
-		return 0, 0, fmt.Errorf("nccl: no NCCL type for %s with %s", d, op)
-	}
-	return dt, ro, nil
+func (b *bound) AllReduce(send, recv uintptr, count, dt, op int) error {
+	return b.c.AllReduce(send, recv, count, DataType(dt), RedOp(op), b.s)
 }
 
-func (b *bound) AllReduce(send, recv uintptr, count int, d comm.DType, op comm.ReduceOp) error {
-	dt, ro, err := types(d, op)
-	if err != nil {
-		return err
-	}
-	return b.c.AllReduce(send, recv, count, dt, ro, b.s)
+func (b *bound) ReduceScatter(send, recv uintptr, count, dt, op int) error {
+	return b.c.ReduceScatter(send, recv, count, DataType(dt), RedOp(op), b.s)
 }
 
 func (b *bound) AllGather(send, recv uintptr, n int) error {
 	return b.c.AllGather(send, recv, n, Uint8, b.s)
-}
-
-func (b *bound) ReduceScatter(send, recv uintptr, count int, d comm.DType, op comm.ReduceOp) error {
-	dt, ro, err := types(d, op)
-	if err != nil {
-		return err
-	}
-	return b.c.ReduceScatter(send, recv, count, dt, ro, b.s)
 }
 
 func (b *bound) Broadcast(buf uintptr, n, root int) error {

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/gorun-dev/gorun/comm"
-	"github.com/gorun-dev/gorun/internal/cdouble"
 	"github.com/gorun-dev/gorun/internal/commtest"
 	"github.com/gorun-dev/gorun/memory"
 )
@@ -17,14 +16,7 @@ import (
 // NCCL, ranks as goroutines of one process, tensors from the caching
 // allocator on the CUDA double.
 func TestProcessGroupOnTheDoubles(t *testing.T) {
-	n, err := OpenPath(cdouble.Build(t, "nccl_double.c", "libnccl-double.so"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cu, err := OpenCUDAPath(cdouble.Build(t, "cudart_double.c", "libcudart-double.so"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, cu := openDoubles(t)
 	v := commtest.Vendor{Runtime: cu, Copier: cu, NewGroup: func(ctx context.Context, st comm.Store, rank, size int, dev *memory.RuntimeDevice, opt comm.Options) (*comm.Group, error) {
 		return NewGroup(ctx, st, rank, size, n, dev, opt)
 	}}

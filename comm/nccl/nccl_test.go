@@ -44,9 +44,8 @@ func TestMissingSymbolIsNamed(t *testing.T) {
 	}
 }
 
-// TestCollectivesThroughTheDoubles drives the cgo and dlopen path: two
-// ranks on two locked threads, buffers from the CUDA runtime double.
-func TestCollectivesThroughTheDoubles(t *testing.T) {
+// openDoubles builds and opens the NCCL and CUDA runtime doubles.
+func openDoubles(t *testing.T) (*NCCL, *CUDA) {
 	n, err := OpenPath(cdouble.Build(t, "nccl_double.c", "libnccl-double.so"))
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +54,13 @@ func TestCollectivesThroughTheDoubles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n, cu
+}
+
+// TestCollectivesThroughTheDoubles drives the cgo and dlopen path: two
+// ranks on two locked threads, buffers from the CUDA runtime double.
+func TestCollectivesThroughTheDoubles(t *testing.T) {
+	n, cu := openDoubles(t)
 	if v, err := n.Version(); err != nil || v != 22105 {
 		t.Fatalf("Version = %d, %v", v, err)
 	}
