@@ -1,0 +1,161 @@
+package watchdog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Exit codes of a worker that the watchdog ends (documented in
+// docs/watchdog.md; gorun's failure summary names them).
+const (
+	// ExitCollectiveTimeout: a collective ran past its timeout here.
+	ExitCollectiveTimeout = 124
+	// ExitCollectiveError: a collective failed here (a dead peer, an
+	// asynchronous error).
+	ExitCollectiveError = 123
+	// ExitRemoteAbort: another rank's failure stopped this one.
+	ExitRemoteAbort = 122
+	// ExitWatchdogStuck: the watchdog itself stopped making progress.
+	ExitWatchdogStuck = 121
+)
+
+// ExitCode is the exit code for a failure of kind.
+func ExitCode(kind string) int {
+	switch kind {
+	case KindTimeout:
+		return ExitCollectiveTimeout
+	case KindError:
+		return ExitCollectiveError
+	case KindStuck:
+		return ExitWatchdogStuck
+	}
+	return ExitRemoteAbort
+}
+
+// ErrorHandling is what happens after a failure, as PyTorch's
+// TORCH_NCCL_ASYNC_ERROR_HANDLING: abort the communicators (clean up)
+// and/or end the process (tear down).
+type ErrorHandling int
+
+// The modes, numbered as PyTorch numbers them.
+const (
+	NoHandling  ErrorHandling = 0 // neither: the caller sees the error
+	TearDown    ErrorHandling = 1 // abort, then end the process
+	CleanUpOnly ErrorHandling = 2 // abort; the process goes on
+	SkipCleanUp ErrorHandling = 3 // end the process without aborting (PyTorch's default)
+)
+
+// CleanUp reports whether the mode aborts the communicators.
+func (m ErrorHandling) CleanUp() bool { return m == TearDown || m == CleanUpOnly }
+
+// TearsDown reports whether the mode ends the process.
+func (m ErrorHandling) TearsDown() bool { return m == TearDown || m == SkipCleanUp }
+
+// ErrorHandlingFromEnv reads GORUN_ASYNC_ERROR_HANDLING, else
+// TORCH_NCCL_ASYNC_ERROR_HANDLING or NCCL_ASYNC_ERROR_HANDLING; the
+// default is TearDown: a CPU group's abort is cheap and makes the peers
+// fail at once.
+func ErrorHandlingFromEnv() (ErrorHandling, error) {
+	for _, name := range []string{"GORUN_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
+		v, ok := os.LookupEnv(name)
+		if !ok || v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 3 {
+			return 0, fmt.Errorf("watchdog: %s=%q: want 0 (no handling), 1 (tear down), 2 (clean up only) or 3 (skip clean-up)", name, v)
+		}
+		return ErrorHandling(n), nil
+	}
+	return TearDown, nil
+}
+
+// Signal is the store through which ranks tell each other of a failure
+// (an interface of its consumer; comm's store and etcd satisfy it).
+type Signal interface {
+	Set(ctx context.Context, key, value string) error
+	// Get waits until key is set.
+	Get(ctx context.Context, key string) (string, error)
+}
+
+// SignalKey is the store key of the first failure in a job.
+const SignalKey = "gorun/watchdog/failure"
+
+// Handler does what a failure calls for: report it, dump the flight
+// recorder, tell the other ranks, abort the communicators and end the
+// process, as the mode says. Handle runs at most once.
+type Handler struct {
+	Rank, WorldSize int
+	Recorder        *Recorder
+	// DumpDir receives the dump (empty: no dump).
+	DumpDir string
+	Mode    ErrorHandling
+	// Signal, when set, carries a local failure to the other ranks.
+	Signal Signal
+	// Abort aborts every communicator of the process.
+	Abort func()
+	// Exit ends the process (os.Exit in a worker).
+	Exit func(code int)
+	// Log receives the report (os.Stderr in a worker).
+	Log io.Writer
+
+	once sync.Once
+}
+
+// Handle acts on f once; later calls return at once.
+func (h *Handler) Handle(f Failure) {
+	h.once.Do(func() { h.handle(f) })
+}
+
+func (h *Handler) handle(f Failure) {
+	fmt.Fprintf(h.Log, "gorun watchdog: %s\n", f)
+	if f.Kind != KindRemote && h.Signal != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		b, _ := json.Marshal(f)
+		if err := h.Signal.Set(ctx, SignalKey, string(b)); err != nil {
+			fmt.Fprintf(h.Log, "gorun watchdog: could not tell the other ranks: %v\n", err)
+		}
+		cancel()
+	}
+	if h.DumpDir != "" {
+		if path, err := h.DumpNow("watchdog: " + f.String()); err != nil {
+			fmt.Fprintf(h.Log, "gorun watchdog: %v\n", err)
+		} else {
+			fmt.Fprintf(h.Log, "gorun watchdog: flight recorder dumped to %s\n", path)
+		}
+	}
+	if h.Mode.CleanUp() && h.Abort != nil {
+		h.Abort()
+	}
+	if h.Mode.TearsDown() && h.Exit != nil {
+		h.Exit(ExitCode(f.Kind))
+	}
+}
+
+// DumpNow writes the flight recorder into DumpDir.
+func (h *Handler) DumpNow(reason string) (string, error) {
+	return WriteDump(h.DumpDir, h.Recorder.Dump(h.Rank, h.WorldSize, reason, time.Now()))
+}
+
+// WatchSignal waits for another rank's failure on sig and hands it to h
+// (as KindRemote, naming the rank that failed); it returns when ctx ends.
+func WatchSignal(ctx context.Context, sig Signal, h *Handler) {
+	v, err := sig.Get(ctx, SignalKey)
+	if err != nil || ctx.Err() != nil {
+		return
+	}
+	var f Failure
+	if json.Unmarshal([]byte(v), &f) != nil {
+		f = Failure{Rank: -1}
+	}
+	if f.Rank == h.Rank {
+		return // our own report
+	}
+	h.Handle(Failure{Kind: KindRemote, Rank: f.Rank, PGID: f.PGID, Seq: f.Seq, Op: f.Op, Err: f.String()})
+}

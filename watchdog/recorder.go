@@ -1,0 +1,289 @@
+package watchdog
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultBufferSize is the flight recorder's capacity per process, as
+// PyTorch's TORCH_FR_BUFFER_SIZE default.
+const DefaultBufferSize = 2000
+
+// DumpVersion is the version field of a dump: PyTorch's flight-recorder
+// layout (entries, pg_config, pg_status) of version 2.4, plus gorun's
+// rank, world_size, reason and time_dumped_ns.
+const DumpVersion = "2.4"
+
+// BufferSizeFromEnv reads the recorder's capacity: GORUN_FR_BUFFER_SIZE,
+// else PyTorch's TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE,
+// else DefaultBufferSize. 0 turns the recorder off.
+func BufferSizeFromEnv() (int, error) {
+	for _, name := range []string{"GORUN_FR_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} {
+		v, ok := os.LookupEnv(name)
+		if !ok || v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("watchdog: %s=%q: want a number of entries, 0 or more", name, v)
+		}
+		return n, nil
+	}
+	return DefaultBufferSize, nil
+}
+
+// Entry states, as PyTorch names them.
+const (
+	StateScheduled = "scheduled"
+	StateStarted   = "started"
+	StateCompleted = "completed"
+)
+
+// Entry is one collective or point-to-point operation, with PyTorch's
+// flight-recorder fields.
+type Entry struct {
+	RecordID        int64     `json:"record_id"`
+	PGID            int       `json:"pg_id"`
+	ProcessGroup    [2]string `json:"process_group"` // name, description
+	CollectiveSeqID int64     `json:"collective_seq_id"`
+	P2PSeqID        int64     `json:"p2p_seq_id"`
+	OpID            int64     `json:"op_id"`
+	ProfilingName   string    `json:"profiling_name"` // e.g. "gorun:all_reduce"
+	TimeCreatedNs   int64     `json:"time_created_ns"`
+	// Host times at which the watchdog saw the operation start and end
+	// (nil before).
+	TimeDiscoveredStartedNs   *int64    `json:"time_discovered_started_ns"`
+	TimeDiscoveredCompletedNs *int64    `json:"time_discovered_completed_ns"`
+	DurationMs                *float64  `json:"duration_ms"`
+	InputSizes                [][]int64 `json:"input_sizes"`
+	InputDtypes               []string  `json:"input_dtypes"`
+	OutputSizes               [][]int64 `json:"output_sizes"`
+	OutputDtypes              []string  `json:"output_dtypes"`
+	State                     string    `json:"state"`
+	// Retired: no longer watched (completed, or failed or timed out).
+	Retired   bool  `json:"retired"`
+	TimeoutMs int64 `json:"timeout_ms"`
+	IsP2P     bool  `json:"is_p2p"`
+}
+
+// PGStatus is a group's last enqueued, started and completed collective
+// sequence numbers (-1: none), as PyTorch's pg_status.
+type PGStatus struct {
+	LastEnqueued  int64 `json:"last_enqueued_collective"`
+	LastStarted   int64 `json:"last_started_collective"`
+	LastCompleted int64 `json:"last_completed_collective"`
+}
+
+// PGConfig describes a group: its name, description and global ranks.
+type PGConfig struct {
+	Name  string `json:"name"`
+	Desc  string `json:"desc"`
+	Ranks string `json:"ranks"` // "[0, 1, 2]", as PyTorch writes it
+}
+
+// Dump is one rank's flight recorder, as written to disk.
+type Dump struct {
+	Version      string              `json:"version"`
+	Rank         int                 `json:"rank"`
+	WorldSize    int                 `json:"world_size"`
+	Reason       string              `json:"reason"`
+	TimeDumpedNs int64               `json:"time_dumped_ns"`
+	PGConfig     map[string]PGConfig `json:"pg_config"`
+	PGStatus     map[string]PGStatus `json:"pg_status"`
+	Entries      []Entry             `json:"entries"`
+}
+
+// Recorder is a bounded ring of Entries (the flight recorder): the
+// newest max entries are kept. It is safe for concurrent use.
+type Recorder struct {
+	mu      sync.Mutex
+	max     int
+	ring    []Entry // record id i is at i % max while it is among the newest
+	next    int64   // the next record id
+	status  map[int]*PGStatus
+	configs map[int]PGConfig
+}
+
+// NewRecorder keeps the newest size entries (0: records nothing).
+func NewRecorder(size int) *Recorder {
+	return &Recorder{max: size, status: map[int]*PGStatus{}, configs: map[int]PGConfig{}}
+}
+
+// Enabled reports whether the recorder keeps anything.
+func (r *Recorder) Enabled() bool { return r != nil && r.max > 0 }
+
+// AddGroup describes group pgID for dumps.
+func (r *Recorder) AddGroup(pgID int, name, desc string, ranks []int) {
+	if !r.Enabled() {
+		return
+	}
+	b, _ := json.Marshal(ranks)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.configs[pgID] = PGConfig{Name: name, Desc: desc, Ranks: string(b)}
+	if r.status[pgID] == nil {
+		r.status[pgID] = &PGStatus{LastEnqueued: -1, LastStarted: -1, LastCompleted: -1}
+	}
+}
+
+// Record adds e as scheduled at time now and returns its record id (-1
+// when the recorder is off).
+func (r *Recorder) Record(e Entry, now time.Time) int64 {
+	if !r.Enabled() {
+		return -1
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e.RecordID = r.next
+	r.next++
+	e.TimeCreatedNs = now.UnixNano()
+	e.State = StateScheduled
+	if len(r.ring) < r.max {
+		r.ring = append(r.ring, e)
+	} else {
+		r.ring[e.RecordID%int64(r.max)] = e
+	}
+	if st := r.statusOf(e.PGID); !e.IsP2P {
+		st.LastEnqueued = e.CollectiveSeqID
+	}
+	return e.RecordID
+}
+
+func (r *Recorder) statusOf(pgID int) *PGStatus {
+	st := r.status[pgID]
+	if st == nil {
+		st = &PGStatus{LastEnqueued: -1, LastStarted: -1, LastCompleted: -1}
+		r.status[pgID] = st
+	}
+	return st
+}
+
+// entry is record id's entry while it is kept (nil after it was
+// overwritten); r.mu held.
+func (r *Recorder) entry(id int64) *Entry {
+	if id < 0 || id >= r.next || id < r.next-int64(r.max) {
+		return nil
+	}
+	return &r.ring[id%int64(r.max)]
+}
+
+// Started marks record id started at now.
+func (r *Recorder) Started(id int64, now time.Time) {
+	if !r.Enabled() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entry(id)
+	if e == nil || e.TimeDiscoveredStartedNs != nil {
+		return
+	}
+	ns := now.UnixNano()
+	e.TimeDiscoveredStartedNs = &ns
+	if e.State == StateScheduled {
+		e.State = StateStarted
+	}
+	if st := r.statusOf(e.PGID); !e.IsP2P && e.CollectiveSeqID > st.LastStarted {
+		st.LastStarted = e.CollectiveSeqID
+	}
+}
+
+// Completed marks record id completed at now and retires it.
+func (r *Recorder) Completed(id int64, now time.Time) {
+	if !r.Enabled() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entry(id)
+	if e == nil {
+		return
+	}
+	ns := now.UnixNano()
+	if e.TimeDiscoveredStartedNs == nil {
+		e.TimeDiscoveredStartedNs = &ns
+	}
+	e.TimeDiscoveredCompletedNs = &ns
+	ms := float64(ns-*e.TimeDiscoveredStartedNs) / 1e6
+	e.DurationMs = &ms
+	e.State, e.Retired = StateCompleted, true
+	if st := r.statusOf(e.PGID); !e.IsP2P && e.CollectiveSeqID > st.LastCompleted {
+		st.LastCompleted = e.CollectiveSeqID
+	}
+}
+
+// Retire marks record id as no longer watched without completing it (it
+// failed or timed out).
+func (r *Recorder) Retire(id int64) {
+	if !r.Enabled() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.entry(id); e != nil {
+		e.Retired = true
+	}
+}
+
+// Dump copies the recorder's state, oldest entry first.
+func (r *Recorder) Dump(rank, worldSize int, reason string, now time.Time) Dump {
+	d := Dump{Version: DumpVersion, Rank: rank, WorldSize: worldSize, Reason: reason, TimeDumpedNs: now.UnixNano(),
+		PGConfig: map[string]PGConfig{}, PGStatus: map[string]PGStatus{}, Entries: []Entry{}}
+	if !r.Enabled() {
+		return d
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := max(0, r.next-int64(r.max)); id < r.next; id++ {
+		d.Entries = append(d.Entries, *r.entry(id))
+	}
+	for id, c := range r.configs {
+		d.PGConfig[strconv.Itoa(id)] = c
+	}
+	for id, st := range r.status {
+		d.PGStatus[strconv.Itoa(id)] = *st
+	}
+	return d
+}
+
+// DumpFileName is rank's dump file in a dump directory.
+func DumpFileName(rank int) string { return fmt.Sprintf("fr_trace_rank_%d.json", rank) }
+
+// WriteDump writes d into dir as DumpFileName(d.Rank), through a
+// temporary file so that a reader never sees half a dump.
+func WriteDump(dir string, d Dump) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("watchdog: flight recorder dump: %w", err)
+	}
+	b, err := json.MarshalIndent(d, "", " ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, DumpFileName(d.Rank))
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return "", fmt.Errorf("watchdog: flight recorder dump: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("watchdog: flight recorder dump: %w", err)
+	}
+	return path, nil
+}
+
+// ReadDump reads one rank's dump.
+func ReadDump(path string) (Dump, error) {
+	var d Dump
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return d, err
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, fmt.Errorf("%s: not a flight recorder dump: %w", path, err)
+	}
+	return d, nil
+}

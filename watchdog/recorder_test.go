@@ -1,0 +1,171 @@
+package watchdog
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestRecorderKeepsTheNewest(t *testing.T) {
+	rec := NewRecorder(3)
+	now := time.Unix(100, 0)
+	for i := range 5 {
+		rec.Record(Entry{CollectiveSeqID: int64(i), ProfilingName: "gorun:all_reduce"}, now)
+	}
+	rec.Started(0, now) // overwritten: ignored
+	rec.Completed(4, now.Add(time.Second))
+	d := rec.Dump(0, 1, "test", now)
+	if len(d.Entries) != 3 || d.Entries[0].RecordID != 2 || d.Entries[2].RecordID != 4 {
+		t.Fatalf("entries %+v", d.Entries)
+	}
+	if e := d.Entries[2]; e.State != StateCompleted || *e.DurationMs != 0 {
+		t.Errorf("completed without a seen start: %+v (the start is taken as the completion)", e)
+	}
+	if st := d.PGStatus["0"]; st.LastEnqueued != 4 || st.LastCompleted != 4 || st.LastStarted != -1 {
+		t.Errorf("pg_status %+v", st)
+	}
+	off := NewRecorder(0)
+	if id := off.Record(Entry{}, now); id != -1 || len(off.Dump(0, 1, "", now).Entries) != 0 {
+		t.Error("a recorder of size 0 records")
+	}
+}
+
+func TestDumpRoundTrip(t *testing.T) {
+	rec := NewRecorder(4)
+	rec.AddGroup(0, "default_pg", "world", []int{0, 1, 2})
+	id := rec.Record(Entry{CollectiveSeqID: 3, ProfilingName: "gorun:all_gather", InputSizes: [][]int64{{16}}, InputDtypes: []string{"float32"}}, time.Unix(1, 0))
+	rec.Started(id, time.Unix(2, 0))
+	dir := t.TempDir()
+	path, err := WriteDump(dir, rec.Dump(1, 3, "SIGUSR1", time.Unix(3, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(path, "fr_trace_rank_1.json") {
+		t.Errorf("path %s", path)
+	}
+	d, err := ReadDump(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Version != DumpVersion || d.Rank != 1 || d.PGConfig["0"].Ranks != "[0,1,2]" || d.Entries[0].State != StateStarted || d.Entries[0].InputSizes[0][0] != 16 {
+		t.Errorf("dump %+v", d)
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		env, val string
+		size     int
+		bad      bool
+	}{{"", "", DefaultBufferSize, false}, {"GORUN_FR_BUFFER_SIZE", "10", 10, false}, {"TORCH_FR_BUFFER_SIZE", "0", 0, false},
+		{"TORCH_NCCL_TRACE_BUFFER_SIZE", "5", 5, false}, {"GORUN_FR_BUFFER_SIZE", "-1", 0, true}, {"GORUN_FR_BUFFER_SIZE", "lots", 0, true}} {
+		for _, k := range []string{"GORUN_FR_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} {
+			t.Setenv(k, "")
+		}
+		if c.env != "" {
+			t.Setenv(c.env, c.val)
+		}
+		n, err := BufferSizeFromEnv()
+		if (err != nil) != c.bad || (!c.bad && n != c.size) || (c.bad && !strings.Contains(err.Error(), c.env)) {
+			t.Errorf("%s=%q: %d, %v", c.env, c.val, n, err)
+		}
+	}
+	for _, c := range []struct {
+		env, val string
+		mode     ErrorHandling
+		bad      bool
+	}{{"", "", TearDown, false}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", SkipCleanUp, false}, {"NCCL_ASYNC_ERROR_HANDLING", "0", NoHandling, false},
+		{"GORUN_ASYNC_ERROR_HANDLING", "2", CleanUpOnly, false}, {"GORUN_ASYNC_ERROR_HANDLING", "4", 0, true}} {
+		for _, k := range []string{"GORUN_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
+			t.Setenv(k, "")
+		}
+		if c.env != "" {
+			t.Setenv(c.env, c.val)
+		}
+		m, err := ErrorHandlingFromEnv()
+		if (err != nil) != c.bad || (!c.bad && m != c.mode) {
+			t.Errorf("%s=%q: %v, %v", c.env, c.val, m, err)
+		}
+	}
+}
+
+// memStore is a Signal in memory.
+type memStore struct {
+	mu   sync.Mutex
+	kv   map[string]string
+	cond *sync.Cond
+}
+
+func newMemStore() *memStore {
+	s := &memStore{kv: map[string]string{}}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+func (s *memStore) Set(_ context.Context, k, v string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kv[k] = v
+	s.cond.Broadcast()
+	return nil
+}
+
+func (s *memStore) Get(ctx context.Context, k string) (string, error) {
+	stop := context.AfterFunc(ctx, func() { s.mu.Lock(); s.cond.Broadcast(); s.mu.Unlock() })
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if v, ok := s.kv[k]; ok {
+			return v, nil
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		s.cond.Wait()
+	}
+}
+
+// The handler by mode: what is aborted, what ends the process, what the
+// other ranks hear and what is dumped.
+func TestHandlerModes(t *testing.T) {
+	for _, c := range []struct {
+		mode         ErrorHandling
+		abort, exits bool
+	}{{NoHandling, false, false}, {TearDown, true, true}, {CleanUpOnly, true, false}, {SkipCleanUp, false, true}} {
+		st := newMemStore()
+		var aborted bool
+		exit := -1
+		var log strings.Builder
+		h := &Handler{Rank: 1, WorldSize: 3, Recorder: NewRecorder(5), DumpDir: t.TempDir(), Mode: c.mode, Signal: st,
+			Abort: func() { aborted = true }, Exit: func(code int) { exit = code }, Log: &log}
+		f := Failure{Kind: KindTimeout, Rank: 1, Op: "all_reduce", Seq: 4, Elapsed: 3 * time.Second, Timeout: 3 * time.Second}
+		h.Handle(f)
+		h.Handle(Failure{Kind: KindError, Err: "second"}) // ignored
+		if aborted != c.abort || (exit == ExitCollectiveTimeout) != c.exits || (!c.exits && exit != -1) {
+			t.Errorf("mode %d: aborted %v, exit %d", c.mode, aborted, exit)
+		}
+		if !strings.Contains(log.String(), "collective all_reduce (group 0, sequence number 4) ran for 3s") || strings.Contains(log.String(), "second") {
+			t.Errorf("mode %d: log %q", c.mode, log.String())
+		}
+		if _, err := ReadDump(h.DumpDir + "/" + DumpFileName(1)); err != nil {
+			t.Errorf("mode %d: %v", c.mode, err)
+		}
+		// Another rank hears of it and stops with ExitRemoteAbort.
+		other := &Handler{Rank: 0, Mode: TearDown, Exit: func(code int) { exit = code }, Log: &log, Recorder: NewRecorder(1)}
+		WatchSignal(context.Background(), st, other)
+		if exit != ExitRemoteAbort || !strings.Contains(log.String(), "another rank failed first: rank 1: collective all_reduce") {
+			t.Errorf("mode %d: the other rank: exit %d, log %q", c.mode, exit, log.String())
+		}
+	}
+	// A rank does not act on its own report; a cancelled watch returns.
+	st := newMemStore()
+	_ = st.Set(context.Background(), SignalKey, `{"kind":"timeout","rank":0}`)
+	self := &Handler{Rank: 0, Exit: func(int) { t.Error("acted on its own report") }, Log: &strings.Builder{}}
+	WatchSignal(context.Background(), st, self)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	WatchSignal(ctx, newMemStore(), self)
+}
