@@ -49,7 +49,7 @@ func (g *Group) EndCoalescing() (*Work, error) {
 	if c == nil {
 		return nil, errors.New("comm: EndCoalescing without StartCoalescing")
 	}
-	all, err := g.launch("coalesced", false, func(dl time.Time) error {
+	all, err := g.launch(opInfo{"coalesced", false, Uint8}, func(dl time.Time) error {
 		var first error
 		for i, fn := range c.fns {
 			err := first

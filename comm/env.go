@@ -64,6 +64,7 @@ type Env struct {
 	rdev    *memory.RuntimeDevice
 	server  *StoreServer
 	client  *StoreClient
+	guard   *guard
 }
 
 // DeviceRuntime is a vendor runtime with host-device copies (kind 1:
@@ -101,7 +102,10 @@ func NewFromEnv(ctx context.Context, opt Options) (*Env, error) {
 		return nil, err
 	}
 	host, _, _ := net.SplitHostPort(e.client.LocalAddr().String())
-	opt.Device, opt.Allocator, opt.Engine = e.Device, e.Allocator, e.Engine
+	if opt, err = e.options(opt); err != nil {
+		e.Close()
+		return nil, err
+	}
 	if e.Group, err = NewGroup(ctx, e.client, l.Rank, l.Size, host, opt); err != nil {
 		e.Close()
 		return nil, err
@@ -122,7 +126,10 @@ func NewDeviceEnv(ctx context.Context, l Launch, backend string, rt DeviceRuntim
 		return nil, err
 	}
 	e.copier, e.rdev = rt, dev
-	opt.Device, opt.Allocator, opt.Engine = e.Device, e.Allocator, e.Engine
+	if opt, err = e.options(opt); err != nil {
+		e.Close()
+		return nil, err
+	}
 	if e.Group, err = newGroup(ctx, e.client, dev, opt); err != nil {
 		e.Close()
 		return nil, err
@@ -148,6 +155,20 @@ func NewVendorEnv(ctx context.Context, backend string, open OpenVendor, opt Opti
 	return NewDeviceEnv(ctx, l, backend, rt, newGroup, opt)
 }
 
+// options completes opt with the Env's device, allocator, engine and
+// watchdog, and the timeout of TimeoutEnv unless opt has one.
+func (e *Env) options(opt Options) (Options, error) {
+	opt.Device, opt.Allocator, opt.Engine, opt.Watchdog = e.Device, e.Allocator, e.Engine, e.guard.dog
+	if opt.Timeout == 0 {
+		d, err := timeoutFromEnv()
+		if err != nil {
+			return opt, err
+		}
+		opt.Timeout = d
+	}
+	return opt, nil
+}
+
 // newEnv makes the allocator and engine on dev and connects the store.
 func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*Env, error) {
 	mode, err := memory.ModeFromEnv()
@@ -166,6 +187,13 @@ func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*
 		e.server = ServeStore(ln)
 	}
 	if e.client, err = DialStore(ctx, l.StoreAddr); err != nil {
+		if e.server != nil {
+			e.server.Close()
+		}
+		return nil, err
+	}
+	if e.guard, err = startGuard(ctx, l, e.client); err != nil {
+		e.client.Close()
 		if e.server != nil {
 			e.server.Close()
 		}
@@ -237,6 +265,9 @@ func (e *Env) deviceCopy(p uintptr, host []byte, kind int) error {
 func (e *Env) Close() error {
 	if e.Group != nil {
 		e.Group.Close()
+	}
+	if e.guard != nil {
+		e.guard.stop()
 	}
 	if e.client != nil {
 		e.client.Close()

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorun-dev/gorun/memory"
+	"github.com/gorun-dev/gorun/watchdog"
 )
 
 // DefaultTimeout bounds one collective, as ProcessGroupNCCL's default.
@@ -33,6 +36,12 @@ type Options struct {
 	// (TransportAuto, TransportTCP, TransportSHM); empty: the
 	// GORUN_CPU_TRANSPORT environment variable, else auto.
 	Transport string
+	// Watchdog, when set, watches every operation of the group and
+	// records it in its flight recorder, where PGID names the group; it
+	// judges timeouts (the transport's own deadline comes later, as a
+	// backstop), and a failed Wait reports to it before returning.
+	Watchdog *watchdog.Watchdog
+	PGID     int
 }
 
 // Group is a process group on the CPU backend.
@@ -49,6 +58,9 @@ type Group struct {
 	mu     sync.Mutex
 	broken error      // the first failure: later calls fail fast
 	coal   *coalescer // operations gathered between Start and EndCoalescing
+	// Sequence numbers of the flight recorder: collectives, point-to-
+	// point operations, all operations.
+	collSeq, p2pSeq, opID int64
 }
 
 // NewGroup connects rank of size ranks through st.
@@ -105,6 +117,9 @@ func NewGroupOn(rank, size int, makeBackend func(stream memory.Stream) (Backend,
 	if err != nil {
 		return nil, err
 	}
+	if opt.Watchdog != nil {
+		opt.Watchdog.OnAbort(b.Shutdown)
+	}
 	return &Group{rank: rank, size: size, backend: b, opt: opt, comm: s}, nil
 }
 
@@ -135,11 +150,17 @@ func (g *Group) Close() error {
 
 // Work is an asynchronous operation.
 type Work struct {
-	g    *Group
-	mw   *memory.Work
-	done chan struct{}
-	err  error
+	g       *Group
+	mw      *memory.Work
+	done    chan struct{}
+	err     error
+	started atomic.Bool
+	watched *watchdog.Op // nil without a watchdog
 }
+
+// Started reports whether the operation began to run on the group's
+// stream.
+func (w *Work) Started() bool { return w.started.Load() }
 
 // Wait blocks until the operation is done, orders the caller's stream
 // after it and releases what the reuse mode held; it returns the
@@ -157,6 +178,9 @@ func (w *Work) Wait(ctx context.Context) error {
 		return err
 	}
 	w.g.opt.Engine.Wait(w.mw, w.g.opt.Compute)
+	if w.err != nil && w.watched != nil {
+		w.g.opt.Watchdog.Report(*w.watched, w.err) // may end the process
+	}
 	return w.err
 }
 
@@ -181,17 +205,26 @@ func (w *Work) Err() error {
 // MemoryWork is the reuse engine's view of w, for a watchdog.
 func (w *Work) MemoryWork() *memory.Work { return w.mw }
 
+// opInfo names an operation for the flight recorder: its element type
+// (Uint8 for operations that move bytes).
+type opInfo struct {
+	name  string
+	p2p   bool
+	dtype DType
+}
+
 // launch runs fn on the group's stream after the caller's stream, with
-// tensors protected by the reuse engine.
-func (g *Group) launch(name string, p2p bool, fn func(deadline time.Time) error, tensors ...*memory.Tensor) (*Work, error) {
+// tensors protected by the reuse engine; with a watchdog, the operation is
+// recorded and watched.
+func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors ...*memory.Tensor) (*Work, error) {
 	g.mu.Lock()
 	broken, coal := g.broken, g.coal
 	g.mu.Unlock()
 	if broken != nil {
-		return nil, fmt.Errorf("comm: %s: the process group failed earlier: %w", name, broken)
+		return nil, fmt.Errorf("comm: %s: the process group failed earlier: %w", info.name, broken)
 	}
 	if coal != nil {
-		return coal.add(name, fn, tensors), nil
+		return coal.add(info.name, fn, tensors), nil
 	}
 	dev, eng := g.opt.Device, g.opt.Engine
 	eng.Drain()
@@ -203,8 +236,14 @@ func (g *Group) launch(name string, p2p bool, fn func(deadline time.Time) error,
 	for i, t := range tensors {
 		regions[i] = t.Region()
 	}
-	dev.Launch(g.comm, memory.Op{Name: name, Reads: regions, Writes: regions, Run: func() {
-		w.err = fn(time.Now().Add(g.opt.Timeout))
+	timeout := g.opt.Timeout
+	if g.opt.Watchdog != nil {
+		w.watched = g.watch(w, info, tensors)
+		timeout += watchdogBackstop
+	}
+	dev.Launch(g.comm, memory.Op{Name: info.name, Reads: regions, Writes: regions, Run: func() {
+		w.started.Store(true)
+		w.err = fn(time.Now().Add(timeout))
 		if w.err != nil {
 			g.mu.Lock()
 			if g.broken == nil {
@@ -215,8 +254,48 @@ func (g *Group) launch(name string, p2p bool, fn func(deadline time.Time) error,
 		}
 		close(w.done)
 	}})
-	w.mw = &memory.Work{Stream: g.comm, End: dev.NewEvent(), P2P: p2p}
+	w.mw = &memory.Work{Stream: g.comm, End: dev.NewEvent(), P2P: info.p2p}
 	dev.Record(w.mw.End, g.comm)
 	eng.Launch(w.mw, tensors...)
 	return w, nil
+}
+
+// watchdogBackstop is how long after the watchdog's timeout the
+// transport gives up on its own.
+const watchdogBackstop = 5 * time.Second
+
+// watch records w in the flight recorder and hands it to the watchdog.
+// The sizes are the output's (the first tensor) and the input's (the
+// last) in elements of info.dtype.
+func (g *Group) watch(w *Work, info opInfo, tensors []*memory.Tensor) *watchdog.Op {
+	g.mu.Lock()
+	seq := g.collSeq
+	if info.p2p {
+		seq = g.p2pSeq
+		g.p2pSeq++
+	} else {
+		g.collSeq++
+	}
+	opID := g.opID
+	g.opID++
+	g.mu.Unlock()
+	e := watchdog.Entry{PGID: g.opt.PGID, ProcessGroup: [2]string{strconv.Itoa(g.opt.PGID), g.opt.Name},
+		OpID: opID, ProfilingName: "gorun:" + info.name, TimeoutMs: g.opt.Timeout.Milliseconds(), IsP2P: info.p2p,
+		InputSizes: [][]int64{}, OutputSizes: [][]int64{}, InputDtypes: []string{}, OutputDtypes: []string{}}
+	if info.p2p {
+		e.P2PSeqID = seq
+	} else {
+		e.CollectiveSeqID = seq
+	}
+	if len(tensors) > 0 {
+		es := int64(info.dtype.Size())
+		out, in := tensors[0], tensors[len(tensors)-1]
+		e.OutputSizes, e.OutputDtypes = [][]int64{{out.Size() / es}}, []string{info.dtype.String()}
+		e.InputSizes, e.InputDtypes = [][]int64{{in.Size() / es}}, []string{info.dtype.String()}
+	}
+	now := time.Now()
+	id := g.opt.Watchdog.Recorder().Record(e, now)
+	op := watchdog.Op{Progress: w, RecordID: id, PGID: g.opt.PGID, Name: info.name, Seq: seq, P2P: info.p2p, Created: now, Timeout: g.opt.Timeout}
+	g.opt.Watchdog.Watch(op)
+	return &op
 }

@@ -13,7 +13,7 @@ func (g *Group) AllReduce(t *memory.Tensor, d DType, op ReduceOp) (*Work, error)
 	if err := checkElements("all_reduce", t, d); err != nil {
 		return nil, err
 	}
-	return g.launch("all_reduce", false, func(dl time.Time) error { return g.backend.AllReduce(t, d, op, dl) }, t)
+	return g.launch(opInfo{"all_reduce", false, d}, func(dl time.Time) error { return g.backend.AllReduce(t, d, op, dl) }, t)
 }
 
 // AllGather gathers every rank's in into out (size ranks x in, in rank
@@ -22,7 +22,7 @@ func (g *Group) AllGather(out, in *memory.Tensor) (*Work, error) {
 	if out.Size() != in.Size()*int64(g.size) {
 		return nil, fmt.Errorf("comm: all_gather: output of %d bytes for %d ranks of %d: want %d", out.Size(), g.size, in.Size(), in.Size()*int64(g.size))
 	}
-	return g.launch("all_gather", false, func(dl time.Time) error { return g.backend.AllGather(out, in, dl) }, out, in)
+	return g.launch(opInfo{"all_gather", false, Uint8}, func(dl time.Time) error { return g.backend.AllGather(out, in, dl) }, out, in)
 }
 
 // ReduceScatter reduces in (size ranks x out) across the ranks and leaves
@@ -31,7 +31,7 @@ func (g *Group) ReduceScatter(out, in *memory.Tensor, d DType, op ReduceOp) (*Wo
 	if in.Size() != out.Size()*int64(g.size) || out.Size()%int64(d.Size()) != 0 {
 		return nil, fmt.Errorf("comm: reduce_scatter: input of %d bytes for %d ranks of %d %s bytes", in.Size(), g.size, out.Size(), d)
 	}
-	return g.launch("reduce_scatter", false, func(dl time.Time) error { return g.backend.ReduceScatter(out, in, d, op, dl) }, out, in)
+	return g.launch(opInfo{"reduce_scatter", false, d}, func(dl time.Time) error { return g.backend.ReduceScatter(out, in, d, op, dl) }, out, in)
 }
 
 // Broadcast copies root's t to every rank.
@@ -39,7 +39,7 @@ func (g *Group) Broadcast(t *memory.Tensor, root int) (*Work, error) {
 	if root < 0 || root >= g.size {
 		return nil, fmt.Errorf("comm: broadcast from rank %d of %d", root, g.size)
 	}
-	return g.launch("broadcast", false, func(dl time.Time) error { return g.backend.Broadcast(t, root, dl) }, t)
+	return g.launch(opInfo{"broadcast", false, Uint8}, func(dl time.Time) error { return g.backend.Broadcast(t, root, dl) }, t)
 }
 
 // AllToAll sends part p of in to rank p and receives rank p's part for
@@ -48,7 +48,7 @@ func (g *Group) AllToAll(out, in *memory.Tensor) (*Work, error) {
 	if in.Size() != out.Size() || in.Size()%int64(g.size) != 0 {
 		return nil, fmt.Errorf("comm: all_to_all: %d and %d bytes: want equal sizes, a multiple of %d ranks", in.Size(), out.Size(), g.size)
 	}
-	return g.launch("all_to_all", false, func(dl time.Time) error { return g.backend.AllToAll(out, in, dl) }, out, in)
+	return g.launch(opInfo{"all_to_all", false, Uint8}, func(dl time.Time) error { return g.backend.AllToAll(out, in, dl) }, out, in)
 }
 
 // Send sends t to rank peer.
@@ -56,7 +56,7 @@ func (g *Group) Send(t *memory.Tensor, peer int) (*Work, error) {
 	if peer < 0 || peer >= g.size || peer == g.rank {
 		return nil, fmt.Errorf("comm: send to rank %d of %d (this is rank %d)", peer, g.size, g.rank)
 	}
-	return g.launch("send", true, func(dl time.Time) error { return g.backend.Send(t, peer, dl) }, t)
+	return g.launch(opInfo{"send", true, Uint8}, func(dl time.Time) error { return g.backend.Send(t, peer, dl) }, t)
 }
 
 // Recv receives into t from rank peer.
@@ -64,12 +64,12 @@ func (g *Group) Recv(t *memory.Tensor, peer int) (*Work, error) {
 	if peer < 0 || peer >= g.size || peer == g.rank {
 		return nil, fmt.Errorf("comm: receive from rank %d of %d (this is rank %d)", peer, g.size, g.rank)
 	}
-	return g.launch("recv", true, func(dl time.Time) error { return g.backend.Recv(t, peer, dl) }, t)
+	return g.launch(opInfo{"recv", true, Uint8}, func(dl time.Time) error { return g.backend.Recv(t, peer, dl) }, t)
 }
 
 // Barrier completes when every rank has entered it.
 func (g *Group) Barrier() (*Work, error) {
-	return g.launch("barrier", false, g.backend.Barrier)
+	return g.launch(opInfo{"barrier", false, Uint8}, g.backend.Barrier)
 }
 
 // Sync waits for a launched operation: the synchronous form of every

@@ -19,8 +19,9 @@ type Store interface {
 }
 
 // StoreServer is a tiny store served over TCP by rank 0 (as PyTorch's
-// TCPStore is): one line per request, "SET key value" or "GET key"; a GET
-// is answered once the key is set.
+// TCPStore is): one line per request, "SET key value", "GET key" (answered
+// once the key is set) or "ADD key value" (set it unless it is set;
+// answered with the value it then has).
 type StoreServer struct {
 	ln   net.Listener
 	mu   sync.Mutex
@@ -87,6 +88,17 @@ func (s *StoreServer) serve(c net.Conn) {
 			s.cond.Broadcast()
 			s.mu.Unlock()
 			reply = "OK\n"
+		case "ADD":
+			k, v, _ := strings.Cut(rest, " ")
+			s.mu.Lock()
+			if cur, ok := s.kv[k]; ok {
+				v = cur
+			} else {
+				s.kv[k] = v
+				s.cond.Broadcast()
+			}
+			s.mu.Unlock()
+			reply = "VAL " + v + "\n"
 		case "GET":
 			s.mu.Lock()
 			v, ok := s.kv[rest]
@@ -186,6 +198,23 @@ func (c *StoreClient) Set(ctx context.Context, key, value string) error {
 		err = errors.New("store: " + reply)
 	}
 	return err
+}
+
+// Create sets key to value unless it is set, and returns the value the
+// key then has: value if this call set it, else the first one.
+func (c *StoreClient) Create(ctx context.Context, key, value string) (string, error) {
+	if strings.ContainsAny(key, " \n") || strings.Contains(value, "\n") {
+		return "", fmt.Errorf("store: key %q / value %q: no spaces in keys, no newlines", key, value)
+	}
+	reply, err := c.roundTrip(ctx, "ADD "+key+" "+value+"\n")
+	if err != nil {
+		return "", fmt.Errorf("store: create %s: %w", key, err)
+	}
+	v, ok := strings.CutPrefix(reply, "VAL ")
+	if !ok {
+		return "", errors.New("store: " + reply)
+	}
+	return v, nil
 }
 
 // Get implements Store.

@@ -153,6 +153,12 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		res.ExitCode = 1
 		return res, false, err
 	}
+	dumps := layout.dumpDir(attemptN)
+	if v, set := lookupEnv(cfg.Environ, EnvFlightRecorderDir); set && v != "" {
+		dumps = v
+	} else {
+		shared = append(slices.Clip(shared), EnvVar{EnvFlightRecorderDir, dumps})
+	}
 	specs, err := PlanWorkers(cfg, shared, round, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
 	if err != nil {
 		res.ExitCode = 1
@@ -228,12 +234,14 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 			res.Failures = failures
 			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint.Script, failures))
 		}
+		reportHang(cfg, dumps)
 		if why == "" {
 			why = fmt.Sprintf("no restarts left (%d of --max-restarts=%d used)", attemptN, cfg.MaxRestarts)
 		}
 		cfg.Log.Errorf("not restarting: %s", why)
 		return res, false, nil
 	}
+	reportHang(cfg, dumps)
 	cfg.Log.Warnf("worker group failed; restart %d of %d", attemptN+1, cfg.MaxRestarts)
 	if d := a.policy.Delay(attemptN); d > 0 {
 		cfg.Log.Infof("waiting %v before restarting (--restart-backoff)", d)

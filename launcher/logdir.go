@@ -70,6 +70,17 @@ func (l *logLayout) prepareAttempt(attempt, nproc int) error {
 	return nil
 }
 
+// dumpDir is where an attempt's workers dump their flight recorders
+// (GORUN_FR_DUMP_DIR): attempt_<n>/flight_recorder under --log-dir, else a
+// folder per run of gorun and attempt in the temporary folder, which
+// outlives the run (the temporary log layout does not).
+func (l *logLayout) dumpDir(attempt int) string {
+	if l.kept() {
+		return filepath.Join(l.root, "attempt_"+strconv.Itoa(attempt), "flight_recorder")
+	}
+	return filepath.Join(os.TempDir(), "gorun-flight-recorder", filepath.Base(l.root), "attempt_"+strconv.Itoa(attempt))
+}
+
 // errorFile is a worker's TORCHELASTIC_ERROR_FILE.
 func (l *logLayout) errorFile(attempt, localRank int) string {
 	return filepath.Join(l.rankDir(attempt, localRank), "error.json")

@@ -77,15 +77,25 @@ func ErrorHandlingFromEnv() (ErrorHandling, error) {
 }
 
 // Signal is the store through which ranks tell each other of a failure
-// (an interface of its consumer; comm's store and etcd satisfy it).
+// (an interface of its consumer; comm's store satisfies it).
 type Signal interface {
 	Set(ctx context.Context, key, value string) error
 	// Get waits until key is set.
 	Get(ctx context.Context, key string) (string, error)
+	// Create sets key unless it is set and returns the value it then has.
+	Create(ctx context.Context, key, value string) (string, error)
 }
 
-// SignalKey is the store key of the first failure in a job.
-const SignalKey = "gorun/watchdog/failure"
+// SignalKey is the store key of the first failure in a job; DumpedKey
+// prefixes the keys by which each rank says its dump is written.
+const (
+	SignalKey = "gorun/watchdog/failure"
+	DumpedKey = "gorun/watchdog/dumped/"
+)
+
+// DefaultDumpWait bounds how long a failing rank waits for the others'
+// dumps before it ends (see Handler.WaitForDumps).
+const DefaultDumpWait = 10 * time.Second
 
 // Handler does what a failure calls for: report it, dump the flight
 // recorder, tell the other ranks, abort the communicators and end the
@@ -104,6 +114,12 @@ type Handler struct {
 	Exit func(code int)
 	// Log receives the report (os.Stderr in a worker).
 	Log io.Writer
+	// WaitForDumps: before ending, wait for every rank's dump (up to
+	// DumpWait, default DefaultDumpWait): the first rank to end makes
+	// gorun stop the others, and rank 0 serves the store, so nobody may
+	// leave before every rank has dumped.
+	WaitForDumps bool
+	DumpWait     time.Duration
 
 	once sync.Once
 }
@@ -115,13 +131,24 @@ func (h *Handler) Handle(f Failure) {
 
 func (h *Handler) handle(f Failure) {
 	fmt.Fprintf(h.Log, "gorun watchdog: %s\n", f)
+	wait := h.DumpWait
+	if wait <= 0 {
+		wait = DefaultDumpWait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
 	if f.Kind != KindRemote && h.Signal != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		b, _ := json.Marshal(f)
-		if err := h.Signal.Set(ctx, SignalKey, string(b)); err != nil {
+		first, err := h.Signal.Create(ctx, SignalKey, string(b))
+		switch {
+		case err != nil:
 			fmt.Fprintf(h.Log, "gorun watchdog: could not tell the other ranks: %v\n", err)
+		case first != string(b):
+			var ff Failure
+			if json.Unmarshal([]byte(first), &ff) == nil {
+				fmt.Fprintf(h.Log, "gorun watchdog: reported first: %s\n", ff)
+			}
 		}
-		cancel()
 	}
 	if h.DumpDir != "" {
 		if path, err := h.DumpNow("watchdog: " + f.String()); err != nil {
@@ -130,11 +157,28 @@ func (h *Handler) handle(f Failure) {
 			fmt.Fprintf(h.Log, "gorun watchdog: flight recorder dumped to %s\n", path)
 		}
 	}
+	if h.Signal != nil {
+		h.awaitDumps(ctx)
+	}
 	if h.Mode.CleanUp() && h.Abort != nil {
 		h.Abort()
 	}
 	if h.Mode.TearsDown() && h.Exit != nil {
 		h.Exit(ExitCode(f.Kind))
+	}
+}
+
+// awaitDumps says this rank's dump is written and waits (until ctx ends)
+// for every rank's.
+func (h *Handler) awaitDumps(ctx context.Context) {
+	if err := h.Signal.Set(ctx, DumpedKey+strconv.Itoa(h.Rank), "1"); err != nil || !h.WaitForDumps || !h.Mode.TearsDown() {
+		return
+	}
+	for r := range h.WorldSize {
+		if _, err := h.Signal.Get(ctx, DumpedKey+strconv.Itoa(r)); err != nil {
+			fmt.Fprintf(h.Log, "gorun watchdog: rank %d did not dump its flight recorder: %v\n", r, err)
+			return
+		}
 	}
 }
 

@@ -112,6 +112,17 @@ func (s *memStore) Set(_ context.Context, k, v string) error {
 	return nil
 }
 
+func (s *memStore) Create(_ context.Context, k, v string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.kv[k]; ok {
+		return cur, nil
+	}
+	s.kv[k] = v
+	s.cond.Broadcast()
+	return v, nil
+}
+
 func (s *memStore) Get(ctx context.Context, k string) (string, error) {
 	stop := context.AfterFunc(ctx, func() { s.mu.Lock(); s.cond.Broadcast(); s.mu.Unlock() })
 	defer stop()
@@ -139,9 +150,9 @@ func TestHandlerModes(t *testing.T) {
 		var aborted bool
 		exit := -1
 		var log strings.Builder
-		h := &Handler{Rank: 1, WorldSize: 3, Recorder: NewRecorder(5), DumpDir: t.TempDir(), Mode: c.mode, Signal: st,
+		h := &Handler{Rank: 0, WorldSize: 1, WaitForDumps: true, DumpWait: time.Minute, Recorder: NewRecorder(5), DumpDir: t.TempDir(), Mode: c.mode, Signal: st,
 			Abort: func() { aborted = true }, Exit: func(code int) { exit = code }, Log: &log}
-		f := Failure{Kind: KindTimeout, Rank: 1, Op: "all_reduce", Seq: 4, Elapsed: 3 * time.Second, Timeout: 3 * time.Second}
+		f := Failure{Kind: KindTimeout, Rank: 0, Op: "all_reduce", Seq: 4, Elapsed: 3 * time.Second, Timeout: 3 * time.Second}
 		h.Handle(f)
 		h.Handle(Failure{Kind: KindError, Err: "second"}) // ignored
 		if aborted != c.abort || (exit == ExitCollectiveTimeout) != c.exits || (!c.exits && exit != -1) {
@@ -150,13 +161,13 @@ func TestHandlerModes(t *testing.T) {
 		if !strings.Contains(log.String(), "collective all_reduce (group 0, sequence number 4) ran for 3s") || strings.Contains(log.String(), "second") {
 			t.Errorf("mode %d: log %q", c.mode, log.String())
 		}
-		if _, err := ReadDump(h.DumpDir + "/" + DumpFileName(1)); err != nil {
+		if _, err := ReadDump(h.DumpDir + "/" + DumpFileName(0)); err != nil {
 			t.Errorf("mode %d: %v", c.mode, err)
 		}
 		// Another rank hears of it and stops with ExitRemoteAbort.
-		other := &Handler{Rank: 0, Mode: TearDown, Exit: func(code int) { exit = code }, Log: &log, Recorder: NewRecorder(1)}
+		other := &Handler{Rank: 1, Mode: SkipCleanUp, Exit: func(code int) { exit = code }, Log: &log, Recorder: NewRecorder(1)}
 		WatchSignal(context.Background(), st, other)
-		if exit != ExitRemoteAbort || !strings.Contains(log.String(), "another rank failed first: rank 1: collective all_reduce") {
+		if exit != ExitRemoteAbort || !strings.Contains(log.String(), "another rank failed first: rank 0: collective all_reduce") {
 			t.Errorf("mode %d: the other rank: exit %d, log %q", c.mode, exit, log.String())
 		}
 	}

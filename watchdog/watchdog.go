@@ -3,6 +3,7 @@ package watchdog
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,9 +93,43 @@ type Watchdog struct {
 	cfg       Config
 	mu        sync.Mutex
 	ops       []Op
+	aborts    []func()
 	wake      chan struct{}
 	heartbeat atomic.Uint64
 	failed    atomic.Bool
+}
+
+// Recorder is the watchdog's flight recorder (nil: none; its methods
+// then do nothing).
+func (w *Watchdog) Recorder() *Recorder { return w.cfg.Recorder }
+
+// OnAbort adds a communicator's abort to those AbortAll runs.
+func (w *Watchdog) OnAbort(abort func()) {
+	w.mu.Lock()
+	w.aborts = append(w.aborts, abort)
+	w.mu.Unlock()
+}
+
+// AbortAll aborts every communicator added with OnAbort.
+func (w *Watchdog) AbortAll() {
+	w.mu.Lock()
+	aborts := slices.Clone(w.aborts)
+	w.mu.Unlock()
+	for _, a := range aborts {
+		a()
+	}
+}
+
+// Report hands a failed operation to OnFailure at once (the caller is
+// about to see the error: a Wait), and returns when OnFailure does.
+func (w *Watchdog) Report(op Op, err error) {
+	f := w.failure(KindError, op, time.Now())
+	f.Err = err.Error()
+	w.failed.Store(true)
+	w.poke()
+	if w.cfg.OnFailure != nil {
+		w.cfg.OnFailure(f)
+	}
 }
 
 // New makes a watchdog; Run starts it.

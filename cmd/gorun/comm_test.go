@@ -199,13 +199,36 @@ func TestGoDDPSameModelAnyWorld(t *testing.T) {
 	}
 }
 
-// TestGoDDPHungRankTimesOut: a rank that stops calling collectives makes
-// the others fail after --collective-timeout, and the job stops.
+// TestGoDDPHungRankTimesOut: rank 1 stops calling collectives at step 2;
+// with a 3 s collective timeout every rank stops within a few seconds of
+// it, every rank dumps its flight recorder, and both gorun's failure
+// summary and gorun trace name rank 1 and the collective.
 func TestGoDDPHungRankTimesOut(t *testing.T) {
 	t.Parallel()
-	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--no-python", ddpBin, "--steps", "10", "--hang-rank", "1", "--hang-step", "2", "--collective-timeout", "1s")
-	if r.code == 0 || !strings.Contains(r.stderr, "timed out") {
-		t.Errorf("exit %d; want a failure naming the timeout\n%s", r.code, r.stderr)
+	logs := t.TempDir()
+	start := time.Now()
+	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--log-dir", logs, "--rdzv-id", "hang", "--no-python", ddpBin,
+		"--steps", "10", "--hang-rank", "1", "--hang-step", "2", "--collective-timeout", "3s")
+	took := time.Since(start)
+	if r.code == 0 || took > 3*time.Second+8*time.Second {
+		t.Errorf("exit %d after %v; want a failure within a few seconds of the 3 s timeout\n%s", r.code, took, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "exitcode  : 124") {
+		t.Errorf("no rank exited with the collective-timeout code 124\n%s", r.stderr)
+	}
+	verdict := "all_reduce #10 never completed; rank(s) 0, 2 wait in it; rank(s) 1 never called it"
+	if !strings.Contains(r.stderr, "Flight recorder (gorun trace ") || !strings.Contains(r.stderr, verdict) {
+		t.Errorf("the failure summary lacks the verdict %q\n%s", verdict, r.stderr)
+	}
+	dir := filepath.Join(logs, "hang", "attempt_0", "flight_recorder")
+	for rank := range 3 {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("fr_trace_rank_%d.json", rank))); err != nil {
+			t.Errorf("rank %d: no dump: %v", rank, err)
+		}
+	}
+	tr := runGorun(t, testEnv(), "trace", dir)
+	if tr.code != 0 || !strings.Contains(tr.stdout, verdict) {
+		t.Errorf("gorun trace: exit %d\n%s%s", tr.code, tr.stdout, tr.stderr)
 	}
 }
 

@@ -63,7 +63,9 @@ func TestKilledPeerMidCollective(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	r := runGorun(t, testEnv(commWorkerEnv+"=kill"), "--nproc-per-node=3", "--no-python", self)
+	// Error handling 0: the watchdog reports and dumps, and the error
+	// reaches the program (the default ends the worker at once).
+	r := runGorun(t, testEnv(commWorkerEnv+"=kill", "GORUN_ASYNC_ERROR_HANDLING=0"), "--nproc-per-node=3", "--no-python", self)
 	took := time.Since(start)
 	if r.code == 0 || !strings.Contains(r.stderr, "signal: killed") && !strings.Contains(r.stderr, "SIGKILL") {
 		t.Errorf("exit %d; want the killed worker reported\n%s", r.code, r.stderr)

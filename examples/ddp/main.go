@@ -42,14 +42,14 @@ func main() {
 	lr := flag.Float64("lr", 0.05, "learning rate")
 	hangRank := flag.Int("hang-rank", -1, "rank that stops calling collectives (fault injection; -1: none)")
 	hangStep := flag.Int("hang-step", 0, "step at which --hang-rank stops")
-	timeout := flag.Duration("collective-timeout", comm.DefaultTimeout, "bound of each collective")
+	timeout := flag.Duration("collective-timeout", 0, "bound of each collective (0: "+comm.TimeoutEnv+", else 10m)")
 	flag.Parse()
 	if err := world.Check(*backend); err != nil {
 		fmt.Fprintln(os.Stderr, "ddp: --backend:", err)
 		os.Exit(2)
 	}
-	if *steps < 1 || *timeout <= 0 {
-		fmt.Fprintln(os.Stderr, "ddp: --steps must be at least 1 and --collective-timeout positive")
+	if *steps < 1 || *timeout < 0 {
+		fmt.Fprintln(os.Stderr, "ddp: --steps must be at least 1 and --collective-timeout not negative")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

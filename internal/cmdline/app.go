@@ -9,7 +9,7 @@ import (
 // newApp builds the command line: the launch itself is the app's action;
 // other tools are subcommands (see bench.go, store.go).
 func newApp(opts Options) *cli.App {
-	commands := []*cli.Command{planCommand(), benchCommand(opts), storeCommand(opts)}
+	commands := []*cli.Command{planCommand(), traceCommand(), benchCommand(opts), storeCommand(opts)}
 	return &cli.App{
 		Name:    "gorun",
 		Usage:   "launch distributed training workers, a drop-in replacement for torchrun",

@@ -1,0 +1,293 @@
+package watchdog
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Verdict is what the dumps of a job's ranks say about a hang or a desync.
+type Verdict struct {
+	// Ranks are the ranks whose dumps were read.
+	Ranks []int `json:"ranks"`
+	// Missing are the ranks below the world size without a dump.
+	Missing []int         `json:"missing_dumps,omitempty"`
+	Groups  []GroupReport `json:"groups"`
+	// Summary is the verdict in a few lines.
+	Summary []string `json:"summary"`
+}
+
+// GroupReport is one process group's state across the ranks.
+type GroupReport struct {
+	PGID int `json:"pg_id"`
+	// Stuck is the first collective not completed everywhere (nil: all
+	// completed).
+	Stuck *StuckCollective `json:"stuck,omitempty"`
+	// Desyncs are collectives whose op, sizes or dtypes differ across
+	// ranks at one sequence number.
+	Desyncs []Desync `json:"desyncs,omitempty"`
+	// LastCompleted is each rank's last completed collective.
+	LastCompleted []RankOp `json:"last_completed"`
+}
+
+// StuckCollective is the collective the ranks wait in, and who never
+// reached it.
+type StuckCollective struct {
+	Seq int64  `json:"collective_seq_id"`
+	Op  string `json:"op"`
+	// Waiting ranks called it and wait for it to finish; NotStarted
+	// enqueued it but it never started there; NeverCalled ranks never
+	// enqueued it: they are the ones to look at.
+	Waiting     []int `json:"waiting,omitempty"`
+	NotStarted  []int `json:"enqueued_not_started,omitempty"`
+	NeverCalled []int `json:"never_called,omitempty"`
+}
+
+// Desync is one sequence number at which ranks disagree.
+type Desync struct {
+	Seq   int64    `json:"collective_seq_id"`
+	Calls []RankOp `json:"calls"`
+}
+
+// RankOp is one rank's collective at a sequence number.
+type RankOp struct {
+	Rank   int       `json:"rank"`
+	Seq    int64     `json:"collective_seq_id"`
+	Op     string    `json:"op"`
+	Sizes  [][]int64 `json:"input_sizes,omitempty"`
+	DTypes []string  `json:"input_dtypes,omitempty"`
+	State  string    `json:"state,omitempty"`
+}
+
+func (r RankOp) describe() string {
+	if r.Op == "" {
+		return fmt.Sprintf("#%d", r.Seq)
+	}
+	return fmt.Sprintf("%s #%d %v %s", r.Op, r.Seq, r.Sizes, strings.Join(r.DTypes, ","))
+}
+
+// ReadDumps reads every rank's dump in dir.
+func ReadDumps(dir string) ([]Dump, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "fr_trace_rank_*.json"))
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%s: no flight recorder dumps (fr_trace_rank_<rank>.json) here", dir)
+	}
+	var dumps []Dump
+	for _, p := range paths {
+		d, err := ReadDump(p)
+		if err != nil {
+			return nil, err
+		}
+		dumps = append(dumps, d)
+	}
+	sort.Slice(dumps, func(i, j int) bool { return dumps[i].Rank < dumps[j].Rank })
+	return dumps, nil
+}
+
+// Analyze merges the ranks' dumps into a verdict.
+func Analyze(dumps []Dump) Verdict {
+	var v Verdict
+	world := 0
+	pgs := map[int]bool{}
+	for _, d := range dumps {
+		v.Ranks = append(v.Ranks, d.Rank)
+		world = max(world, d.WorldSize)
+		for id := range d.PGStatus {
+			if n, err := strconv.Atoi(id); err == nil {
+				pgs[n] = true
+			}
+		}
+	}
+	for r := range world {
+		if !slices.Contains(v.Ranks, r) {
+			v.Missing = append(v.Missing, r)
+		}
+	}
+	ids := make([]int, 0, len(pgs))
+	for id := range pgs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		g := analyzeGroup(id, dumps)
+		v.Groups = append(v.Groups, g)
+		v.Summary = append(v.Summary, g.summary()...)
+	}
+	if len(v.Missing) > 0 {
+		v.Summary = append(v.Summary, fmt.Sprintf("no dump from rank(s) %s: they may have died before dumping", ranks(v.Missing)))
+	}
+	if len(v.Summary) == 0 {
+		v.Summary = []string{"every rank completed every collective it enqueued: no hang and no desync in these dumps"}
+	}
+	return v
+}
+
+// seqEntry finds rank d's collective seq in group pg.
+func seqEntry(d Dump, pg int, seq int64) (Entry, bool) {
+	for _, e := range d.Entries {
+		if e.PGID == pg && !e.IsP2P && e.CollectiveSeqID == seq {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+func opOf(e Entry) string {
+	return strings.TrimPrefix(strings.TrimPrefix(e.ProfilingName, "gorun:"), "nccl:")
+}
+
+func analyzeGroup(pg int, dumps []Dump) GroupReport {
+	g := GroupReport{PGID: pg}
+	key := strconv.Itoa(pg)
+	// The first sequence number some rank did not complete.
+	first := int64(-1)
+	for _, d := range dumps {
+		st, ok := d.PGStatus[key]
+		if !ok {
+			continue
+		}
+		e, _ := seqEntry(d, pg, st.LastCompleted)
+		g.LastCompleted = append(g.LastCompleted, RankOp{Rank: d.Rank, Seq: st.LastCompleted, Op: opOf(e), Sizes: e.InputSizes, DTypes: e.InputDtypes})
+		if st.LastEnqueued > st.LastCompleted || anyEnqueuedBeyond(dumps, key, st.LastCompleted) {
+			if s := st.LastCompleted + 1; first < 0 || s < first {
+				first = s
+			}
+		}
+	}
+	if first >= 0 {
+		s := &StuckCollective{Seq: first}
+		for _, d := range dumps {
+			st, ok := d.PGStatus[key]
+			if !ok {
+				continue
+			}
+			switch e, found := seqEntry(d, pg, first); {
+			case st.LastEnqueued < first:
+				s.NeverCalled = append(s.NeverCalled, d.Rank)
+			case found && e.State == StateScheduled:
+				s.NotStarted = append(s.NotStarted, d.Rank)
+				s.Op = opOf(e)
+			case st.LastCompleted < first:
+				s.Waiting = append(s.Waiting, d.Rank)
+				if found {
+					s.Op = opOf(e)
+				}
+			}
+		}
+		if len(s.Waiting)+len(s.NotStarted)+len(s.NeverCalled) > 0 {
+			g.Stuck = s
+		}
+	}
+	g.Desyncs = desyncs(pg, dumps)
+	return g
+}
+
+// anyEnqueuedBeyond reports whether some rank enqueued past seq.
+func anyEnqueuedBeyond(dumps []Dump, key string, seq int64) bool {
+	for _, d := range dumps {
+		if st, ok := d.PGStatus[key]; ok && st.LastEnqueued > seq {
+			return true
+		}
+	}
+	return false
+}
+
+// desyncs compares the ranks' entries at each sequence number.
+func desyncs(pg int, dumps []Dump) []Desync {
+	bySeq := map[int64][]RankOp{}
+	for _, d := range dumps {
+		for _, e := range d.Entries {
+			if e.PGID == pg && !e.IsP2P {
+				bySeq[e.CollectiveSeqID] = append(bySeq[e.CollectiveSeqID], RankOp{Rank: d.Rank, Seq: e.CollectiveSeqID, Op: opOf(e),
+					Sizes: e.InputSizes, DTypes: e.InputDtypes, State: e.State})
+			}
+		}
+	}
+	var out []Desync
+	for seq, calls := range bySeq {
+		for _, c := range calls[1:] {
+			if c.describe() != calls[0].describe() {
+				out = append(out, Desync{Seq: seq, Calls: calls})
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out
+}
+
+func (g GroupReport) summary() []string {
+	var out []string
+	if s := g.Stuck; s != nil {
+		op := s.Op
+		if op == "" {
+			op = "collective"
+		}
+		line := fmt.Sprintf("group %d: %s #%d never completed", g.PGID, op, s.Seq)
+		if len(s.Waiting) > 0 {
+			line += fmt.Sprintf("; rank(s) %s wait in it", ranks(s.Waiting))
+		}
+		if len(s.NotStarted) > 0 {
+			line += fmt.Sprintf("; rank(s) %s enqueued it but it never started there", ranks(s.NotStarted))
+		}
+		if len(s.NeverCalled) > 0 {
+			line += fmt.Sprintf("; rank(s) %s never called it: look there (hung or elsewhere)", ranks(s.NeverCalled))
+		}
+		out = append(out, line)
+	}
+	for _, d := range g.Desyncs {
+		var calls []string
+		for _, c := range d.Calls {
+			calls = append(calls, fmt.Sprintf("rank %d %s", c.Rank, c.describe()))
+		}
+		out = append(out, fmt.Sprintf("group %d: desync at collective #%d: the ranks called different collectives: %s", g.PGID, d.Seq, strings.Join(calls, "; ")))
+	}
+	return out
+}
+
+func ranks(rs []int) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = strconv.Itoa(r)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Text writes the verdict for people.
+func (v Verdict) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gorun trace: dumps of rank(s) %s\n", ranks(v.Ranks))
+	for _, l := range v.Summary {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	for _, g := range v.Groups {
+		fmt.Fprintf(&b, "group %d, last completed collective per rank:\n", g.PGID)
+		for _, c := range g.LastCompleted {
+			if c.Seq < 0 {
+				fmt.Fprintf(&b, "  rank %d: none\n", c.Rank)
+				continue
+			}
+			fmt.Fprintf(&b, "  rank %d: %s\n", c.Rank, c.describe())
+		}
+	}
+	return b.String()
+}
+
+// AnalyzeDir reads dir's dumps and analyzes them.
+func AnalyzeDir(dir string) (Verdict, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return Verdict{}, fmt.Errorf("trace: %w", err)
+	}
+	dumps, err := ReadDumps(dir)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return Analyze(dumps), nil
+}

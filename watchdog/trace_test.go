@@ -1,0 +1,104 @@
+package watchdog
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// call is one collective a rank made: op, elements, and how far it got.
+type call struct {
+	op    string
+	n     int64
+	state string
+}
+
+// dumpOf records calls on a rank's recorder as the comm package would.
+func dumpOf(rank, world int, calls []call) Dump {
+	rec := NewRecorder(100)
+	rec.AddGroup(0, "0", "world", []int{0, 1, 2})
+	t := time.Unix(1000, 0)
+	for i, c := range calls {
+		id := rec.Record(Entry{CollectiveSeqID: int64(i), ProfilingName: "gorun:" + c.op, InputSizes: [][]int64{{c.n}}, InputDtypes: []string{"float32"}}, t)
+		switch c.state {
+		case StateStarted:
+			rec.Started(id, t)
+		case StateCompleted:
+			rec.Started(id, t)
+			rec.Completed(id, t.Add(time.Millisecond))
+		}
+	}
+	return rec.Dump(rank, world, "test", t)
+}
+
+func TestTraceVerdicts(t *testing.T) {
+	done := func(op string, n int64) call { return call{op, n, StateCompleted} }
+	for _, c := range []struct {
+		name  string
+		dumps []Dump
+	}{
+		// Ranks 0 and 2 wait in all_reduce #2; rank 1 never called it.
+		{"hang", []Dump{
+			dumpOf(0, 3, []call{done("broadcast", 4), done("all_reduce", 8), {"all_reduce", 8, StateStarted}, {"all_reduce", 8, StateScheduled}}),
+			dumpOf(1, 3, []call{done("broadcast", 4), done("all_reduce", 8)}),
+			dumpOf(2, 3, []call{done("broadcast", 4), done("all_reduce", 8), {"all_reduce", 8, StateStarted}}),
+		}},
+		// Rank 2 all-reduces 16 elements where the others reduce 8.
+		{"desync", []Dump{
+			dumpOf(0, 3, []call{done("all_reduce", 8), {"all_reduce", 8, StateStarted}}),
+			dumpOf(1, 3, []call{done("all_reduce", 8), {"all_reduce", 8, StateStarted}}),
+			dumpOf(2, 3, []call{done("all_reduce", 8), {"all_reduce", 16, StateStarted}}),
+		}},
+		{"clean", []Dump{
+			dumpOf(0, 2, []call{done("all_gather", 2), done("barrier", 0)}),
+			dumpOf(1, 2, []call{done("all_gather", 2), done("barrier", 0)}),
+		}},
+		// Rank 1 left no dump; rank 0's collective never started.
+		{"missing", []Dump{
+			dumpOf(0, 2, []call{done("all_gather", 2), {"all_reduce", 4, StateScheduled}}),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := Analyze(c.dumps).Text()
+			path := filepath.Join("testdata", "trace_"+c.name+".txt")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("verdict:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestTraceReadsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := AnalyzeDir(dir); err == nil {
+		t.Error("an empty directory gave a verdict")
+	}
+	for r := range 2 {
+		if _, err := WriteDump(dir, dumpOf(r, 2, []call{{"all_reduce", 4, StateCompleted}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := AnalyzeDir(dir)
+	if err != nil || len(v.Ranks) != 2 || v.Groups[0].Stuck != nil {
+		t.Errorf("%+v, %v", v, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, DumpFileName(2)), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AnalyzeDir(dir); err == nil {
+		t.Error("a broken dump was accepted")
+	}
+}
