@@ -85,6 +85,50 @@ func TestKilledPeerMidCollective(t *testing.T) {
 	}
 }
 
+// desyncWorker all-reduces 8 floats twice, except that rank 1's second
+// all-reduce has 16: the ranks disagree at sequence number 1.
+func desyncWorker() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: 20 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.Close()
+	for i := range 2 {
+		n := int64(8)
+		if i == 1 && env.Rank() == 1 {
+			n = 16
+		}
+		x, err := env.Allocator.Empty(4*n, 0)
+		if err == nil {
+			err = comm.Sync(ctx)(env.AllReduce(x, comm.Float32, comm.Sum))
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: %v\n", env.Rank(), err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// TestDesyncIsReported: ranks that call different collectives at one
+// sequence number fail at once (the transport checks every message's
+// length), and the flight recorder's verdict calls it a desync.
+func TestDesyncIsReported(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runGorun(t, testEnv(commWorkerEnv+"=desync"), "--nproc-per-node=3", "--log-dir", t.TempDir(), "--no-python", self)
+	want := "group 0: desync at collective #1: the ranks called different collectives: rank 0 all_reduce #1 [[8]] float32; rank 1 all_reduce #1 [[16]] float32; rank 2 all_reduce #1 [[8]] float32"
+	if r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d; want the verdict %q\n%s", r.code, want, r.stderr)
+	}
+}
+
 // orphanShm lists gorun's ring files in /dev/shm whose creating process
 // (the pid in the name) is gone.
 func orphanShm(t *testing.T) []string {

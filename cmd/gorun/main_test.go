@@ -29,6 +29,8 @@ func TestMain(m *testing.M) {
 		os.Exit(commWorker())
 	case "kill":
 		os.Exit(killedPeerWorker())
+	case "desync":
+		os.Exit(desyncWorker())
 	}
 	dir, err := os.MkdirTemp("", "gorun-test-bin-")
 	if err != nil {
