@@ -20,11 +20,13 @@ const outputDrainTimeout = 2 * time.Second
 
 // worker is one started worker of an attempt.
 type worker struct {
-	spec    WorkerSpec
-	proc    *process
-	readers []*os.File // pipe read ends, closed after draining
-	files   []*os.File // log files
-	logs    []string   // kept log files, for the summary
+	spec     WorkerSpec
+	proc     *process
+	progress *progress  // with --hang-timeout
+	hung     string     // why it was judged hung
+	readers  []*os.File // pipe read ends, closed after draining
+	files    []*os.File // log files
+	logs     []string   // kept log files, for the summary
 }
 
 // attempt is one start of the node's workers.
@@ -81,6 +83,10 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	childEnds := make([][2]*os.File, len(specs))
 	for i, spec := range specs {
 		w := &worker{spec: spec}
+		if cfg.HangTimeout > 0 {
+			hb, _ := lookupEnv(spec.Env, EnvHeartbeatFile)
+			w.progress = newProgress(hb, time.Now())
+		}
 		att.workers = append(att.workers, w)
 		for j, sp := range []streamPlan{{"stdout", StdOut, stdout}, {"stderr", StdErr, stderr}} {
 			end, err := att.plumb(w, sp, layout, devNull)
@@ -136,7 +142,7 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull *
 	redirect, tee := cfg.Redirects.For(lr).Has(sp.bit), cfg.Tee.For(lr).Has(sp.bit)
 	toFile := redirect || tee
 	toConsole := (!redirect || tee) && (cfg.LocalRanksFilter == nil || slices.Contains(cfg.LocalRanksFilter, lr))
-	if !toFile && !toConsole {
+	if !toFile && !toConsole && w.progress == nil {
 		return devNull, nil
 	}
 	var file *os.File
@@ -167,10 +173,14 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull *
 	if file != nil {
 		sink = file
 	}
+	var src io.Reader = r
+	if w.progress != nil {
+		src = progressReader{r: r, p: w.progress} // output is a sign of progress
+	}
 	att.pumps.Add(1)
 	go func() {
 		defer att.pumps.Done()
-		if err := pump(r, sink, console, prefix); err != nil {
+		if err := pump(src, sink, console, prefix); err != nil {
 			cfg.Log.Warnf("local rank %d %s: %v", lr, sp.name, err)
 		}
 	}()
@@ -224,6 +234,8 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 		timer    *time.Timer
 		done     = ctx.Done()
 		left     = len(att.workers)
+		hangs    = att.hangTicker()
+		kills    = make(chan *worker, len(att.workers))
 	)
 	beginStop := func(sig syscall.Signal) {
 		if stopping {
@@ -237,6 +249,9 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 	defer func() {
 		if timer != nil {
 			timer.Stop()
+		}
+		if hangs != nil {
+			hangs.stop()
 		}
 	}()
 	for left > 0 {
@@ -252,7 +267,7 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 			}
 			out.failures = append(out.failures, Failure{
 				LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.pid,
-				ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname,
+				ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname, Hung: w.hung,
 			})
 			if out.kind == outcomeSucceeded {
 				out.kind = outcomeFailed
@@ -285,6 +300,15 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 				out.kind, out.event = outcomeInterrupted, ev
 				cfg.Log.Warnf("round ended: %s; stopping the workers", ev.Reason)
 				beginStop(syscall.SIGTERM)
+			}
+		case <-hangs.tick():
+			if !stopping {
+				att.catchHangs(hangs, kills)
+			}
+		case w := <-kills:
+			if !w.proc.exited() {
+				cfg.Log.Warnf("local rank %d (pid %d) still running %v after its evidence signal: sending SIGKILL", w.spec.LocalRank, w.proc.pid, evidenceGrace)
+				_ = w.proc.signalGroup(syscall.SIGKILL)
 			}
 		case <-grace:
 			grace = nil

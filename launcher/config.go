@@ -114,6 +114,10 @@ type Config struct {
 	RestartBackoffMax time.Duration
 	// StopTimeout is the grace period between SIGTERM and SIGKILL.
 	StopTimeout time.Duration
+	// HangTimeout, when above 0, makes a worker without output or
+	// heartbeat for that long count as hung: gorun captures its stacks
+	// (SIGABRT for Python, SIGQUIT for Go) and stops the attempt.
+	HangTimeout time.Duration
 
 	// LogDir, when set, holds <run_id>/attempt_<n>/<local_rank>/ with the
 	// redirected streams and each worker's error.json.
@@ -203,6 +207,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--restart-backoff-max: %v is below --restart-backoff %v", c.RestartBackoffMax, c.RestartBackoff)
 	case c.StopTimeout < 0:
 		return fmt.Errorf("--stop-timeout: %v, want 0 or more", c.StopTimeout)
+	case c.HangTimeout < 0:
+		return fmt.Errorf("--hang-timeout: %v, want 0 (off) or more", c.HangTimeout)
 	case (c.Redirects.Any() || c.Tee.Any()) && c.LogDir == "":
 		return fmt.Errorf("--redirects/--tee write each worker's output to files: give --log-dir DIR as well (gorun leaves no temporary log directories behind)")
 	case c.Stdout == nil || c.Stderr == nil || c.Log == nil:

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +70,11 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 		vars = append(vars, EnvVar{"OMP_NUM_THREADS", "1"})
 		warnings = append(warnings, "setting OMP_NUM_THREADS=1 for each worker, as torchrun does, to avoid overloading the system; set it yourself to tune it for your application")
 	}
+	// With --hang-timeout, Python prints every thread's traceback on the
+	// SIGABRT that gorun sends a hung worker.
+	if _, set := lookupEnv(cfg.Environ, "PYTHONFAULTHANDLER"); !set && cfg.HangTimeout > 0 {
+		vars = append(vars, EnvVar{"PYTHONFAULTHANDLER", "1"})
+	}
 	// torchrun passes the launcher's value or "1"; 1.13 reads the older
 	// name, newer releases the TORCH_ one, so both are set.
 	for _, name := range []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
@@ -130,6 +136,9 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 		{"TORCHELASTIC_RUN_ID", round.RunID},
 		{"TORCHELASTIC_USE_AGENT_STORE", pythonBool(round.UseAgentStore)},
 		{"TORCHELASTIC_ERROR_FILE", errorFile},
+	}
+	if cfg.HangTimeout > 0 {
+		vars = append(vars, EnvVar{EnvHeartbeatFile, filepath.Join(filepath.Dir(errorFile), "heartbeat")})
 	}
 	if len(round.StoreEndpoints) > 0 {
 		vars = append(vars,

@@ -128,6 +128,18 @@ func (p *process) signalGroup(sig syscall.Signal) error {
 	return fmt.Errorf("send %s to process group %d: %w", SignalName(sig), p.pid, err)
 }
 
+// signal sends sig to the process alone (not its group), unless it was
+// reaped (its pid may have been reused).
+func (p *process) signal(sig syscall.Signal) error {
+	if p.exited() {
+		return nil
+	}
+	if err := syscall.Kill(p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("send %s to process %d: %w", SignalName(sig), p.pid, err)
+	}
+	return nil
+}
+
 // exited reports whether the process has been reaped.
 func (p *process) exited() bool {
 	select {

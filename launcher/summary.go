@@ -25,6 +25,8 @@ type Failure struct {
 	ErrorFileProblem string `json:"error_file_problem,omitempty"`
 	// Logs are the worker's kept log files.
 	Logs []string `json:"logs,omitempty"`
+	// Hung says why gorun judged the worker hung (--hang-timeout).
+	Hung string `json:"hung,omitempty"`
 }
 
 // Traceback lines shown in the summary: a longer traceback keeps its first
@@ -74,6 +76,9 @@ func formatFailure(idx int, f Failure) string {
 	fmt.Fprintf(&b, "  time      : %s\n", f.Time.Format("2006-01-02_15:04:05.000"))
 	fmt.Fprintf(&b, "  host      : %s\n", f.Host)
 	fmt.Fprintf(&b, "  rank      : %d (local_rank: %d)\n", f.Rank, f.LocalRank)
+	if f.Hung != "" {
+		fmt.Fprintf(&b, "  hung      : %s\n", f.Hung)
+	}
 	if f.Signal != 0 {
 		fmt.Fprintf(&b, "  exitcode  : %d (signal %d, %s; pid: %d)\n", f.ExitCode, int(f.Signal), SignalName(f.Signal), f.PID)
 	} else {

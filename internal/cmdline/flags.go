@@ -46,6 +46,7 @@ const (
 
 	fPython           = "python"
 	fStopTimeout      = "stop-timeout"
+	fHangTimeout      = "hang-timeout"
 	fBackoff          = "restart-backoff"
 	fBackoffMax       = "restart-backoff-max"
 	fNoRestartCodes   = "no-restart-on-exit-codes"
@@ -134,6 +135,7 @@ func launchFlags() []cli.Flag {
 		str(catRestarts, fBackoff, "0", "delay before the first restart, doubled at each further one (0: restart at once)", false),
 		str(catRestarts, fBackoffMax, "5m", "longest restart delay", false),
 		stop,
+		str(catRestarts, fHangTimeout, "0", "a worker without output or heartbeat (GORUN_HEARTBEAT_FILE) for this long is hung: gorun captures its stacks (Python: SIGABRT with PYTHONFAULTHANDLER=1; Go: SIGQUIT) and stops the attempt; a duration such as 5s or 10m; 0 is off", false),
 		str(catRestarts, fSignals, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "signals forwarded to the workers that then stop them (SIGUSR1/SIGUSR2 are always forwarded)", true),
 		&cli.Float64Flag{Name: fMonitorInterval, Aliases: spelling(fMonitorInterval), Value: 0.1, Category: catRestarts, EnvVars: envOf(fMonitorInterval, true),
 			Usage: "accepted for torchrun compatibility; gorun sees every exit at once and does not poll"},

@@ -173,6 +173,9 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 	if cfg.StopTimeout, err = ParseSeconds(fStopTimeout, c.String(fStopTimeout)); err != nil {
 		return cfg, err
 	}
+	if cfg.HangTimeout, err = ParseSeconds(fHangTimeout, c.String(fHangTimeout)); err != nil {
+		return cfg, err
+	}
 	if cfg.StopSignals, err = launcher.ParseSignals(fSignals, c.String(fSignals)); err != nil {
 		return cfg, err
 	}

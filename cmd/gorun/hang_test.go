@@ -1,0 +1,66 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHangTimeoutPythonTraceback: a PyTorch gloo job with rank 1 stuck in
+// a Python function, the script unchanged: with --hang-timeout 8s gorun
+// sees no progress, sends SIGABRT, and rank 1's traceback (Python's fault
+// handler) names the function, within the timeout plus a few seconds. The
+// timeout covers the silent start (importing torch takes seconds on 2
+// busy cores).
+func TestHangTimeoutPythonTraceback(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	script, _ := filepath.Abs("testdata/hang_gloo.py")
+	start := time.Now()
+	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--hang-timeout", "8s", "--python", py, script)
+	took := time.Since(start)
+	if r.code == 0 {
+		t.Fatalf("a hung job succeeded\n%s", r.stderr)
+	}
+	for _, want := range []string{"hung: no output and no heartbeat for 8s; sending SIGABRT", `[default1]:  File "` + script + `", line 11 in stuck_in_data_loading`,
+		"hung      : no output and no heartbeat for 8s (--hang-timeout)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q\n%s", want, r.stderr)
+		}
+	}
+	// Startup (torch's import) counts as time without output, so the
+	// bound is the timeout, the import and a little.
+	if took > 8*time.Second+15*time.Second {
+		t.Errorf("the hung job ended after %v", took)
+	}
+}
+
+// TestHangTimeoutGoGoroutines: Go workers get SIGQUIT, and the runtime's
+// goroutine dump lands in the output.
+func TestHangTimeoutGoGoroutines(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--hang-timeout", "2s", "--no-python", ddpBin,
+		"--steps", "1000", "--hang-rank", "1", "--hang-step", "1", "--collective-timeout", "5m")
+	if r.code == 0 || !strings.Contains(r.stderr, "sending SIGQUIT") || !strings.Contains(r.stderr, "[default1]:goroutine 1 ") ||
+		!strings.Contains(r.stderr, "main.train(") {
+		t.Errorf("exit %d; want a goroutine dump of rank 1 naming main.train\n%s", r.code, r.stderr)
+	}
+}
+
+// TestHeartbeatKeepsASilentWorkerAlive: a worker that prints nothing but
+// touches GORUN_HEARTBEAT_FILE is not hung.
+func TestHeartbeatKeepsASilentWorkerAlive(t *testing.T) {
+	t.Parallel()
+	script := writeScript(t, `i=0
+while [ $i -lt 20 ]; do touch "$GORUN_HEARTBEAT_FILE"; sleep 0.1; i=$((i+1)); done
+`)
+	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--hang-timeout", "500ms", "--no-python", script)
+	if r.code != 0 || strings.Contains(r.stderr, "hung") {
+		t.Errorf("exit %d\n%s", r.code, r.stderr)
+	}
+	bad := runGorun(t, testEnv(), "--hang-timeout", "soon", "--no-python", script)
+	if bad.code != 2 || !strings.Contains(bad.stderr, "hang-timeout") {
+		t.Errorf("--hang-timeout soon: exit %d\n%s", bad.code, bad.stderr)
+	}
+}
