@@ -184,11 +184,13 @@ func (w *Work) Wait(ctx context.Context) error {
 	return w.err
 }
 
-// IsCompleted reports whether the operation finished (well or not).
+// IsCompleted reports whether the operation finished (well or not): on
+// a device, when the stream passed its end (a vendor library's call only
+// enqueues it).
 func (w *Work) IsCompleted() bool {
 	select {
 	case <-w.done:
-		return true
+		return w.mw == nil || w.g.opt.Device.Query(w.mw.End)
 	default:
 		return false
 	}
@@ -238,9 +240,9 @@ func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors .
 	}
 	timeout := g.opt.Timeout
 	if g.opt.Watchdog != nil {
-		w.watched = g.watch(w, info, tensors)
 		timeout += watchdogBackstop
 	}
+	w.mw = &memory.Work{Stream: g.comm, End: dev.NewEvent(), P2P: info.p2p}
 	dev.Launch(g.comm, memory.Op{Name: info.name, Reads: regions, Writes: regions, Run: func() {
 		w.started.Store(true)
 		w.err = fn(time.Now().Add(timeout))
@@ -254,9 +256,11 @@ func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors .
 		}
 		close(w.done)
 	}})
-	w.mw = &memory.Work{Stream: g.comm, End: dev.NewEvent(), P2P: info.p2p}
 	dev.Record(w.mw.End, g.comm)
 	eng.Launch(w.mw, tensors...)
+	if g.opt.Watchdog != nil {
+		w.watched = g.watch(w, info, tensors)
+	}
 	return w, nil
 }
 
@@ -295,7 +299,10 @@ func (g *Group) watch(w *Work, info opInfo, tensors []*memory.Tensor) *watchdog.
 	}
 	now := time.Now()
 	id := g.opt.Watchdog.Recorder().Record(e, now)
-	op := watchdog.Op{Progress: w, RecordID: id, PGID: g.opt.PGID, Name: info.name, Seq: seq, P2P: info.p2p, Created: now, Timeout: g.opt.Timeout}
+	op := watchdog.Op{Progress: w, RecordID: id, PGID: g.opt.PGID, Name: info.name, Seq: seq, P2P: info.p2p, Created: now, Timeout: g.opt.Timeout,
+		// Nobody may Wait: the watchdog hands the shelf over, and the
+		// next call into the group releases it (Engine.Drain).
+		OnComplete: func() { g.opt.Engine.Completed(w.mw) }}
 	g.opt.Watchdog.Watch(op)
 	return &op
 }

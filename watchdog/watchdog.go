@@ -35,6 +35,9 @@ type Op struct {
 	P2P      bool
 	Created  time.Time
 	Timeout  time.Duration
+	// OnComplete, when set, runs on the watchdog's goroutine once the
+	// operation completed well (the reuse engine's hand-off).
+	OnComplete func()
 }
 
 // Failure kinds.
@@ -216,6 +219,9 @@ func (w *Watchdog) check(now time.Time) (Failure, bool) {
 				continue
 			}
 			rec.Completed(op.RecordID, now)
+			if op.OnComplete != nil {
+				op.OnComplete()
+			}
 			continue
 		}
 		if op.Timeout > 0 && now.Sub(op.Created) > op.Timeout && !found {
