@@ -24,6 +24,9 @@ type DeviceComm interface {
 	Send(buf uintptr, bytes, peer int) error
 	Recv(buf uintptr, bytes, peer int) error
 	Barrier() error
+	// AsyncError is the communicator's asynchronous error, if any
+	// (asked by the watchdog).
+	AsyncError() error
 	// Abort ends the communicator at once; running work fails.
 	Abort() error
 	// Free releases what the communicator holds besides itself (device
@@ -89,6 +92,11 @@ func NewDeviceGroup(rank, size int, dev *memory.RuntimeDevice, codes VendorCodes
 		if err := dev.Do(func() (err error) { c, err = bind(dev.Handle(s)); return err }); err != nil {
 			return nil, err
 		}
+		if opt.Watchdog != nil {
+			b := &deviceBackend{c: c, dev: dev, size: size, codes: codes}
+			opt.Watchdog.OnCheck(b.asyncError)
+			return b, nil
+		}
 		return &deviceBackend{c: c, dev: dev, size: size, codes: codes}, nil
 	}, opt)
 }
@@ -100,7 +108,10 @@ type deviceBackend struct {
 	dev   *memory.RuntimeDevice
 	size  int
 	codes VendorCodes
-	abort sync.Once
+	// mu orders the watchdog's queries against the abort, after which
+	// the communicator is gone.
+	mu      sync.Mutex
+	aborted bool
 }
 
 func (b *deviceBackend) AllReduce(t *memory.Tensor, d DType, op ReduceOp, _ time.Time) error {
@@ -144,8 +155,25 @@ func (b *deviceBackend) Recv(t *memory.Tensor, peer int, _ time.Time) error {
 
 func (b *deviceBackend) Barrier(time.Time) error { return b.dev.Do(b.c.Barrier) }
 
+// asyncError asks the communicator, unless it was aborted.
+func (b *deviceBackend) asyncError() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.aborted {
+		return nil
+	}
+	return b.dev.Do(b.c.AsyncError)
+}
+
 // Shutdown aborts the communicator (once).
-func (b *deviceBackend) Shutdown() { b.abort.Do(func() { _ = b.dev.Do(b.c.Abort) }) }
+func (b *deviceBackend) Shutdown() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.aborted {
+		b.aborted = true
+		_ = b.dev.Do(b.c.Abort)
+	}
+}
 
 // Release frees the communicator's device memory.
 func (b *deviceBackend) Release() { _ = b.dev.Do(b.c.Free) }

@@ -97,6 +97,7 @@ type Watchdog struct {
 	mu        sync.Mutex
 	ops       []Op
 	aborts    []func()
+	checks    []func() error
 	wake      chan struct{}
 	heartbeat atomic.Uint64
 	failed    atomic.Bool
@@ -110,6 +111,14 @@ func (w *Watchdog) Recorder() *Recorder { return w.cfg.Recorder }
 func (w *Watchdog) OnAbort(abort func()) {
 	w.mu.Lock()
 	w.aborts = append(w.aborts, abort)
+	w.mu.Unlock()
+}
+
+// OnCheck adds a communicator's asynchronous-error query (such as
+// ncclCommGetAsyncError), asked at every look.
+func (w *Watchdog) OnCheck(check func() error) {
+	w.mu.Lock()
+	w.checks = append(w.checks, check)
 	w.mu.Unlock()
 }
 
@@ -232,6 +241,11 @@ func (w *Watchdog) check(now time.Time) (Failure, bool) {
 	}
 	clear(w.ops[len(kept):])
 	w.ops = kept
+	for _, check := range w.checks {
+		if err := check(); err != nil && !found {
+			failure, found = Failure{Kind: KindError, Rank: w.cfg.Rank, Op: "asynchronous error", Seq: -1, Err: err.Error()}, true
+		}
+	}
 	return failure, found
 }
 

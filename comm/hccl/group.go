@@ -77,5 +77,6 @@ func (b *bound) Recv(buf uintptr, n, peer int) error { return b.c.Recv(buf, n, U
 func (b *bound) Barrier() error                      { return b.c.Barrier(b.s) }
 
 // Abort destroys the communicator: HCCL has no abort.
-func (b *bound) Abort() error { return b.c.Destroy() }
-func (b *bound) Free() error  { return nil }
+func (b *bound) AsyncError() error { return b.c.AsyncError() }
+func (b *bound) Abort() error      { return b.c.Destroy() }
+func (b *bound) Free() error       { return nil }

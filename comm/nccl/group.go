@@ -98,5 +98,6 @@ func (b *bound) Recv(buf uintptr, n, peer int) error { return b.c.Recv(buf, n, U
 // Barrier all-reduces one byte (NCCL has no barrier).
 func (b *bound) Barrier() error { return b.c.AllReduce(b.one, b.one, 1, Uint8, Max, b.s) }
 
-func (b *bound) Abort() error { return b.c.Abort() }
-func (b *bound) Free() error  { return b.dev.Free(b.one) }
+func (b *bound) AsyncError() error { return b.c.AsyncError() }
+func (b *bound) Abort() error      { return b.c.Abort() }
+func (b *bound) Free() error       { return b.dev.Free(b.one) }

@@ -5,11 +5,15 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorun-dev/gorun/comm"
 	"github.com/gorun-dev/gorun/internal/commtest"
 	"github.com/gorun-dev/gorun/memory"
+	"github.com/gorun-dev/gorun/watchdog"
 )
 
 // TestProcessGroupOnTheDoubles: every collective of comm's API over
@@ -22,5 +26,49 @@ func TestProcessGroupOnTheDoubles(t *testing.T) {
 	}}
 	for _, size := range []int{1, 2, 3} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) { commtest.RunAllOps(t, v, size) })
+	}
+}
+
+// The watchdog asks the communicator for asynchronous errors
+// (ncclCommGetAsyncError) and reports the first.
+func TestWatchdogSeesAsyncErrors(t *testing.T) {
+	n, cu := openDoubles(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := comm.ServeStore(ln)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := comm.DialStore(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	dev, err := NewDevice(cu, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failures := make(chan watchdog.Failure, 1)
+	dog := watchdog.New(watchdog.Config{Rank: 0, OnFailure: func(f watchdog.Failure) { failures <- f }})
+	a := memory.NewAllocator(dev, memory.AllocatorConfig{})
+	g, err := NewGroup(ctx, st, 0, 1, n, dev, comm.Options{Allocator: a, Engine: memory.NewEngine(a, memory.ModeAvoidRecordStream), Watchdog: dog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	t.Setenv("NCCL_DOUBLE_ASYNC_ERROR", "6")
+	run, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); dog.Run(run) }()
+	defer func() { stop(); <-done }()
+	select {
+	case f := <-failures:
+		if f.Kind != watchdog.KindError || !strings.Contains(f.Err, "(6)") {
+			t.Errorf("failure %+v", f)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watchdog did not report the asynchronous error")
 	}
 }
