@@ -110,6 +110,7 @@ func NewFromEnv(ctx context.Context, opt Options) (*Env, error) {
 		e.Close()
 		return nil, err
 	}
+	e.describeWorld(l)
 	return e, nil
 }
 
@@ -134,6 +135,7 @@ func NewDeviceEnv(ctx context.Context, l Launch, backend string, rt DeviceRuntim
 		e.Close()
 		return nil, err
 	}
+	e.describeWorld(l)
 	return e, nil
 }
 
@@ -167,6 +169,15 @@ func (e *Env) options(opt Options) (Options, error) {
 		opt.Timeout = d
 	}
 	return opt, nil
+}
+
+// describeWorld names the world group (pg 0) in the flight recorder.
+func (e *Env) describeWorld(l Launch) {
+	ranks := make([]int, l.Size)
+	for i := range ranks {
+		ranks[i] = i
+	}
+	e.guard.dog.Recorder().AddGroup(0, "0", "default_pg", ranks)
 }
 
 // newEnv makes the allocator and engine on dev and connects the store.

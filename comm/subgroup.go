@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 )
@@ -26,11 +27,21 @@ func (g *Group) NewSubgroup(ctx context.Context, name string, ranks []int) (*Gro
 	}
 	opt := g.opt
 	opt.Name = g.opt.Name + "/" + name
+	// The same on every member without counting groups (only members
+	// make a subgroup): a hash of the name.
+	opt.PGID = pgIDOf(opt.Name)
 	sub, err := NewGroup(ctx, g.store, me, len(ranks), g.host, opt)
 	if err != nil {
 		return nil, err
 	}
 	sub.ranks = slices.Clone(ranks)
+	if opt.Watchdog != nil {
+		global := make([]int, len(ranks))
+		for i, r := range ranks {
+			global[i] = g.ParentRank(r)
+		}
+		opt.Watchdog.Recorder().AddGroup(opt.PGID, opt.Name, name, global)
+	}
 	return sub, nil
 }
 
@@ -51,6 +62,14 @@ func (g *Group) Subgroups(ctx context.Context, kind string, groups [][]int) (*Gr
 		mine = sub
 	}
 	return mine, nil
+}
+
+// pgIDOf is a subgroup's flight-recorder id: a positive 31-bit hash of
+// its name (the world is 0).
+func pgIDOf(name string) int {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return int(h.Sum32()&0x7fffffff) | 1
 }
 
 // ParentRank is the rank in the parent group of this group's rank r.

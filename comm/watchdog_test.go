@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -61,7 +62,22 @@ func TestWatchdogHandsOverUnwaitedWork(t *testing.T) {
 	if eng.Held() != 0 {
 		t.Errorf("the next call left %d references", eng.Held())
 	}
+	// A subgroup has its own id, the same on every member (a hash of its
+	// name), and its name in pg_config.
+	sub, err := g.NewSubgroup(ctx, "tp", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := Sync(ctx)(sub.Barrier()); err != nil {
+		t.Fatal(err)
+	}
 	d := rec.Dump(0, 1, "test", time.Now())
+	subID := pgIDOf("/tp")
+	if last := d.Entries[len(d.Entries)-1]; last.PGID != subID || last.CollectiveSeqID != 0 || d.PGConfig[strconv.Itoa(subID)].Name != "/tp" {
+		t.Errorf("subgroup entry %+v, config %+v", last, d.PGConfig)
+	}
+	d.Entries = d.Entries[:2]
 	if len(d.Entries) != 2 || d.Entries[0].ProfilingName != "gorun:all_reduce" || d.Entries[0].State != watchdog.StateCompleted ||
 		d.Entries[0].InputSizes[0][0] != 1024 || d.Entries[0].InputDtypes[0] != "float32" || d.Entries[1].CollectiveSeqID != 1 || d.Entries[0].PGID != 3 {
 		t.Errorf("entries %+v", d.Entries)

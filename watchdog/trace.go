@@ -24,6 +24,8 @@ type Verdict struct {
 // GroupReport is one process group's state across the ranks.
 type GroupReport struct {
 	PGID int `json:"pg_id"`
+	// Name is the group's name from pg_config ("" if none).
+	Name string `json:"name,omitempty"`
 	// Stuck is the first collective not completed everywhere (nil: all
 	// completed).
 	Stuck *StuckCollective `json:"stuck,omitempty"`
@@ -146,6 +148,11 @@ func opOf(e Entry) string {
 func analyzeGroup(pg int, dumps []Dump) GroupReport {
 	g := GroupReport{PGID: pg}
 	key := strconv.Itoa(pg)
+	for _, d := range dumps {
+		if c, ok := d.PGConfig[key]; ok && pg != 0 {
+			g.Name = c.Name
+		}
+	}
 	// The first sequence number some rank did not complete.
 	first := int64(-1)
 	for _, d := range dumps {
@@ -223,6 +230,14 @@ func desyncs(pg int, dumps []Dump) []Desync {
 	return out
 }
 
+// label names the group in the verdict.
+func (g GroupReport) label() string {
+	if g.Name != "" {
+		return fmt.Sprintf("group %s (pg %d)", g.Name, g.PGID)
+	}
+	return fmt.Sprintf("group %d", g.PGID)
+}
+
 func (g GroupReport) summary() []string {
 	var out []string
 	if s := g.Stuck; s != nil {
@@ -230,7 +245,7 @@ func (g GroupReport) summary() []string {
 		if op == "" {
 			op = "collective"
 		}
-		line := fmt.Sprintf("group %d: %s #%d never completed", g.PGID, op, s.Seq)
+		line := fmt.Sprintf("%s: %s #%d never completed", g.label(), op, s.Seq)
 		if len(s.Waiting) > 0 {
 			line += fmt.Sprintf("; rank(s) %s wait in it", ranks(s.Waiting))
 		}
@@ -247,7 +262,7 @@ func (g GroupReport) summary() []string {
 		for _, c := range d.Calls {
 			calls = append(calls, fmt.Sprintf("rank %d %s", c.Rank, c.describe()))
 		}
-		out = append(out, fmt.Sprintf("group %d: desync at collective #%d: the ranks called different collectives: %s", g.PGID, d.Seq, strings.Join(calls, "; ")))
+		out = append(out, fmt.Sprintf("%s: desync at collective #%d: the ranks called different collectives: %s", g.label(), d.Seq, strings.Join(calls, "; ")))
 	}
 	return out
 }
@@ -268,7 +283,7 @@ func (v Verdict) Text() string {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	for _, g := range v.Groups {
-		fmt.Fprintf(&b, "group %d, last completed collective per rank:\n", g.PGID)
+		fmt.Fprintf(&b, "%s, last completed collective per rank:\n", g.label())
 		for _, c := range g.LastCompleted {
 			if c.Seq < 0 {
 				fmt.Fprintf(&b, "  rank %d: none\n", c.Rank)
