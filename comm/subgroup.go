@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // NewSubgroup makes the group of some of this group's ranks, as
@@ -13,7 +14,10 @@ import (
 // name and ranks (in the order that gives the new ranks); a rank not in
 // ranks gets nil. The subgroup has its own communication stream on the
 // same device.
-func (g *Group) NewSubgroup(ctx context.Context, name string, ranks []int) (*Group, error) {
+//
+// Options: WithTimeout gives the subgroup its own collective timeout
+// (default: its parent's).
+func (g *Group) NewSubgroup(ctx context.Context, name string, ranks []int, opts ...SubgroupOption) (*Group, error) {
 	seen := map[int]bool{}
 	for _, r := range ranks {
 		if r < 0 || r >= g.size || seen[r] {
@@ -26,6 +30,9 @@ func (g *Group) NewSubgroup(ctx context.Context, name string, ranks []int) (*Gro
 		return nil, nil
 	}
 	opt := g.opt
+	for _, o := range opts {
+		o(&opt)
+	}
 	opt.Name = g.opt.Name + "/" + name
 	// The same on every member without counting groups (only members
 	// make a subgroup): a hash of the name.
@@ -49,19 +56,32 @@ func (g *Group) NewSubgroup(ctx context.Context, name string, ranks []int) (*Gro
 // topology layout: every tensor-parallel group, say) and returns the one
 // that holds this rank (nil if none). Every rank of g calls it with the
 // same kind and lists.
-func (g *Group) Subgroups(ctx context.Context, kind string, groups [][]int) (*Group, error) {
+func (g *Group) Subgroups(ctx context.Context, kind string, groups [][]int, opts ...SubgroupOption) (*Group, error) {
 	var mine *Group
 	for i, ranks := range groups {
 		if !slices.Contains(ranks, g.rank) {
 			continue
 		}
-		sub, err := g.NewSubgroup(ctx, kind+"/"+strconv.Itoa(i), ranks)
+		sub, err := g.NewSubgroup(ctx, kind+"/"+strconv.Itoa(i), ranks, opts...)
 		if err != nil {
 			return nil, err
 		}
 		mine = sub
 	}
 	return mine, nil
+}
+
+// SubgroupOption changes a subgroup's options.
+type SubgroupOption func(*Options)
+
+// WithTimeout bounds each collective of the subgroup (the watchdog's
+// timeout for it).
+func WithTimeout(d time.Duration) SubgroupOption {
+	return func(o *Options) {
+		if d > 0 {
+			o.Timeout = d
+		}
+	}
 }
 
 // pgIDOf is a subgroup's flight-recorder id: a positive 31-bit hash of

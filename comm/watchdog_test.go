@@ -64,7 +64,7 @@ func TestWatchdogHandsOverUnwaitedWork(t *testing.T) {
 	}
 	// A subgroup has its own id, the same on every member (a hash of its
 	// name), and its name in pg_config.
-	sub, err := g.NewSubgroup(ctx, "tp", []int{0})
+	sub, err := g.NewSubgroup(ctx, "tp", []int{0}, WithTimeout(42*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestWatchdogHandsOverUnwaitedWork(t *testing.T) {
 	}
 	d := rec.Dump(0, 1, "test", time.Now())
 	subID := pgIDOf("/tp")
-	if last := d.Entries[len(d.Entries)-1]; last.PGID != subID || last.CollectiveSeqID != 0 || d.PGConfig[strconv.Itoa(subID)].Name != "/tp" {
+	if last := d.Entries[len(d.Entries)-1]; last.PGID != subID || last.CollectiveSeqID != 0 || last.TimeoutMs != 42000 || d.PGConfig[strconv.Itoa(subID)].Name != "/tp" {
 		t.Errorf("subgroup entry %+v, config %+v", last, d.PGConfig)
 	}
 	d.Entries = d.Entries[:2]
