@@ -108,7 +108,7 @@ func startGuard(ctx context.Context, l Launch, signals *StoreClient) (*guard, er
 	g.handler = &watchdog.Handler{Rank: l.Rank, WorldSize: l.Size, Recorder: rec, DumpDir: dumpDir(), Mode: mode,
 		Signal: signals, Exit: os.Exit, Log: os.Stderr, WaitForDumps: true}
 	g.dog = watchdog.New(watchdog.Config{Rank: l.Rank, Recorder: rec, OnFailure: g.handler.Handle})
-	g.handler.Abort = g.dog.AbortAll
+	g.handler.Abort, g.handler.BeforeDump = g.dog.AbortAll, g.dog.Refresh
 	run, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	signal.Notify(g.usr1, syscall.SIGUSR1)

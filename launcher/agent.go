@@ -208,7 +208,11 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		return res, false, ctx.Err()
 	case outcomeInterrupted:
 		// Another node's failure already spent the budget; a membership
-		// change costs nothing. Either way: the next round.
+		// change costs nothing. Either way: the next round, after this
+		// node's part of the failed round's verdict.
+		if out.event.Failure {
+			a.reportHang(ctx, round, dumps)
+		}
 		return res, true, nil
 	}
 
@@ -234,14 +238,14 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 			res.Failures = failures
 			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint.Script, failures))
 		}
-		reportHang(cfg, dumps)
+		a.reportHang(ctx, round, dumps)
 		if why == "" {
 			why = fmt.Sprintf("no restarts left (%d of --max-restarts=%d used)", attemptN, cfg.MaxRestarts)
 		}
 		cfg.Log.Errorf("not restarting: %s", why)
 		return res, false, nil
 	}
-	reportHang(cfg, dumps)
+	a.reportHang(ctx, round, dumps)
 	cfg.Log.Warnf("worker group failed; restart %d of %d", attemptN+1, cfg.MaxRestarts)
 	if d := a.policy.Delay(attemptN); d > 0 {
 		cfg.Log.Infof("waiting %v before restarting (--restart-backoff)", d)

@@ -1,9 +1,13 @@
 package launcher
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/watchdog"
 )
 
@@ -12,16 +16,54 @@ import (
 // did.
 const EnvFlightRecorderDir = "GORUN_FR_DUMP_DIR"
 
+// HangReporter is a rendezvous that gathers the nodes' flight-recorder
+// reports on a failed round (the etcd backends), for one job-wide
+// verdict.
+type HangReporter interface {
+	ShareHangReport(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error)
+}
+
+// hangReportWait bounds the wait for the other nodes' reports.
+const hangReportWait = 10 * time.Second
+
 // reportHang prints the verdict of the flight-recorder dumps that the
-// workers of a failed attempt left in dir, if any: the same as `gorun
-// trace dir`.
-func reportHang(cfg *Config, dir string) {
-	v, err := watchdog.AnalyzeDir(dir)
-	if err != nil {
-		return // no dumps: the failure was not a collective's
+// workers of a failed round left in dir, merged with every other node's
+// when the rendezvous can gather them: the same as `gorun trace` over all
+// of them. Nothing is printed when no worker dumped.
+func (a *Agent) reportHang(ctx context.Context, round rendezvous.Round, dir string) {
+	cfg := &a.cfg
+	dumps, _ := watchdog.ReadDumps(dir) // none: not a collective's failure
+	nodes := 1
+	if hr, ok := a.rdzv.(HangReporter); ok && round.GroupWorldSize > 1 {
+		trimmed := make([]watchdog.Dump, len(dumps))
+		for i, d := range dumps {
+			trimmed[i] = watchdog.Trim(d)
+		}
+		b, _ := json.Marshal(trimmed)
+		reports, err := hr.ShareHangReport(ctx, round, b, hangReportWait)
+		cfg.Log.Debugf("flight recorder: the reports of %d of %d nodes", len(reports), round.GroupWorldSize)
+		if err != nil {
+			cfg.Log.Warnf("flight recorder: could not gather the other nodes' dumps: %v", err)
+		} else {
+			dumps, nodes = nil, len(reports)
+			for _, rep := range reports {
+				var ds []watchdog.Dump
+				if json.Unmarshal(rep, &ds) == nil {
+					dumps = append(dumps, ds...)
+				}
+			}
+		}
 	}
+	if len(dumps) == 0 {
+		return
+	}
+	v := watchdog.Analyze(dumps)
 	var b strings.Builder
-	fmt.Fprintf(&b, "Flight recorder (gorun trace %s):\n", dir)
+	if nodes > 1 {
+		fmt.Fprintf(&b, "Flight recorder, job-wide (%d nodes; this node's dumps: %s):\n", nodes, dir)
+	} else {
+		fmt.Fprintf(&b, "Flight recorder (gorun trace %s):\n", dir)
+	}
 	for _, l := range v.Summary {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}

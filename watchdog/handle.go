@@ -114,6 +114,8 @@ type Handler struct {
 	Exit func(code int)
 	// Log receives the report (os.Stderr in a worker).
 	Log io.Writer
+	// BeforeDump, when set, runs before each dump (Watchdog.Refresh).
+	BeforeDump func()
 	// WaitForDumps: before ending, wait for every rank's dump (up to
 	// DumpWait, default DefaultDumpWait): the first rank to end makes
 	// gorun stop the others, and rank 0 serves the store, so nobody may
@@ -184,6 +186,9 @@ func (h *Handler) awaitDumps(ctx context.Context) {
 
 // DumpNow writes the flight recorder into DumpDir.
 func (h *Handler) DumpNow(reason string) (string, error) {
+	if h.BeforeDump != nil {
+		h.BeforeDump()
+	}
 	return WriteDump(h.DumpDir, h.Recorder.Dump(h.Rank, h.WorldSize, reason, time.Now()))
 }
 

@@ -201,7 +201,7 @@ func (r *Recorder) Completed(id int64, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.entry(id)
-	if e == nil {
+	if e == nil || e.State == StateCompleted {
 		return
 	}
 	ns := now.UnixNano()

@@ -306,3 +306,22 @@ func AnalyzeDir(dir string) (Verdict, error) {
 	}
 	return Analyze(dumps), nil
 }
+
+// Trim keeps what a verdict needs of a dump, to send it across nodes:
+// pg_status, pg_config, and per group the entries from the last completed
+// collective on (point-to-point entries not completed).
+func Trim(d Dump) Dump {
+	out := d
+	out.Entries = nil
+	for _, e := range d.Entries {
+		st, ok := d.PGStatus[strconv.Itoa(e.PGID)]
+		switch {
+		case e.IsP2P && e.State != StateCompleted:
+		case !e.IsP2P && (!ok || e.CollectiveSeqID >= st.LastCompleted):
+		default:
+			continue
+		}
+		out.Entries = append(out.Entries, e)
+	}
+	return out
+}

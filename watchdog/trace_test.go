@@ -102,3 +102,20 @@ func TestTraceReadsADirectory(t *testing.T) {
 		t.Error("a broken dump was accepted")
 	}
 }
+
+// Trim keeps, per group, the last completed collective and what came
+// after: enough for the same verdict.
+func TestTrimKeepsTheVerdict(t *testing.T) {
+	done := call{"all_reduce", 8, StateCompleted}
+	full := []Dump{
+		dumpOf(0, 2, []call{done, done, done, {"all_reduce", 8, StateStarted}}),
+		dumpOf(1, 2, []call{done, done, done}),
+	}
+	trimmed := []Dump{Trim(full[0]), Trim(full[1])}
+	if n := len(trimmed[0].Entries); n != 2 {
+		t.Errorf("rank 0 kept %d entries; want the last completed and the started one", n)
+	}
+	if got, want := Analyze(trimmed).Text(), Analyze(full).Text(); got != want {
+		t.Errorf("trimmed verdict:\n%s\nfull:\n%s", got, want)
+	}
+}

@@ -205,6 +205,23 @@ func (w *Watchdog) Run(ctx context.Context) {
 	}
 }
 
+// Refresh brings the recorder up to date with the operations' progress
+// (a dump right after a failure must not show what the next look would
+// have corrected).
+func (w *Watchdog) Refresh() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for _, op := range w.ops {
+		if op.Progress.Started() {
+			w.cfg.Recorder.Started(op.RecordID, now)
+		}
+		if op.Progress.IsCompleted() && op.Progress.Err() == nil {
+			w.cfg.Recorder.Completed(op.RecordID, now)
+		}
+	}
+}
+
 // check updates the recorder and drops finished operations; it returns
 // the first failure.
 func (w *Watchdog) check(now time.Time) (Failure, bool) {

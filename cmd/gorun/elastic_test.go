@@ -406,3 +406,27 @@ func TestElasticNodeBeforeStoreHost(t *testing.T) {
 		t.Errorf("starts %v", got)
 	}
 }
+
+// TestElasticHangOneJobWideVerdict: two nodes of two Go workers; rank 3
+// (on the second node) stops calling collectives. Every node prints the
+// same job-wide verdict, merged from both nodes' flight-recorder dumps
+// through etcd.
+func TestElasticHangOneJobWideVerdict(t *testing.T) {
+	t.Parallel()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	nodes := startNodes(t, 2, func(i int) []string {
+		return elasticArgs(ep, "hang", i, "--nnodes=2", "--nproc-per-node=2", "--no-python", ddpBin,
+			"--steps", "10", "--hang-rank", "3", "--hang-step", "2", "--collective-timeout", "3s")
+	})
+	want := "all_reduce #10 never completed; rank(s) 0, 1, 2 wait in it; rank(s) 3 never called it"
+	for i, n := range nodes {
+		if code := waitExit(t, n.cmd); code == 0 {
+			t.Errorf("node %d succeeded", i)
+		}
+	}
+	for i, n := range nodes {
+		if s := n.stderr.String(); !strings.Contains(s, "Flight recorder, job-wide (2 nodes") || !strings.Contains(s, want) {
+			t.Errorf("node %d lacks the job-wide verdict %q\n%s\nthe other node:\n%s", i, want, s, nodes[1-i].stderr.String())
+		}
+	}
+}
