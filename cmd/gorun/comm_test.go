@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorun-dev/gorun/comm"
+	"github.com/gorun-dev/gorun/watchdog"
 )
 
 // commWorkerEnv makes the test binary a worker that runs collectives on
@@ -233,3 +235,36 @@ func TestGoDDPHungRankTimesOut(t *testing.T) {
 }
 
 var ddpBin = filepath.Join(os.TempDir(), "unset")
+
+// TestSIGUSR1DumpsTheFlightRecorder: SIGUSR1 to gorun reaches the
+// workers, each dumps its flight recorder, and the job goes on.
+func TestSIGUSR1DumpsTheFlightRecorder(t *testing.T) {
+	t.Parallel()
+	dumps := t.TempDir()
+	// Rank 0 idles at step 2 (the others wait for it in a collective with
+	// a long timeout): a job that is running when the signal comes.
+	cmd, _, stderr := startGorun(t, testEnv("GORUN_FR_DUMP_DIR="+dumps), "--nproc-per-node=2", "--no-python", ddpBin,
+		"--steps", "10", "--hang-rank", "0", "--hang-step", "2", "--collective-timeout", "5m")
+	waitFor(t, "rank 0 to idle", func() bool { return strings.Contains(stderr.String(), "hanging at step 2") })
+	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both dumps", func() bool {
+		n := 0
+		for r := range 2 {
+			if _, err := os.Stat(filepath.Join(dumps, fmt.Sprintf("fr_trace_rank_%d.json", r))); err == nil {
+				n++
+			}
+		}
+		return n == 2
+	})
+	d, err := watchdog.ReadDump(filepath.Join(dumps, "fr_trace_rank_1.json"))
+	if err != nil || d.Reason != "SIGUSR1" || d.PGStatus["0"].LastCompleted < 1 {
+		t.Errorf("rank 1's dump: %+v, %v", d.PGStatus, err)
+	}
+	if cmd.ProcessState != nil {
+		t.Error("the job ended on SIGUSR1")
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	waitExit(t, cmd)
+}
