@@ -23,14 +23,25 @@ const commWorkerEnv = "GORUN_TEST_COMM_WORKER"
 // commWorker checks every reduction of all-reduce for every dtype, and
 // all-gather, broadcast, all-to-all and barrier, between real processes.
 func commWorker() int {
+	return withWorkerEnv(30*time.Second, checkCollectives)
+}
+
+// withWorkerEnv runs fn on the worker's world group (collective timeout
+// timeout), within a minute, and returns its exit code.
+func withWorkerEnv(timeout time.Duration, fn func(ctx context.Context, env *comm.Env) int) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: 30 * time.Second})
+	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: timeout})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer env.Close()
+	return fn(ctx, env)
+}
+
+// checkCollectives is commWorker's body.
+func checkCollectives(ctx context.Context, env *comm.Env) int {
 	r, w := env.Rank(), env.Size()
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "rank %d: "+format+"\n", append([]any{r}, a...)...)

@@ -22,14 +22,10 @@ func killedPeerWorker() int {
 	// Survive gorun's SIGTERM so that the error below is what ends
 	// this worker (gorun would send SIGKILL after --stop-timeout).
 	signal.Ignore(syscall.SIGTERM)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: 20 * time.Second})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer env.Close()
+	return withWorkerEnv(20*time.Second, allReduceUntilKilled)
+}
+
+func allReduceUntilKilled(ctx context.Context, env *comm.Env) int {
 	x, err := env.Allocator.Empty(16<<20, 0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -88,14 +84,10 @@ func TestKilledPeerMidCollective(t *testing.T) {
 // desyncWorker all-reduces 8 floats twice, except that rank 1's second
 // all-reduce has 16: the ranks disagree at sequence number 1.
 func desyncWorker() int {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	env, err := comm.NewFromEnv(ctx, comm.Options{Timeout: 20 * time.Second})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer env.Close()
+	return withWorkerEnv(20*time.Second, allReduceTwice)
+}
+
+func allReduceTwice(ctx context.Context, env *comm.Env) int {
 	for i := range 2 {
 		n := int64(8)
 		if i == 1 && env.Rank() == 1 {
