@@ -243,6 +243,11 @@ func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors .
 		timeout += watchdogBackstop
 	}
 	w.mw = &memory.Work{Stream: g.comm, End: dev.NewEvent(), P2P: info.p2p}
+	if g.opt.Watchdog != nil {
+		// Recorded before it can start: a dump never misses an operation
+		// that a peer already sees.
+		w.watched = g.record(w, info, tensors)
+	}
 	dev.Launch(g.comm, memory.Op{Name: info.name, Reads: regions, Writes: regions, Run: func() {
 		w.started.Store(true)
 		w.err = fn(time.Now().Add(timeout))
@@ -258,8 +263,8 @@ func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors .
 	}})
 	dev.Record(w.mw.End, g.comm)
 	eng.Launch(w.mw, tensors...)
-	if g.opt.Watchdog != nil {
-		w.watched = g.watch(w, info, tensors)
+	if w.watched != nil {
+		g.opt.Watchdog.Watch(*w.watched)
 	}
 	return w, nil
 }
@@ -268,10 +273,11 @@ func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors .
 // transport gives up on its own.
 const watchdogBackstop = 5 * time.Second
 
-// watch records w in the flight recorder and hands it to the watchdog.
+// record records w in the flight recorder and returns what the watchdog
+// will watch.
 // The sizes are the output's (the first tensor) and the input's (the
 // last) in elements of info.dtype.
-func (g *Group) watch(w *Work, info opInfo, tensors []*memory.Tensor) *watchdog.Op {
+func (g *Group) record(w *Work, info opInfo, tensors []*memory.Tensor) *watchdog.Op {
 	g.mu.Lock()
 	seq := g.collSeq
 	if info.p2p {
@@ -303,6 +309,5 @@ func (g *Group) watch(w *Work, info opInfo, tensors []*memory.Tensor) *watchdog.
 		// Nobody may Wait: the watchdog hands the shelf over, and the
 		// next call into the group releases it (Engine.Drain).
 		OnComplete: func() { g.opt.Engine.Completed(w.mw) }}
-	g.opt.Watchdog.Watch(op)
 	return &op
 }
