@@ -165,7 +165,9 @@ func (h *Handler) handle(f Failure) {
 	if h.Mode.CleanUp() && h.Abort != nil {
 		h.Abort()
 	}
-	if h.Mode.TearsDown() && h.Exit != nil {
+	// A stuck watchdog ends the process in every mode, as PyTorch's
+	// heartbeat monitor does: nothing else would.
+	if (h.Mode.TearsDown() || f.Kind == KindStuck) && h.Exit != nil {
 		h.Exit(ExitCode(f.Kind))
 	}
 }

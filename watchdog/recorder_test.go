@@ -171,6 +171,13 @@ func TestHandlerModes(t *testing.T) {
 			t.Errorf("mode %d: the other rank: exit %d, log %q", c.mode, exit, log.String())
 		}
 	}
+	// A stuck watchdog ends the process even without error handling.
+	stuckExit := -1
+	stuck := &Handler{Mode: NoHandling, Exit: func(code int) { stuckExit = code }, Log: &strings.Builder{}}
+	stuck.Handle(Failure{Kind: KindStuck, Elapsed: time.Minute})
+	if stuckExit != ExitWatchdogStuck {
+		t.Errorf("stuck watchdog: exit %d", stuckExit)
+	}
 	// A rank does not act on its own report; a cancelled watch returns.
 	st := newMemStore()
 	_ = st.Set(context.Background(), SignalKey, `{"kind":"timeout","rank":0}`)
