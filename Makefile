@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PYTHON   ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test test-gpu demo demo-torch bench bench-launch bench-rendezvous bench-plan bench-memory lint fmt tidy-check update-golden clean help
+.PHONY: all build test test-gpu demo demo-torch bench bench-launch bench-rendezvous bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
 
 all: build
 
@@ -38,7 +38,7 @@ demo: build ## three workers that print their ranks, rank 1 fails once and all r
 demo-torch: build ## the PyTorch DDP example on three CPU workers (needs python3-torch)
 	bin/gorun --nproc-per-node=3 --python $(PYTHON) examples/pytorch/train_ddp.py --steps 20
 
-bench: bench-launch bench-rendezvous bench-plan bench-memory ## every benchmark
+bench: bench-launch bench-rendezvous bench-plan bench-memory bench-comm bench-watchdog ## every benchmark
 
 bench-launch: build ## gorun vs torchrun: empty job, failure -> replacement; writes docs/benchmarks.md
 	bin/gorun bench launch --python $(PYTHON) --write docs/benchmarks.md
@@ -49,6 +49,13 @@ bench-rendezvous: build ## N agents through the etcd rendezvous vs the etcd floo
 bench-memory: build ## reuse modes on the simulated device: peak memory, events, violations (anchor: mode 0)
 	bin/gorun bench memory --mode all
 	bin/gorun bench memory --mode all --expandable-segments
+
+bench-comm: build ## collectives on the CPU backend vs gloo and this machine's floors (shared memory, then TCP)
+	bin/gorun bench comm --nproc-per-node 2 --sizes 1MiB,16MiB,64MiB
+	GORUN_CPU_TRANSPORT=tcp bin/gorun bench comm --nproc-per-node 2 --sizes 1MiB,16MiB,64MiB
+
+bench-watchdog: ## the watchdog's cost per collective (anchor: the same collective without it)
+	$(GO) test -run '^$$' -bench WatchdogOverhead -benchtime 20000x -count 3 ./comm/
 
 bench-plan: ## gorun plan of a 131,072-GPU layout (Go benchmark; no anchor exists)
 	$(GO) test -run '^$$' -bench Plan131072 -benchmem ./topology/

@@ -3,10 +3,12 @@ package comm
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/gorun-dev/gorun/memory"
+	"github.com/gorun-dev/gorun/watchdog"
 )
 
 // BenchmarkAllReduce64MiB2Ranks: in-process ranks (shared memory).
@@ -42,5 +44,54 @@ func benchAllReduce(b *testing.B, size int64) {
 	b.StopTimer()
 	for r := range 2 {
 		xs[r].Release()
+	}
+}
+
+// BenchmarkWatchdogOverhead: one rank's synchronous 4 KiB all-reduce
+// (nothing on the wire: the group's own cost) without a watchdog, the
+// anchor, and with one (flight recorder of 2000 entries).
+func BenchmarkWatchdogOverhead(b *testing.B) {
+	for _, watched := range []bool{false, true} {
+		b.Run(map[bool]string{false: "anchor-no-watchdog", true: "watchdog"}[watched], func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := ServeStore(ln)
+			defer srv.Close()
+			ctx := context.Background()
+			st, err := DialStore(ctx, srv.Addr())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			dev := memory.NewSimDevice(1 << 30)
+			defer dev.Close()
+			a := memory.NewAllocator(dev, memory.AllocatorConfig{})
+			opt := Options{Device: dev, Allocator: a, Engine: memory.NewEngine(a, memory.ModeAvoidRecordStream)}
+			if watched {
+				dog := watchdog.New(watchdog.Config{Recorder: watchdog.NewRecorder(watchdog.DefaultBufferSize)})
+				run, stop := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { defer close(done); dog.Run(run) }()
+				defer func() { stop(); <-done }()
+				opt.Watchdog = dog
+			}
+			g, err := NewGroup(ctx, st, 0, 1, "127.0.0.1", opt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer g.Close()
+			x, err := a.Empty(4096, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer x.Release()
+			for b.Loop() {
+				if err := Sync(ctx)(g.AllReduce(x, Float32, Sum)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
