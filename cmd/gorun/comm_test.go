@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -242,6 +243,13 @@ func TestGoDDPHungRankTimesOut(t *testing.T) {
 	tr := runGorun(t, testEnv(), "trace", dir)
 	if tr.code != 0 || !strings.Contains(tr.stdout, verdict) {
 		t.Errorf("gorun trace: exit %d\n%s%s", tr.code, tr.stdout, tr.stderr)
+	}
+	// --format after the directory, as people type it.
+	js := runGorun(t, testEnv(), "trace", dir, "--format", "json")
+	var v watchdog.Verdict
+	if err := json.Unmarshal([]byte(js.stdout), &v); err != nil || js.code != 0 || len(v.Groups) != 1 || v.Groups[0].Stuck == nil ||
+		fmt.Sprint(v.Groups[0].Stuck.NeverCalled) != "[1]" || v.Groups[0].Stuck.Op != "all_reduce" {
+		t.Errorf("gorun trace --format json: exit %d, %v\n%s%s", js.code, err, js.stdout, js.stderr)
 	}
 }
 
