@@ -92,12 +92,11 @@ func NewDeviceGroup(rank, size int, dev *memory.RuntimeDevice, codes VendorCodes
 		if err := dev.Do(func() (err error) { c, err = bind(dev.Handle(s)); return err }); err != nil {
 			return nil, err
 		}
+		b := &deviceBackend{c: c, dev: dev, size: size, codes: codes}
 		if opt.Watchdog != nil {
-			b := &deviceBackend{c: c, dev: dev, size: size, codes: codes}
 			opt.Watchdog.OnCheck(b.asyncError)
-			return b, nil
 		}
-		return &deviceBackend{c: c, dev: dev, size: size, codes: codes}, nil
+		return b, nil
 	}, opt)
 }
 

@@ -142,29 +142,25 @@ func reduceOne(op ReduceOp, a, b float32) float32 {
 	return a + b
 }
 
+func divideSlice[T number](xs []T, n T) {
+	for i := range xs {
+		xs[i] /= n
+	}
+}
+
 // divide divides every element by n (the end of Avg).
 func divide(d DType, buf []byte, n int) {
 	switch d {
 	case Float32:
-		for i, x := range view[float32](buf) {
-			view[float32](buf)[i] = x / float32(n)
-		}
+		divideSlice(view[float32](buf), float32(n))
 	case Float64:
-		for i, x := range view[float64](buf) {
-			view[float64](buf)[i] = x / float64(n)
-		}
+		divideSlice(view[float64](buf), float64(n))
 	case Int32:
-		for i, x := range view[int32](buf) {
-			view[int32](buf)[i] = x / int32(n)
-		}
+		divideSlice(view[int32](buf), int32(n))
 	case Int64:
-		for i, x := range view[int64](buf) {
-			view[int64](buf)[i] = x / int64(n)
-		}
+		divideSlice(view[int64](buf), int64(n))
 	case Uint8:
-		for i, x := range buf {
-			buf[i] = x / uint8(n)
-		}
+		divideSlice(buf, uint8(n))
 	case BFloat16, Float16:
 		to, from := halfCodec(d)
 		h := view[uint16](buf)

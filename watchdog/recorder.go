@@ -172,62 +172,60 @@ func (r *Recorder) entry(id int64) *Entry {
 	return &r.ring[id%int64(r.max)]
 }
 
-// Started marks record id started at now.
-func (r *Recorder) Started(id int64, now time.Time) {
-	if !r.Enabled() {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e := r.entry(id)
-	if e == nil || e.TimeDiscoveredStartedNs != nil {
-		return
-	}
-	ns := now.UnixNano()
-	e.TimeDiscoveredStartedNs = &ns
-	if e.State == StateScheduled {
-		e.State = StateStarted
-	}
-	if st := r.statusOf(e.PGID); !e.IsP2P && e.CollectiveSeqID > st.LastStarted {
-		st.LastStarted = e.CollectiveSeqID
-	}
-}
-
-// Completed marks record id completed at now and retires it.
-func (r *Recorder) Completed(id int64, now time.Time) {
-	if !r.Enabled() {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e := r.entry(id)
-	if e == nil || e.State == StateCompleted {
-		return
-	}
-	ns := now.UnixNano()
-	if e.TimeDiscoveredStartedNs == nil {
-		e.TimeDiscoveredStartedNs = &ns
-	}
-	e.TimeDiscoveredCompletedNs = &ns
-	ms := float64(ns-*e.TimeDiscoveredStartedNs) / 1e6
-	e.DurationMs = &ms
-	e.State, e.Retired = StateCompleted, true
-	if st := r.statusOf(e.PGID); !e.IsP2P && e.CollectiveSeqID > st.LastCompleted {
-		st.LastCompleted = e.CollectiveSeqID
-	}
-}
-
-// Retire marks record id as no longer watched without completing it (it
-// failed or timed out).
-func (r *Recorder) Retire(id int64) {
+// update runs fn on record id's entry, if kept, and on its group's
+// status.
+func (r *Recorder) update(id int64, fn func(e *Entry, st *PGStatus)) {
 	if !r.Enabled() {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.entry(id); e != nil {
-		e.Retired = true
+		fn(e, r.statusOf(e.PGID))
 	}
+}
+
+// Started marks record id started at now.
+func (r *Recorder) Started(id int64, now time.Time) {
+	r.update(id, func(e *Entry, st *PGStatus) {
+		if e.TimeDiscoveredStartedNs != nil {
+			return
+		}
+		ns := now.UnixNano()
+		e.TimeDiscoveredStartedNs = &ns
+		if e.State == StateScheduled {
+			e.State = StateStarted
+		}
+		if !e.IsP2P && e.CollectiveSeqID > st.LastStarted {
+			st.LastStarted = e.CollectiveSeqID
+		}
+	})
+}
+
+// Completed marks record id completed at now and retires it.
+func (r *Recorder) Completed(id int64, now time.Time) {
+	r.update(id, func(e *Entry, st *PGStatus) {
+		if e.State == StateCompleted {
+			return
+		}
+		ns := now.UnixNano()
+		if e.TimeDiscoveredStartedNs == nil {
+			e.TimeDiscoveredStartedNs = &ns
+		}
+		e.TimeDiscoveredCompletedNs = &ns
+		ms := float64(ns-*e.TimeDiscoveredStartedNs) / 1e6
+		e.DurationMs = &ms
+		e.State, e.Retired = StateCompleted, true
+		if !e.IsP2P && e.CollectiveSeqID > st.LastCompleted {
+			st.LastCompleted = e.CollectiveSeqID
+		}
+	})
+}
+
+// Retire marks record id as no longer watched without completing it (it
+// failed or timed out).
+func (r *Recorder) Retire(id int64) {
+	r.update(id, func(e *Entry, _ *PGStatus) { e.Retired = true })
 }
 
 // Dump copies the recorder's state, oldest entry first.

@@ -213,13 +213,24 @@ func (w *Watchdog) Refresh() {
 	defer w.mu.Unlock()
 	now := time.Now()
 	for _, op := range w.ops {
-		if op.Progress.Started() {
-			w.cfg.Recorder.Started(op.RecordID, now)
-		}
-		if op.Progress.IsCompleted() && op.Progress.Err() == nil {
-			w.cfg.Recorder.Completed(op.RecordID, now)
-		}
+		w.note(op, now)
 	}
+}
+
+// note records op's start and good completion and says whether it is
+// done, with its error; w.mu held.
+func (w *Watchdog) note(op Op, now time.Time) (done bool, err error) {
+	if op.Progress.Started() {
+		w.cfg.Recorder.Started(op.RecordID, now)
+	}
+	if !op.Progress.IsCompleted() {
+		return false, nil
+	}
+	if err := op.Progress.Err(); err != nil {
+		return true, err
+	}
+	w.cfg.Recorder.Completed(op.RecordID, now)
+	return true, nil
 }
 
 // check updates the recorder and drops finished operations; it returns
@@ -232,20 +243,15 @@ func (w *Watchdog) check(now time.Time) (Failure, bool) {
 	var failure Failure
 	found := false
 	for _, op := range w.ops {
-		if op.Progress.Started() {
-			rec.Started(op.RecordID, now)
-		}
-		if op.Progress.IsCompleted() {
-			if err := op.Progress.Err(); err != nil {
+		if done, err := w.note(op, now); done {
+			switch {
+			case err != nil:
 				rec.Retire(op.RecordID)
 				if !found {
 					failure, found = w.failure(KindError, op, now), true
 					failure.Err = err.Error()
 				}
-				continue
-			}
-			rec.Completed(op.RecordID, now)
-			if op.OnComplete != nil {
+			case op.OnComplete != nil:
 				op.OnComplete()
 			}
 			continue
