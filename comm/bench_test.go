@@ -3,7 +3,6 @@ package comm
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -53,18 +52,8 @@ func benchAllReduce(b *testing.B, size int64) {
 func BenchmarkWatchdogOverhead(b *testing.B) {
 	for _, watched := range []bool{false, true} {
 		b.Run(map[bool]string{false: "anchor-no-watchdog", true: "watchdog"}[watched], func(b *testing.B) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := ServeStore(ln)
-			defer srv.Close()
+			st := dialStore(b)
 			ctx := context.Background()
-			st, err := DialStore(ctx, srv.Addr())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
 			dev := memory.NewSimDevice(1 << 30)
 			defer dev.Close()
 			a := memory.NewAllocator(dev, memory.AllocatorConfig{})

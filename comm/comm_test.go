@@ -20,7 +20,8 @@ type world struct {
 	allocs []*memory.Allocator
 }
 
-func newWorld(t testing.TB, size int, mode memory.Mode, timeout time.Duration) *world {
+// serveStore serves a store on a free loopback port until the test ends.
+func serveStore(t testing.TB) *StoreServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,6 +29,25 @@ func newWorld(t testing.TB, size int, mode memory.Mode, timeout time.Duration) *
 	}
 	srv := ServeStore(ln)
 	t.Cleanup(srv.Close)
+	return srv
+}
+
+// dialStore is a client of a fresh store, closed when the test ends.
+func dialStore(t testing.TB) *StoreClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := DialStore(ctx, serveStore(t).Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func newWorld(t testing.TB, size int, mode memory.Mode, timeout time.Duration) *world {
+	t.Helper()
+	srv := serveStore(t)
 	w := &world{groups: make([]*Group, size), devs: make([]*memory.SimDevice, size), allocs: make([]*memory.Allocator, size)}
 	var wg sync.WaitGroup
 	errs := make([]error, size)

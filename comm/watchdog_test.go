@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -16,19 +15,9 @@ import (
 // complete, and its tensors handed back: the next call into the group
 // releases them.
 func TestWatchdogHandsOverUnwaitedWork(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := ServeStore(ln)
-	defer srv.Close()
+	st := dialStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := DialStore(ctx, srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	dev := memory.NewSimDevice(1 << 30)
 	defer dev.Close()
 	a := memory.NewAllocator(dev, memory.AllocatorConfig{})

@@ -5,7 +5,6 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -33,15 +32,9 @@ func TestProcessGroupOnTheDoubles(t *testing.T) {
 // (ncclCommGetAsyncError) and reports the first.
 func TestWatchdogSeesAsyncErrors(t *testing.T) {
 	n, cu := openDoubles(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := comm.ServeStore(ln)
-	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := comm.DialStore(ctx, srv.Addr())
+	st, err := comm.DialStore(ctx, commtest.StoreAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}

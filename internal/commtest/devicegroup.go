@@ -42,12 +42,7 @@ type Vendor struct {
 // RunAllOps runs every collective of comm's API on size ranks, one
 // goroutine and one device each, and checks the results.
 func RunAllOps(t *testing.T, v Vendor, size int) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := comm.ServeStore(ln)
-	defer srv.Close()
+	addr := StoreAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -56,7 +51,7 @@ func RunAllOps(t *testing.T, v Vendor, size int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[rank] = runRank(ctx, v, srv.Addr(), rank, size)
+			errs[rank] = runRank(ctx, v, addr, rank, size)
 		}()
 	}
 	wg.Wait()
@@ -65,6 +60,19 @@ func RunAllOps(t *testing.T, v Vendor, size int) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// StoreAddr serves a store on a free loopback port until the test ends
+// and returns its address.
+func StoreAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := comm.ServeStore(ln)
+	t.Cleanup(srv.Close)
+	return srv.Addr()
 }
 
 // rankRun is one rank's group, allocator and copies.
