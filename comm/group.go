@@ -239,11 +239,9 @@ func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors .
 		regions[i] = t.Region()
 	}
 	timeout := g.opt.Timeout
-	if g.opt.Watchdog != nil {
-		timeout += watchdogBackstop
-	}
 	w.mw = &memory.Work{Stream: g.comm, End: dev.NewEvent(), P2P: info.p2p}
 	if g.opt.Watchdog != nil {
+		timeout += watchdogBackstop
 		// Recorded before it can start: a dump never misses an operation
 		// that a peer already sees.
 		w.watched = g.record(w, info, tensors)
