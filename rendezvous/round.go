@@ -83,6 +83,11 @@ type Round struct {
 	// GORUN_STORE_PREFIX).
 	StoreEndpoints []string
 	StorePrefix    string
+	// JobSecret, when set, is the job's secret shared by every node (hex):
+	// workers get it in GORUN_JOB_SECRET to authenticate the worker store
+	// and the mesh. Empty: the launcher makes one for a single-node job.
+	// Never logged, never printed.
+	JobSecret string
 }
 
 // Event tells a running node that its round must end for a reason outside
