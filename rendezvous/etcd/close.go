@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +43,8 @@ func (j *joiner) applyJoin(ev *clientv3.Event) {
 		delete(j.members, id)
 		return
 	}
-	var n NodeRecord
-	if json.Unmarshal(ev.Kv.Value, &n) != nil {
+	n, err := j.r.openNode(j.ctx, ev.Kv, id)
+	if err != nil {
 		return
 	}
 	if _, known := j.members[id]; !known && n.NodeRank >= 0 {
@@ -131,9 +130,9 @@ func (j *joiner) close() error {
 	}
 	ordered := orderMembers(admit(nodes), r.cfg.Shape.MaxNodes)
 	fence := []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(j.target)),
+		r.is(r.k.round(), strconv.Itoa(j.target)),
 		clientv3.Compare(clientv3.CreateRevision(r.k.closed(j.target)), "=", 0),
-		clientv3.Compare(clientv3.Value(r.k.closer(j.target)), "=", r.id),
+		r.is(r.k.closer(j.target), r.id),
 	}
 	base := 0
 	for _, m := range ordered {
@@ -152,7 +151,7 @@ func (j *joiner) close() error {
 		return err
 	}
 	last := append(fence, clientv3.Compare(clientv3.CreateRevision(r.k.joinPrefix(j.target)), "<", j.seenRev+1).WithPrefix())
-	_, err = r.cli.Txn(j.ctx).If(last...).Then(clientv3.OpPut(r.k.closed(j.target), val)).Commit()
+	_, err = r.cli.Txn(j.ctx).If(last...).Then(r.put(r.k.closed(j.target), val)).Commit()
 	return err
 }
 
@@ -169,7 +168,7 @@ func (j *joiner) writeRanks(ordered []NodeRecord, fence []clientv3.Cmp) (bool, e
 	var ops []clientv3.Op
 	base := 0
 	for i, m := range ordered {
-		ops = append(ops, clientv3.OpPut(r.k.rank(j.target, m.ID), rankValue(i, base)))
+		ops = append(ops, r.put(r.k.rank(j.target, m.ID), rankValue(i, base)))
 		base += m.Nproc
 		if len(ops) == rankBatch || i == len(ordered)-1 {
 			resp, err := r.cli.Txn(j.ctx).If(fence...).Then(ops...).Commit()

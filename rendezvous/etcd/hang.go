@@ -30,7 +30,8 @@ func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round
 	if err != nil {
 		return nil, err
 	}
-	put, err := r.cli.Put(wctx, prefix+strconv.Itoa(round.GroupRank), string(report), clientv3.WithLease(grant.ID))
+	key := prefix + strconv.Itoa(round.GroupRank)
+	put, err := r.cli.Put(wctx, key, r.g.seal(key, string(report)), clientv3.WithLease(grant.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -43,9 +44,11 @@ func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round
 			return nil, err
 		}
 		if len(resp.Kvs) >= round.GroupWorldSize || wctx.Err() != nil {
-			out := make([][]byte, len(resp.Kvs))
-			for i, kv := range resp.Kvs {
-				out[i] = kv.Value
+			out := make([][]byte, 0, len(resp.Kvs))
+			for _, kv := range resp.Kvs {
+				if v, ok := r.g.openLarge(string(kv.Key), kv.Value, kv.ModRevision); ok {
+					out = append(out, v)
+				}
 			}
 			return out, nil
 		}

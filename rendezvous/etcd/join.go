@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,66 +9,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// control is what an agent knows of the job's control keys.
-type control struct {
-	round    int
-	restarts int
-	outcome  string
-	// shape is the job's recorded shape (nil before the first node).
-	shape  []byte
-	closed map[int]RoundRecord
-	// closedRev is the revision at which each round closed.
-	closedRev map[int]int64
-}
-
-// apply records one control key's new value, written at revision rev.
-func (c *control) apply(k keys, key string, value []byte, rev int64) {
-	switch {
-	case key == k.round():
-		c.round = atoi(value)
-	case key == k.restarts():
-		c.restarts = atoi(value)
-	case key == k.outcome():
-		c.outcome = string(value)
-	case key == k.shape():
-		c.shape = value
-	case strings.HasPrefix(key, k.ctl()+"closed/"):
-		var rec RoundRecord
-		if json.Unmarshal(value, &rec) == nil {
-			c.closed[rec.Round] = rec
-			c.closedRev[rec.Round] = rev
-		}
-	}
-}
-
-// applyEvents records the control keys that a watch reports written.
-func (c *control) applyEvents(k keys, events []*clientv3.Event) {
-	for _, ev := range events {
-		if ev.Type == clientv3.EventTypePut {
-			c.apply(k, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
-		}
-	}
-}
-
-// newControl returns what is known of the control keys before reading
-// them.
-func newControl() *control {
-	return &control{round: -1, closed: map[int]RoundRecord{}, closedRev: map[int]int64{}}
-}
-
-// readControl reads every control key at one revision.
-func (r *Rendezvous) readControl(ctx context.Context) (*control, int64, error) {
-	resp, err := r.cli.Get(ctx, r.k.ctl(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, 0, err
-	}
-	c := newControl()
-	for _, kv := range resp.Kvs {
-		c.apply(r.k, string(kv.Key), kv.Value, kv.ModRevision)
-	}
-	return c, resp.Header.Revision, nil
-}
 
 // outcomeErr turns a finished job's outcome into Next's error.
 func outcomeErr(outcome string) error {
@@ -104,8 +43,16 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	}
 	if r.cfg.NodeRank >= 0 {
 		if held := put.Responses[2].GetResponseTxn(); !held.Succeeded {
-			if kvs := held.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) != r.id {
-				return joined{}, r.nodeRankTaken(ctx, target, string(kvs[0].Value), put.Header.Revision)
+			if kvs := held.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				holder, ok := r.g.open(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
+				if !ok {
+					// A stranger's key holds the rank: remove it and retry.
+					r.deleteIfUnchanged(ctx, kvs[0])
+					return joined{}, errRetry
+				}
+				if string(holder) != r.id {
+					return joined{}, r.nodeRankTaken(ctx, target, string(holder), put.Header.Revision)
+				}
 			}
 		}
 	}
@@ -113,8 +60,14 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 		j.closer = true
 	} else if kvs := claimed.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		// Holding the key from an earlier attempt is being the closer too.
-		j.closerID = string(kvs[0].Value)
-		j.closer = j.closerID == r.id
+		id, ok := r.g.open(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
+		if !ok {
+			// A stranger's closer key would stall the round: remove it
+			// (the watch then reports it gone, and a node claims it).
+			r.deleteIfUnchanged(ctx, kvs[0])
+		}
+		j.closerID = string(id)
+		j.closer = ok && j.closerID == r.id
 	}
 	return j.run(wctx, ctlWatch)
 }
@@ -131,10 +84,10 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 	guess := r.lastRound + 1
 	readCtl := clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())
 	resp, err := r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(guess)),
+		If(r.is(r.k.round(), strconv.Itoa(guess)),
 			clientv3.Compare(clientv3.CreateRevision(r.k.closed(guess)), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0),
-			clientv3.Compare(clientv3.Value(r.k.shape()), "=", r.shape)).
+			r.is(r.k.shape(), r.shape)).
 		Then(r.joinOps(guess, val, readCtl)...).
 		Else(r.createOrRead(guess, val, readCtl)).
 		Commit()
@@ -149,9 +102,7 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 		resp, joinedNow = inner, guess == 0 && inner.Succeeded
 	}
 	c := newControl()
-	for _, kv := range resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs {
-		c.apply(r.k, string(kv.Key), kv.Value, kv.ModRevision)
-	}
+	r.applyKVs(ctx, c, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs)
 	if joinedNow {
 		return c, guess, resp, nil
 	}
@@ -163,10 +114,18 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 	}
 	target := c.round
 	if _, running := c.closed[target]; running {
+		if r.lastRound == target {
+			// This node ran that round and is back without it ending: its
+			// workers were stopped (its lease ended while etcd was out of
+			// reach, or it lost its watch). The round has lost a member;
+			// with every node in the same case, nobody else would end it.
+			r.endRound(ctx, target, fmt.Sprintf("node %s left round %d (its workers were stopped: it lost contact with etcd)", r.id, target))
+			return nil, 0, nil, errRetry
+		}
 		target++ // the round runs without us: wait to join the next one
 	}
 	resp, err = r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(c.round))).
+		If(r.is(r.k.round(), strconv.Itoa(c.round))).
 		Then(r.joinOps(target, val)...).
 		Commit()
 	if err != nil {
@@ -186,7 +145,7 @@ func (r *Rendezvous) createOrRead(guess int, val string, readCtl clientv3.Op) cl
 	if guess != 0 {
 		return clientv3.OpTxn(nil, []clientv3.Op{readCtl}, nil)
 	}
-	create := []clientv3.Op{clientv3.OpPut(r.k.shape(), r.shape), clientv3.OpPut(r.k.round(), "0"), clientv3.OpPut(r.k.restarts(), "0")}
+	create := []clientv3.Op{r.put(r.k.shape(), r.shape), r.put(r.k.round(), "0"), r.put(r.k.restarts(), "0")}
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)},
 		r.joinOps(0, val, append(create, readCtl)...),
@@ -200,15 +159,15 @@ func (r *Rendezvous) joinOps(t int, val string, more ...clientv3.Op) []clientv3.
 	lease := r.lease.Load().id
 	claim := clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.closer(t)), "=", 0)},
-		[]clientv3.Op{clientv3.OpPut(r.k.closer(t), r.id, clientv3.WithLease(lease))},
+		[]clientv3.Op{r.put(r.k.closer(t), r.id, clientv3.WithLease(lease))},
 		[]clientv3.Op{clientv3.OpGet(r.k.closer(t))})
-	ops := []clientv3.Op{clientv3.OpPut(r.k.join(t, r.id), val, clientv3.WithLease(lease), clientv3.WithPrevKV()), claim}
+	ops := []clientv3.Op{r.put(r.k.join(t, r.id), val, clientv3.WithLease(lease), clientv3.WithPrevKV()), claim}
 	if r.cfg.NodeRank >= 0 {
 		// The asked-for rank, held by the first node to ask in the round.
 		key := r.k.nodeRank(t, r.cfg.NodeRank)
 		ops = append(ops, clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(key, r.id, clientv3.WithLease(lease))},
+			[]clientv3.Op{r.put(key, r.id, clientv3.WithLease(lease))},
 			[]clientv3.Op{clientv3.OpGet(key)}))
 	}
 	return append(ops, more...)
@@ -314,19 +273,27 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 				case key == r.k.closer(j.target) && ev.Type == clientv3.EventTypeDelete:
 					closerGone = true
 				case key == r.k.closer(j.target):
-					j.closerID = string(ev.Kv.Value)
+					if id, ok := r.g.open(key, ev.Kv.Value, ev.Kv.ModRevision); ok {
+						j.closerID = string(id)
+					} else {
+						j.c.forged[key] = ev.Kv.ModRevision // deleted by mend: closerGone follows
+					}
 				case ev.Type == clientv3.EventTypePut:
-					j.c.apply(r.k, key, ev.Kv.Value, ev.Kv.ModRevision)
+					r.apply(j.c, key, ev.Kv.Value, ev.Kv.ModRevision)
 				}
 			}
+			r.mend(j.ctx, j.c)
 			if j.closer && j.c.round == j.target {
 				// The round may have opened after enough nodes were waiting.
 				if err := j.maybeClose(false); err != nil {
 					return joined{}, err
 				}
 			}
-			if closerGone && !j.closer {
-				// The closer left before closing: take its place if first.
+			if closerGone {
+				// The closer left before closing (or its key was a
+				// stranger's, or this node's was removed): take its place
+				// if first.
+				j.closer = false
 				if err := j.claim(wctx); err != nil {
 					return joined{}, err
 				}
@@ -367,7 +334,7 @@ func (j *joiner) claim(ctx context.Context) error {
 	r := j.r
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(r.k.closer(j.target)), "=", 0)).
-		Then(clientv3.OpPut(r.k.closer(j.target), r.id, clientv3.WithLease(r.lease.Load().id))).
+		Then(r.put(r.k.closer(j.target), r.id, clientv3.WithLease(r.lease.Load().id))).
 		Commit()
 	if err != nil {
 		return err
@@ -411,9 +378,18 @@ func (j *joiner) check() (joined, bool, error) {
 			return joined{}, true, fmt.Errorf("%w: %w", errEtcd, err)
 		}
 		if len(resp.Kvs) > 0 {
-			if g, b, ok := parseRank(resp.Kvs[0].Value); ok {
+			kv := resp.Kvs[0]
+			v, ok := j.r.g.open(key, kv.Value, kv.ModRevision)
+			g, b, parsed := parseRank(v)
+			switch {
+			case ok && parsed && checkRank(g, b, rec, j.r.cfg.Shape) == nil:
 				return joined{rec: rec, group: g, base: b}, true, nil
+			case ok:
+				j.r.g.refuse(key, kv.ModRevision, fmt.Sprintf("rank %q is not a rank of round %d", v, j.target))
 			}
+			// This node's rank is lost: the round cannot run.
+			j.r.endRound(j.ctx, j.target, "node "+j.r.id+" has no valid rank in round "+strconv.Itoa(j.target))
+			return joined{}, true, errRetry
 		}
 		// Closed without us (full, or we came too late): wait for the next.
 		return joined{}, true, errRetry

@@ -65,6 +65,12 @@ type Config struct {
 	ProgressInterval time.Duration
 	// Log receives progress and warnings.
 	Log logrus.FieldLogger
+	// Token is the job's secret, the same on every node: the values the
+	// job writes are sealed with a key derived from it, and a value that
+	// is not is refused. Nil: the first node makes one and keeps it in
+	// etcd (ctl/secret), which protects the job only as far as etcd's own
+	// access control does.
+	Token Token
 }
 
 // Rendezvous is one agent's membership in a job over etcd.
@@ -88,6 +94,14 @@ type Rendezvous struct {
 	joining int
 	// shape is cfg.Shape as recorded in etcd.
 	shape string
+	// token is the job's secret (cfg.Token, or the one kept in etcd); g
+	// seals and opens values with it.
+	token Token
+	g     *guard
+	// trusted is set once this node has read the job's shape sealed with
+	// its own token: only then does it mend refused values (a node given
+	// the wrong token must not "mend" the job's own).
+	trusted atomic.Bool
 }
 
 // New checks cfg and opens this node's lease (kept alive until Close).
@@ -113,8 +127,8 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	}
 	sh := cfg.Shape
 	switch {
-	case sh.RunID == "" || strings.ContainsAny(sh.RunID, "/\x00"):
-		return nil, fmt.Errorf("%w: --rdzv-id=%q: want a non-empty id without '/'", ErrInvalidConfig, sh.RunID)
+	case rendezvous.ValidateRunID(sh.RunID) != nil:
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, rendezvous.ValidateRunID(sh.RunID))
 	case sh.MinNodes < 1 || sh.MaxNodes < sh.MinNodes:
 		return nil, fmt.Errorf("%w: --nnodes=%d:%d: want 0 < MIN <= MAX", ErrInvalidConfig, sh.MinNodes, sh.MaxNodes)
 	case cfg.NodeRank >= sh.MaxNodes:
@@ -137,6 +151,13 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 		return nil, err
 	}
 	r.shape = shape
+	if r.token = cfg.Token; r.token == nil {
+		if r.token, err = r.sharedToken(ctx); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	r.g = newGuard(r.token, cfg.Log)
 	if err := r.openLease(ctx); err != nil {
 		stop()
 		return nil, err
@@ -156,6 +177,35 @@ func (r *Rendezvous) openLease(ctx context.Context) error {
 	return nil
 }
 
+// sharedToken reads the job's secret from etcd, or makes it if this node
+// is the first: for jobs given no token.
+func (r *Rendezvous) sharedToken(ctx context.Context) (Token, error) {
+	mine, err := NewToken()
+	if err != nil {
+		return nil, err
+	}
+	key := r.k.secret()
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(mine))).
+		Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: %w: %w", errEtcd, err)
+	}
+	if resp.Succeeded {
+		r.cfg.Log.Infof("rendezvous %s: no job token given; the job's secret is kept in etcd at %s, so the job is only as safe as etcd's access control (give every node --rdzv-conf token_file=PATH or GORUN_RDZV_TOKEN)", r.cfg.Shape.RunID, key)
+		return mine, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return nil, fmt.Errorf("rendezvous: %s vanished while read", key)
+	}
+	return ParseToken(key, kvs[0].Value)
+}
+
+// WorkerSecret is the secret this job's workers share (GORUN_JOB_SECRET).
+func (r *Rendezvous) WorkerSecret() string { return r.token.WorkerSecret(r.cfg.Shape.RunID) }
+
 // ID is this agent's node id in the job.
 func (r *Rendezvous) ID() string { return r.id }
 
@@ -166,9 +216,12 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	if c.shape != nil {
 		return r.compareShape(c.shape)
 	}
+	if _, forged := c.forged[r.k.shape()]; forged {
+		return r.untrustedShape()
+	}
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)).
-		Then(clientv3.OpPut(r.k.shape(), r.shape), clientv3.OpPut(r.k.round(), "0"), clientv3.OpPut(r.k.restarts(), "0")).
+		Then(r.put(r.k.shape(), r.shape), r.put(r.k.round(), "0"), r.put(r.k.restarts(), "0")).
 		Else(clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return fmt.Errorf("%w: %w", errEtcd, err)
@@ -179,11 +232,9 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	}
 	// Another node came first: its shape, and the control keys as they
 	// are now.
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		c.apply(r.k, string(kv.Key), kv.Value, kv.ModRevision)
-	}
+	r.applyKVs(ctx, c, resp.Responses[0].GetResponseRange().Kvs)
 	if c.shape == nil {
-		return fmt.Errorf("rendezvous: %s holds no job shape", r.k.shape())
+		return r.untrustedShape()
 	}
 	return r.compareShape(c.shape)
 }
@@ -198,6 +249,11 @@ func (r *Rendezvous) compareShape(recorded []byte) error {
 		return fmt.Errorf("%w %s: %s", ErrShapeMismatch, r.cfg.Shape.RunID, strings.Join(d, "; "))
 	}
 	return nil
+}
+
+// untrustedShape explains a job shape sealed with another secret.
+func (r *Rendezvous) untrustedShape() error {
+	return fmt.Errorf("%w %s: the job's shape at %s is not sealed with this node's job token: every node needs the same token (--rdzv-conf token_file=, GORUN_RDZV_TOKEN), and --rdzv-id must be this job's alone", ErrShapeMismatch, r.cfg.Shape.RunID, r.k.shape())
 }
 
 // Close leaves the job: the lease is revoked, so this node's keys go at
@@ -321,6 +377,7 @@ func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 		BaseRoleRank: res.base, RoleWorldSize: rec.WorldSize,
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
 		StoreEndpoints: r.cli.Endpoints(), StorePrefix: r.k.store(rec.Round),
+		JobSecret: r.WorkerSecret(),
 	}
 }
 

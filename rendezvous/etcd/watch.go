@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -67,7 +68,7 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 			if !ok || wr.Err() != nil {
 				return rendezvous.Event{}, watchErr(wr, ok)
 			}
-			c.applyEvents(r.k, wr.Events)
+			r.applyEvents(ctx, c, wr.Events)
 			if ev, over := r.roundOver(ctx, c, t); over {
 				return ev, nil
 			}
@@ -89,8 +90,12 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 				return rendezvous.Event{}, watchErr(wr, ok)
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut && rec.Size < r.cfg.Shape.MaxNodes {
-					r.endRound(ctx, t, "node "+strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t+1))+" is waiting to join")
+				if ev.Type != clientv3.EventTypePut || rec.Size >= r.cfg.Shape.MaxNodes {
+					continue
+				}
+				id := strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t+1))
+				if _, err := r.openNode(ctx, ev.Kv, id); err == nil {
+					r.endRound(ctx, t, "node "+id+" is waiting to join")
 				}
 			}
 		case <-ctx.Done():
@@ -141,8 +146,8 @@ func (r *Rendezvous) roundOver(ctx context.Context, c *control, t int) (rendezvo
 		return rendezvous.Event{}, false
 	}
 	reason := "round " + strconv.Itoa(t) + " ended"
-	if resp, err := r.cli.Get(ctx, r.k.end(t)); err == nil && len(resp.Kvs) > 0 {
-		reason = string(resp.Kvs[0].Value)
+	if end, ok := c.ends[t]; ok {
+		reason = end
 	}
 	return rendezvous.Event{Reason: reason, Failure: strings.HasPrefix(reason, failurePrefix)}, true
 }
@@ -153,9 +158,10 @@ const failurePrefix = "failure: "
 // endRound advances the round counter from t, fenced: a no-op if the
 // round already moved on. Errors are left to the watches to surface.
 func (r *Rendezvous) endRound(ctx context.Context, t int, reason string) {
+	reason = clip(reason)
 	_, _ = r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t))).
-		Then(clientv3.OpPut(r.k.round(), strconv.Itoa(t+1)), clientv3.OpPut(r.k.end(t), reason)).
+		If(r.is(r.k.round(), strconv.Itoa(t))).
+		Then(r.put(r.k.round(), strconv.Itoa(t+1)), r.put(r.k.end(t), reason)).
 		Commit()
 }
 
@@ -166,6 +172,7 @@ func (r *Rendezvous) endRound(ctx context.Context, t int, reason string) {
 // node's failure costs nothing more.
 func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason string, retriable bool) (bool, error) {
 	t := round.Number
+	reason = clip(reason)
 	for {
 		c, _, err := r.readControl(ctx)
 		if err != nil {
@@ -178,19 +185,19 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 			return true, nil // the round already ended; its restart is counted
 		}
 		fence := []clientv3.Cmp{
-			clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t)),
-			clientv3.Compare(clientv3.Value(r.k.restarts()), "=", strconv.Itoa(c.restarts)),
+			r.is(r.k.round(), strconv.Itoa(t)),
+			r.is(r.k.restarts(), strconv.Itoa(c.restarts)),
 		}
 		var then []clientv3.Op
 		restart := retriable && c.restarts < r.cfg.Shape.MaxRestarts
 		if restart {
 			then = []clientv3.Op{
-				clientv3.OpPut(r.k.round(), strconv.Itoa(t+1)),
-				clientv3.OpPut(r.k.restarts(), strconv.Itoa(c.restarts+1)),
-				clientv3.OpPut(r.k.end(t), failurePrefix+reason),
+				r.put(r.k.round(), strconv.Itoa(t+1)),
+				r.put(r.k.restarts(), strconv.Itoa(c.restarts+1)),
+				r.put(r.k.end(t), failurePrefix+reason),
 			}
 		} else {
-			then = []clientv3.Op{clientv3.OpPut(r.k.outcome(), "failed: "+reason)}
+			then = []clientv3.Op{r.put(r.k.outcome(), "failed: "+reason)}
 		}
 		resp, err := r.cli.Txn(ctx).If(fence...).Then(then...).Commit()
 		if err != nil {
@@ -221,8 +228,8 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 	wctx := ctx
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
 	put, err := r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t))).
-		Then(clientv3.OpPut(r.k.done(t, r.id), "ok", clientv3.WithLease(lease)),
+		If(r.is(r.k.round(), strconv.Itoa(t))).
+		Then(r.put(r.k.done(t, r.id), "ok", clientv3.WithLease(lease)),
 			clientv3.OpGet(r.k.donePrefix(t), clientv3.WithPrefix(), clientv3.WithCountOnly())).
 		Commit()
 	if err != nil {
@@ -232,11 +239,12 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 		return ErrRoundEnded
 	}
 	// The last node to finish sees every done key (each counts after its
-	// own put) and records the outcome.
-	if int(put.Responses[1].GetResponseRange().Count) >= members {
+	// own put) and records the outcome, once it has checked that they are
+	// this job's (a stranger's done key must not end the job early).
+	if int(put.Responses[1].GetResponseRange().Count) >= members && r.allDone(ctx, t, members) {
 		_, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Value(r.k.round()), "=", strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
-			Then(clientv3.OpPut(r.k.outcome(), "succeeded in round "+strconv.Itoa(t))).
+			If(r.is(r.k.round(), strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
+			Then(r.put(r.k.outcome(), "succeeded in round "+strconv.Itoa(t))).
 			Commit()
 		if err != nil {
 			return err
@@ -260,9 +268,68 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 			if !ok || wr.Err() != nil {
 				return watchErr(wr, ok)
 			}
-			c.applyEvents(r.k, wr.Events)
+			r.applyEvents(ctx, c, wr.Events)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// maxReasonLen bounds the reason a round's end records.
+const maxReasonLen = 4 << 10
+
+// clip shortens a reason to maxReasonLen bytes.
+func clip(reason string) string {
+	if len(reason) > maxReasonLen {
+		return reason[:maxReasonLen] + "..."
+	}
+	return reason
+}
+
+// allDone reports whether at least members of the done keys of round t
+// are this job's; the others are removed.
+func (r *Rendezvous) allDone(ctx context.Context, t, members int) bool {
+	resp, err := r.cli.Get(ctx, r.k.donePrefix(t), clientv3.WithPrefix())
+	if err != nil {
+		return false
+	}
+	valid := 0
+	for _, kv := range resp.Kvs {
+		if v, ok := r.g.open(string(kv.Key), kv.Value, kv.ModRevision); ok && string(v) == "ok" {
+			valid++
+		} else {
+			r.deleteIfUnchanged(ctx, kv)
+		}
+	}
+	return valid >= members
+}
+
+// openNode opens and checks the join record kv of node id; a refused one
+// is removed.
+func (r *Rendezvous) openNode(ctx context.Context, kv *mvccpb.KeyValue, id string) (NodeRecord, error) {
+	payload, ok := r.g.open(string(kv.Key), kv.Value, kv.ModRevision)
+	if !ok {
+		r.deleteIfUnchanged(ctx, kv)
+		return NodeRecord{}, errForged
+	}
+	n, err := parseNode(payload, id, r.cfg.Shape)
+	if err != nil {
+		r.g.refuse(string(kv.Key), kv.ModRevision, err.Error())
+	}
+	return n, err
+}
+
+// errForged marks a value that is not this job's.
+var errForged = errors.New("rendezvous: value not sealed by this job")
+
+// deleteIfUnchanged removes kv, a refused value, unless it changed since.
+func (r *Rendezvous) deleteIfUnchanged(ctx context.Context, kv *mvccpb.KeyValue) {
+	if !r.trusted.Load() {
+		return
+	}
+	key := string(kv.Key)
+	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).Then(clientv3.OpDelete(key)).Commit()
+	if err == nil && resp.Succeeded {
+		r.cfg.Log.Warnf("rendezvous: removed the refused value of %s", key)
 	}
 }

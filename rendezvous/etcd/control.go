@@ -1,0 +1,216 @@
+package etcd
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// control is what an agent knows of the job's control keys: only values
+// that this job sealed and that pass their range checks count.
+type control struct {
+	round    int
+	restarts int
+	outcome  string
+	// shape is the job's recorded shape (nil before the first node).
+	shape  []byte
+	closed map[int]RoundRecord
+	// closedRev is the revision at which each round closed.
+	closedRev map[int]int64
+	// ends holds each ended round's reason (ctl/end/<r>): the round
+	// counter is one past the last, the restart counter the number of
+	// failures among them, which is how a forged counter is mended.
+	ends map[int]string
+	// good is the last accepted raw value of each key, to put back in
+	// place of a refused one; forged lists the keys whose current value
+	// was refused, with the revision it was written at.
+	good   map[string]string
+	forged map[string]int64
+	// roundRev and restartsRev are the counters' revisions, to fence the
+	// mending of one that is behind.
+	roundRev, restartsRev int64
+}
+
+// newControl returns what is known of the control keys before reading
+// them.
+func newControl() *control {
+	return &control{round: -1, closed: map[int]RoundRecord{}, closedRev: map[int]int64{},
+		ends: map[int]string{}, good: map[string]string{}, forged: map[string]int64{}}
+}
+
+// ctlIndex returns r for key = prefix + r.
+func ctlIndex(key, prefix string) (int, bool) {
+	s, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 0 && strconv.Itoa(n) == s
+}
+
+// apply records one control key's value, written at revision rev, if it
+// is this job's and in range; otherwise the key is marked for mending.
+func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
+	if key == r.k.secret() {
+		return // the job's secret when no token was given: see New
+	}
+	payload, ok := r.g.open(key, value, rev)
+	if !ok {
+		c.forged[key] = rev
+		return
+	}
+	refuse := func(why string) {
+		r.g.refuse(key, rev, why)
+		c.forged[key] = rev
+	}
+	ctl := r.k.ctl()
+	switch {
+	case key == r.k.round():
+		n := atoi(payload)
+		if n < 0 || n < c.round {
+			refuse("round " + string(payload) + " is not a round number at or past " + strconv.Itoa(max(c.round, 0)))
+			return
+		}
+		c.round, c.roundRev = n, rev
+	case key == r.k.restarts():
+		n := atoi(payload)
+		if n < 0 || n > r.cfg.Shape.MaxRestarts || n < c.restarts {
+			refuse("restart count " + string(payload) + " is out of range")
+			return
+		}
+		c.restarts, c.restartsRev = n, rev
+	case key == r.k.outcome():
+		o := string(payload)
+		if !strings.HasPrefix(o, "succeeded in round ") && !strings.HasPrefix(o, "failed: ") {
+			refuse("not an outcome")
+			return
+		}
+		c.outcome = o
+	case key == r.k.shape():
+		c.shape = payload
+		r.trusted.Store(true)
+	case strings.HasPrefix(key, ctl+"closed/"):
+		t, ok := ctlIndex(key, ctl+"closed/")
+		if !ok {
+			refuse("not a round's key")
+			return
+		}
+		rec, err := parseRound(payload, t, r.cfg.Shape)
+		if err != nil {
+			refuse(err.Error())
+			return
+		}
+		c.closed[t], c.closedRev[t] = rec, rev
+	case strings.HasPrefix(key, ctl+"end/"):
+		t, ok := ctlIndex(key, ctl+"end/")
+		if !ok {
+			refuse("not a round's key")
+			return
+		}
+		c.ends[t] = string(payload)
+	case strings.HasPrefix(key, ctl+"closer/"):
+		if _, ok := ctlIndex(key, ctl+"closer/"); !ok {
+			refuse("not a round's key")
+			return
+		}
+		// Closer keys are read where they are used (join).
+	default:
+		refuse("not a control key of gorun's")
+		return
+	}
+	c.good[key] = string(value)
+}
+
+// settle mends the counters after a full read of the control keys: the
+// round counter is one past the last ended round, the restart counter
+// the number of failures among the ended rounds. A counter that is behind
+// (an old sealed value put back) or was refused takes those values.
+func (r *Rendezvous) settle(c *control) {
+	if c.shape == nil {
+		return // no job yet
+	}
+	next, failures := 0, 0
+	for t, reason := range c.ends {
+		next = max(next, t+1)
+		if strings.HasPrefix(reason, failurePrefix) {
+			failures++
+		}
+	}
+	if _, forged := c.forged[r.k.round()]; forged || c.round < next {
+		if !forged {
+			c.forged[r.k.round()] = c.roundRev
+		}
+		c.round = next
+	}
+	if _, forged := c.forged[r.k.restarts()]; forged || c.restarts < failures {
+		if !forged {
+			c.forged[r.k.restarts()] = c.restartsRev
+		}
+		c.restarts = failures
+	}
+}
+
+// applyKVs records a full read of the control keys.
+func (r *Rendezvous) applyKVs(ctx context.Context, c *control, kvs []*mvccpb.KeyValue) {
+	for _, kv := range kvs {
+		r.apply(c, string(kv.Key), kv.Value, kv.ModRevision)
+	}
+	r.settle(c)
+	r.mend(ctx, c)
+}
+
+// applyEvents records the control keys that a watch reports written.
+func (r *Rendezvous) applyEvents(ctx context.Context, c *control, events []*clientv3.Event) {
+	for _, ev := range events {
+		if ev.Type == clientv3.EventTypePut {
+			r.apply(c, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
+		}
+	}
+	r.mend(ctx, c)
+}
+
+// mend puts back, in place of each refused value, the last value this
+// agent accepted there (the counters' derived values), or deletes it: a
+// refused outcome or round record would otherwise block the job's own.
+// Each write is fenced by the refused value's revision (0: any), so a
+// newer write wins. Errors are left to the next read to surface.
+func (r *Rendezvous) mend(ctx context.Context, c *control) {
+	if !r.trusted.Load() {
+		return
+	}
+	for key, rev := range c.forged {
+		delete(c.forged, key)
+		var op clientv3.Op
+		switch {
+		case key == r.k.round():
+			op = clientv3.OpPut(key, r.g.seal(key, strconv.Itoa(c.round)))
+		case key == r.k.restarts():
+			op = clientv3.OpPut(key, r.g.seal(key, strconv.Itoa(c.restarts)))
+		case c.good[key] != "" && !strings.HasPrefix(key, r.k.ctl()+"closer/"):
+			op = clientv3.OpPut(key, c.good[key])
+		default:
+			op = clientv3.OpDelete(key)
+		}
+		txn := r.cli.Txn(ctx)
+		if rev > 0 {
+			txn = txn.If(clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+		}
+		if _, err := txn.Then(op).Commit(); err == nil {
+			r.cfg.Log.Warnf("rendezvous: mended %s", key)
+		}
+	}
+}
+
+// readControl reads every control key at one revision.
+func (r *Rendezvous) readControl(ctx context.Context) (*control, int64, error) {
+	resp, err := r.cli.Get(ctx, r.k.ctl(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, err
+	}
+	c := newControl()
+	r.applyKVs(ctx, c, resp.Kvs)
+	return c, resp.Header.Revision, nil
+}
