@@ -59,6 +59,9 @@ type Agent struct {
 	policy  RestartPolicy
 	stdout  *Console
 	stderr  *Console
+	// sweep is the background sweep of abandoned temporary folders,
+	// started once the first workers are forked.
+	sweep *sweeper
 }
 
 // NewAgent validates cfg and returns an agent. signals delivers the signals
@@ -67,6 +70,13 @@ type Agent struct {
 func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.JobSecret == "" {
+		s, err := NewSecret()
+		if err != nil {
+			return nil, err
+		}
+		cfg.JobSecret = s
 	}
 	return &Agent{
 		cfg:     cfg,
@@ -102,7 +112,9 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	if layout.kept() {
 		cfg.Log.Infof("worker logs in %s", layout.root)
 	}
+	defer a.stopSweep()
 	shared, warnings := SharedEnv(cfg)
+	warnings = append(warnings, secretWarnings(cfg)...)
 	for _, w := range warnings {
 		cfg.Log.Warn(w)
 	}
@@ -153,13 +165,26 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		res.ExitCode = 1
 		return res, false, err
 	}
-	dumps := layout.dumpDir(attemptN)
-	if v, set := lookupEnv(cfg.Environ, EnvFlightRecorderDir); set && v != "" {
-		dumps = v
-	} else {
+	dumps, set := lookupEnv(cfg.Environ, EnvFlightRecorderDir)
+	if !set || dumps == "" {
+		var (
+			warning string
+			err     error
+		)
+		if dumps, warning, err = layout.dumpDir(attemptN); err != nil {
+			res.ExitCode = 1
+			return res, false, err
+		}
+		if warning != "" {
+			cfg.Log.Warn(warning)
+		}
 		shared = append(slices.Clip(shared), EnvVar{EnvFlightRecorderDir, dumps})
 	}
-	specs, err := PlanWorkers(cfg, shared, round, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
+	workerRound := round
+	if workerRound.JobSecret == "" {
+		workerRound.JobSecret = cfg.JobSecret.Reveal()
+	}
+	specs, err := PlanWorkers(cfg, shared, workerRound, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
 	if err != nil {
 		res.ExitCode = 1
 		return res, false, err
@@ -174,6 +199,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		}
 		return res, false, err
 	}
+	a.startSweep(ctx) // the workers are forked: off the launch's path
 	wctx, stopWatch := context.WithCancel(ctx)
 	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
 	stopWatch()
@@ -236,7 +262,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		if len(failures) > 0 {
 			res.ExitCode = failures[0].ExitCode
 			res.Failures = failures
-			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint.Script, failures))
+			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint, failures))
 		}
 		a.reportHang(ctx, round, dumps)
 		if why == "" {

@@ -148,7 +148,7 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull *
 	var file *os.File
 	if toFile {
 		path := layout.streamFile(att.number, lr, sp.name)
-		f, err := os.Create(path)
+		f, err := layout.createStream(att.number, lr, sp.name)
 		if err != nil {
 			return nil, fmt.Errorf("create worker log: %w", err)
 		}

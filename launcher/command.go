@@ -26,6 +26,10 @@ func (e Entrypoint) Argv() []string {
 	return append(argv, e.Args...)
 }
 
+// RunsPython reports whether the workers run a Python interpreter: always but
+// with --no-python, where only --run-path still does.
+func (e Entrypoint) RunsPython() bool { return !e.NoPython || e.RunPath }
+
 // WorkerSpec is everything needed to start one worker of an attempt.
 type WorkerSpec struct {
 	LocalRank int      `json:"local_rank"`

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/topology"
 )
 
@@ -97,8 +98,14 @@ type Config struct {
 	NprocPerNode int
 	// Role is the workers' role name (ROLE_NAME).
 	Role string
-	// RunID is the job id (TORCHELASTIC_RUN_ID).
+	// RunID is the job id (TORCHELASTIC_RUN_ID): a plain name
+	// (rendezvous.ValidateRunID), as it names the run's log folder.
 	RunID string
+	// JobSecret is the job's secret (GORUN_JOB_SECRET) when the
+	// rendezvous gives none (Round.JobSecret); empty, NewAgent makes one.
+	// Set it to share one secret with the job's other processes (the
+	// --standalone store).
+	JobSecret Secret
 	// Layout, when set, is the job's parallel layout (gorun --plan): each
 	// round's world size gives its data-parallel size, and every worker
 	// gets the layout and its coordinates in GORUN_* variables.
@@ -197,8 +204,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--nproc-per-node: %d workers, want at least 1", c.NprocPerNode)
 	case c.Role == "":
 		return fmt.Errorf("--role: empty role name")
-	case c.RunID == "":
-		return fmt.Errorf("--rdzv-id: empty run id")
+	case rendezvous.ValidateRunID(c.RunID) != nil:
+		return rendezvous.ValidateRunID(c.RunID)
 	case c.MaxRestarts < 0:
 		return fmt.Errorf("--max-restarts: %d, want 0 or more", c.MaxRestarts)
 	case c.RestartBackoff < 0:

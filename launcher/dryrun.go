@@ -23,9 +23,15 @@ type DryRunPlan struct {
 
 // PlanDryRun returns the workers of the first attempt of cfg in round,
 // without creating or starting anything. A round with MasterPort 0 stands
-// for a port chosen at launch.
+// for a port chosen at launch. The job secret is shown as
+// SecretPlaceholder: a dry run neither makes nor prints one.
 func PlanDryRun(cfg *Config, round rendezvous.Round) (DryRunPlan, error) {
+	if err := rendezvous.ValidateRunID(cfg.RunID); err != nil {
+		return DryRunPlan{}, err
+	}
+	round.JobSecret = SecretPlaceholder
 	shared, warnings := SharedEnv(cfg)
+	warnings = append(warnings, secretWarnings(cfg)...)
 	errorFile := func(lr int) string {
 		if cfg.LogDir == "" {
 			return filepath.Join("<temporary directory>", "attempt_0", strconv.Itoa(lr), "error.json")
@@ -49,6 +55,7 @@ func (p DryRunPlan) Write(w io.Writer, format string) error {
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // "<secret>", not "\u003csecret\u003e"
 		return enc.Encode(p)
 	}
 	var b strings.Builder

@@ -116,7 +116,10 @@ func allocConf(cfg *Config) (string, bool) {
 	return cur + "," + expandableSegments, true
 }
 
-// rankEnv returns torchrun's per-worker variables (TORCHRUN.md section 2).
+// rankEnv returns torchrun's per-worker variables (TORCHRUN.md section 2),
+// and gorun's own that depend on the round: the job secret (which
+// replaces any GORUN_JOB_SECRET of the launcher's environment) and the
+// store's address.
 func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, errorFile string) []EnvVar {
 	itoa := strconv.Itoa
 	vars := []EnvVar{
@@ -139,6 +142,9 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 	}
 	if cfg.HangTimeout > 0 {
 		vars = append(vars, EnvVar{EnvHeartbeatFile, filepath.Join(filepath.Dir(errorFile), "heartbeat")})
+	}
+	if round.JobSecret != "" {
+		vars = append(vars, EnvVar{EnvJobSecret, round.JobSecret})
 	}
 	if len(round.StoreEndpoints) > 0 {
 		vars = append(vars,

@@ -1,84 +1,189 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// File modes of what gorun writes: private to the user.
+const (
+	dirMode  = 0o700
+	fileMode = 0o600
 )
 
 // logLayout places the files of a run: with --log-dir, torchrun's layout
 //
 //	<log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
 //
-// and without it, a private temporary directory that holds only the error
-// files and is removed when the run ends.
+// and without it, a private temporary folder (see tempdir.go) that holds
+// only the error files and is removed when the run ends. The run's folder
+// is always one this run made (mode 0700); everything gorun makes in it
+// goes through dir, a handle on that folder, so that renaming the folder
+// or planting links cannot redirect gorun's writes and removals.
 type logLayout struct {
 	root string
-	temp bool
+	dir  *os.Root
+	temp *tempDir // nil with --log-dir: the files outlive the run
+	// attempts are the attempt folders this run made: the only ones it
+	// may remove.
+	attempts map[int]bool
+	// frBase is the per-user folder of flight-recorder dumps of runs
+	// without --log-dir, once made.
+	frBase string
 }
 
-// newLogLayout creates the run's directory. An existing <log_dir>/<run_id>
-// from an earlier run is never overwritten: the new run gets the first free
-// name among <run_id>.1, <run_id>.2, ...
+// newLogLayout creates the run's folder. An existing <log_dir>/<run_id>
+// from an earlier run is never used: the new run gets the first free
+// name among <run_id>, <run_id>.1, <run_id>.2, ...
 func newLogLayout(logDir, runID string) (*logLayout, error) {
+	if err := rendezvous.ValidateRunID(runID); err != nil {
+		return nil, err
+	}
+	l := &logLayout{attempts: map[int]bool{}}
 	if logDir == "" {
-		dir, err := os.MkdirTemp("", "gorun-"+runID+"-")
+		d, err := makeTempDir("", tempPrefix + runID + "-")
 		if err != nil {
-			return nil, fmt.Errorf("create a directory for worker error files: %w", err)
+			return nil, fmt.Errorf("create a folder for worker error files: %w", err)
 		}
-		return &logLayout{root: dir, temp: true}, nil
-	}
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, fmt.Errorf("--log-dir: %w", err)
-	}
-	for i := 0; ; i++ {
-		name := runID
-		if i > 0 {
-			name += "." + strconv.Itoa(i)
-		}
-		dir := filepath.Join(logDir, name)
-		err := os.Mkdir(dir, 0o755)
-		if err == nil {
-			return &logLayout{root: dir}, nil
-		}
-		if !os.IsExist(err) {
+		l.root, l.temp = d.path, d
+	} else {
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
 		}
+		for i := 0; ; i++ {
+			name := runID
+			if i > 0 {
+				name += "." + strconv.Itoa(i)
+			}
+			dir := filepath.Join(logDir, name)
+			err := os.Mkdir(dir, dirMode)
+			if err == nil {
+				l.root = dir
+				break
+			}
+			if !errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("--log-dir: %w", err)
+			}
+		}
 	}
+	dir, err := openOwnRoot(l.root)
+	if err != nil {
+		if l.kept() {
+			os.Remove(l.root) // empty: made just now
+		}
+		l.close()
+		return nil, fmt.Errorf("log folder: %w", err)
+	}
+	l.dir = dir
+	return l, nil
+}
+
+// openOwnRoot opens the folder this process just made at path, checking
+// that what it opened is that folder: not a link put in its place, owned
+// by this user, private.
+func openOwnRoot(path string) (*os.Root, error) {
+	li, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	r, err := os.OpenRoot(path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := r.Stat(".")
+	st, _ := li.Sys().(*syscall.Stat_t)
+	switch {
+	case err != nil:
+	case !li.IsDir() || !os.SameFile(li, fi):
+		err = fmt.Errorf("%s was replaced while gorun made it", path)
+	case st == nil || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o077 != 0:
+		err = fmt.Errorf("%s is not a private folder of this user", path)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // kept reports whether the files outlive the run.
-func (l *logLayout) kept() bool { return !l.temp }
+func (l *logLayout) kept() bool { return l.temp == nil }
 
-func (l *logLayout) rankDir(attempt, localRank int) string {
-	return filepath.Join(l.root, "attempt_"+strconv.Itoa(attempt), strconv.Itoa(localRank))
+// attemptName is attempt n's folder, relative to the run's.
+func attemptName(n int) string { return "attempt_" + strconv.Itoa(n) }
+
+// rankName is a rank's folder, relative to the run's.
+func rankName(attempt, localRank int) string {
+	return filepath.Join(attemptName(attempt), strconv.Itoa(localRank))
 }
 
-// prepareAttempt creates attempt_<n>/<local_rank>/ for every local rank,
-// removing what an earlier attempt with the same number left there.
+func (l *logLayout) rankDir(attempt, localRank int) string {
+	return filepath.Join(l.root, rankName(attempt, localRank))
+}
+
+// prepareAttempt creates attempt_<n>/<local_rank>/ for every local rank
+// (mode 0700). An attempt folder that this run made earlier (a round
+// that ended by a membership change keeps its attempt number) is emptied
+// first; one that this run did not make is never removed.
 func (l *logLayout) prepareAttempt(attempt, nproc int) error {
-	dir := filepath.Join(l.root, "attempt_"+strconv.Itoa(attempt))
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("clear %s: %w", dir, err)
+	name := attemptName(attempt)
+	if l.attempts[attempt] {
+		if err := l.dir.RemoveAll(name); err != nil {
+			return fmt.Errorf("clear %s: %w", filepath.Join(l.root, name), err)
+		}
 	}
+	if err := l.dir.Mkdir(name, dirMode); err != nil {
+		return fmt.Errorf("create log folder: %w", err)
+	}
+	l.attempts[attempt] = true
 	for lr := range nproc {
-		if err := os.MkdirAll(l.rankDir(attempt, lr), 0o755); err != nil {
-			return fmt.Errorf("create log directory: %w", err)
+		if err := l.dir.Mkdir(rankName(attempt, lr), dirMode); err != nil {
+			return fmt.Errorf("create log folder: %w", err)
 		}
 	}
 	return nil
 }
 
+// frBaseName is the per-user folder, in the temporary folder, of the
+// flight-recorder dumps of runs without --log-dir.
+func frBaseName() string {
+	return filepath.Join(os.TempDir(), tempPrefix+"flight-recorder-"+strconv.Itoa(os.Getuid()))
+}
+
 // dumpDir is where an attempt's workers dump their flight recorders
-// (GORUN_FR_DUMP_DIR): attempt_<n>/flight_recorder under --log-dir, else a
-// folder per run of gorun and attempt in the temporary folder, which
-// outlives the run (the temporary log layout does not).
-func (l *logLayout) dumpDir(attempt int) string {
+// (GORUN_FR_DUMP_DIR): attempt_<n>/flight_recorder under --log-dir, else
+// <per-user folder>/<run folder>/attempt_<n>, which outlives the run (the
+// temporary layout does not). The per-user folder is made private (0700)
+// on first use; if another user holds its name, a fresh private folder
+// is made instead and the warning says so. The watchdog makes the
+// attempt's folder when it dumps.
+func (l *logLayout) dumpDir(attempt int) (dir, warning string, err error) {
 	if l.kept() {
-		return filepath.Join(l.root, "attempt_"+strconv.Itoa(attempt), "flight_recorder")
+		return filepath.Join(l.root, attemptName(attempt), "flight_recorder"), "", nil
 	}
-	return filepath.Join(os.TempDir(), "gorun-flight-recorder", filepath.Base(l.root), "attempt_"+strconv.Itoa(attempt))
+	if l.frBase == "" {
+		base := frBaseName()
+		if perr := privateDir(base); perr != nil {
+			fresh, err := os.MkdirTemp("", filepath.Base(base)+"-")
+			if err != nil {
+				return "", "", fmt.Errorf("flight recorder folder: %w", err)
+			}
+			warning = fmt.Sprintf("flight recorder: not using %v; dumps go to %s", perr, fresh)
+			base = fresh
+		}
+		if err := os.Mkdir(filepath.Join(base, filepath.Base(l.root)), dirMode); err != nil {
+			return "", warning, fmt.Errorf("flight recorder folder: %w", err)
+		}
+		l.frBase = base
+	}
+	return filepath.Join(l.frBase, filepath.Base(l.root), attemptName(attempt)), warning, nil
 }
 
 // errorFile is a worker's TORCHELASTIC_ERROR_FILE.
@@ -86,15 +191,33 @@ func (l *logLayout) errorFile(attempt, localRank int) string {
 	return filepath.Join(l.rankDir(attempt, localRank), "error.json")
 }
 
-// streamFile is the file of a worker's "stdout" or "stderr".
+// streamFile is the path of a worker's "stdout" or "stderr" log.
 func (l *logLayout) streamFile(attempt, localRank int, stream string) string {
 	return filepath.Join(l.rankDir(attempt, localRank), stream+".log")
 }
 
-// close removes a temporary layout; kept logs stay.
+// createStream creates a worker's "stdout" or "stderr" log (mode 0600):
+// a new file, never one that is already there, nor a link.
+func (l *logLayout) createStream(attempt, localRank int, stream string) (*os.File, error) {
+	name := filepath.Join(rankName(attempt, localRank), stream+".log")
+	return l.dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode)
+}
+
+// close removes a temporary layout, and the flight-recorder folders of
+// its attempts that stayed empty; kept logs stay.
 func (l *logLayout) close() error {
-	if !l.temp {
+	if l.dir != nil {
+		l.dir.Close()
+	}
+	if l.temp == nil {
 		return nil
 	}
-	return os.RemoveAll(l.root)
+	if l.frBase != "" {
+		run := filepath.Join(l.frBase, filepath.Base(l.root))
+		for a := range l.attempts {
+			_ = os.Remove(filepath.Join(run, attemptName(a))) // only if empty
+		}
+		_ = os.Remove(run)
+	}
+	return l.temp.remove()
 }

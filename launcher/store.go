@@ -14,38 +14,45 @@ import (
 // on a free loopback port. Workers find it in GORUN_STORE_ENDPOINTS. It
 // starts beside the workers (nothing waits for it to be ready: a client
 // retries its connection) and is killed once they are done. The data
-// directory is this process's, removed by Stop; the store keeps nothing
+// folder is this process's (a private temporary folder, swept by the next
+// gorun if this one is killed), removed by Stop; the store keeps nothing
 // that outlives the job.
 type LocalStore struct {
 	endpoint string
-	dir      string
+	dir      *tempDir
 	proc     *process
 }
 
-// StartLocalStore starts `binary store` on a free port of 127.0.0.1.
-// Its errors go to stderr; it dies with this process.
-func StartLocalStore(binary string, stderr *os.File) (*LocalStore, error) {
+// StartLocalStore starts `binary store` on a free port of 127.0.0.1,
+// with the job's secret in its environment (EnvRdzvToken; never on its
+// command line, which every user can read). Its errors go to stderr; it
+// dies with this process.
+func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore, error) {
+	if secret == "" {
+		return nil, fmt.Errorf("local store: no job secret")
+	}
 	port, err := rendezvous.FreePort(rendezvous.DefaultLocalAddr)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "gorun-store-")
+	dir, err := makeTempDir("", tempPrefix + "store-")
 	if err != nil {
-		return nil, fmt.Errorf("local store: data directory: %w", err)
+		return nil, fmt.Errorf("local store: data folder: %w", err)
 	}
 	s := &LocalStore{endpoint: rendezvous.DefaultLocalAddr + ":" + strconv.Itoa(port), dir: dir}
-	argv := []string{binary, "store", "--listen", s.endpoint, "--data-dir", dir, "--log-level", "error"}
+	argv := []string{binary, "store", "--listen", s.endpoint, "--data-dir", dir.path, "--log-level", "error"}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		os.RemoveAll(dir)
+		dir.remove()
 		return nil, fmt.Errorf("local store: %w", err)
 	}
 	defer devnull.Close()
+	env := withEnv(os.Environ(), []EnvVar{{EnvRdzvToken, secret.Reveal()}})
 	// The lowest CPU priority: on a busy node the workers' own start-up
 	// comes first, and only Go workers that use the store wait for it.
-	proc, started := startProcess(argv, os.Environ(), devnull, stderr, make(chan *process, 1), storeNice)
+	proc, started := startProcess(argv, env, devnull, stderr, make(chan *process, 1), storeNice)
 	if err := <-started; err != nil {
-		os.RemoveAll(dir)
+		dir.remove()
 		return nil, fmt.Errorf("local store: start %s: %w", binary, err)
 	}
 	s.proc = proc
@@ -59,11 +66,11 @@ const storeNice = 19
 func (s *LocalStore) Endpoint() string { return s.endpoint }
 
 // Stop kills the store (its state dies with the job, so it needs no clean
-// shutdown), waits for it and removes its data directory.
+// shutdown), waits for it and removes its data folder.
 func (s *LocalStore) Stop() error {
 	err := s.proc.signalGroup(syscall.SIGKILL)
 	<-s.proc.done
-	if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
+	if rerr := s.dir.remove(); rerr != nil && err == nil {
 		err = fmt.Errorf("local store: %w", rerr)
 	}
 	return err

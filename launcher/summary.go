@@ -41,16 +41,21 @@ const (
 // torchrun's ChildFailedError block: the root cause (the first failure
 // seen) and every other failure, each with its rank, host, exit code or
 // signal, time, the worker's own error message and traceback, and where its
-// logs are.
-func FormatSummary(entrypoint string, failures []Failure) string {
+// logs are. A worker without an error file is told how to write one: with
+// PyTorch's @record for a Python script, else in its own words.
+func FormatSummary(e Entrypoint, failures []Failure) string {
 	if len(failures) == 0 {
 		return ""
 	}
-	title := entrypoint + " FAILED"
+	title := e.Script + " FAILED"
+	hint := noTracebackGo
+	if e.RunsPython() {
+		hint = noTracebackPython
+	}
 	blocks := make([]string, len(failures))
 	width := len(title)
 	for i, f := range failures {
-		blocks[i] = formatFailure(i, f)
+		blocks[i] = formatFailure(i, f, hint)
 		for _, l := range strings.Split(blocks[i], "\n") {
 			width = max(width, len(l))
 		}
@@ -70,7 +75,14 @@ func FormatSummary(entrypoint string, failures []Failure) string {
 	return b.String()
 }
 
-func formatFailure(idx int, f Failure) string {
+// What the summary says of a worker that wrote no error file and was not
+// killed by a signal.
+const (
+	noTracebackPython = "none: decorate the script's main with torch.distributed.elastic.multiprocessing.errors.record to get one"
+	noTracebackGo     = `none: the program wrote no error file; it may write {"message": "..."} to $TORCHELASTIC_ERROR_FILE before it exits`
+)
+
+func formatFailure(idx int, f Failure, noTraceback string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[%d]:\n", idx)
 	fmt.Fprintf(&b, "  time      : %s\n", f.Time.Format("2006-01-02_15:04:05.000"))
@@ -109,7 +121,7 @@ func formatFailure(idx int, f Failure) string {
 	case f.Signal != 0:
 		fmt.Fprintf(&b, "  traceback : Signal %d (%s) received by PID %d\n", int(f.Signal), SignalName(f.Signal), f.PID)
 	default:
-		b.WriteString("  traceback : none: decorate the script's main with torch.distributed.elastic.multiprocessing.errors.record to get one\n")
+		fmt.Fprintf(&b, "  traceback : %s\n", noTraceback)
 	}
 	return b.String()
 }

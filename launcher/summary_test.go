@@ -47,9 +47,36 @@ func TestFormatSummary(t *testing.T) {
 		{LocalRank: 2, Rank: 2, PID: 17130, ExitCode: 137, Signal: syscall.SIGKILL, Time: at.Add(time.Millisecond), Host: "node0"},
 		{LocalRank: 0, Rank: 0, PID: 17128, ExitCode: 3, Time: at.Add(2 * time.Millisecond), Host: "node0"},
 	}
-	golden(t, "summary.txt", FormatSummary("train.py", failures))
-	golden(t, "summary_single.txt", FormatSummary("train.py", failures[2:]))
-	if FormatSummary("x", nil) != "" {
+	py := Entrypoint{Script: "train.py"}
+	golden(t, "summary.txt", FormatSummary(py, failures))
+	golden(t, "summary_single.txt", FormatSummary(py, failures[2:]))
+	if FormatSummary(py, nil) != "" {
 		t.Error("FormatSummary with no failures is not empty")
+	}
+}
+
+// TestFormatSummaryHint: only a Python worker is told about PyTorch's
+// @record; another program is told what to write.
+func TestFormatSummaryHint(t *testing.T) {
+	f := []Failure{{LocalRank: 0, Rank: 0, PID: 7, ExitCode: 3, Host: "node0"}}
+	for _, tt := range []struct {
+		name   string
+		e      Entrypoint
+		record bool
+	}{
+		{"script", Entrypoint{Script: "train.py"}, true},
+		{"module", Entrypoint{Script: "pkg.train", Module: true}, true},
+		{"run-path", Entrypoint{Script: "train.py", NoPython: true, RunPath: true}, true},
+		{"no-python", Entrypoint{Script: "bin/ddp", NoPython: true}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := FormatSummary(tt.e, f)
+			if strings.Contains(got, "errors.record") != tt.record {
+				t.Errorf("mentions @record: %v, want %v:\n%s", !tt.record, tt.record, got)
+			}
+			if !tt.record && !strings.Contains(got, "$TORCHELASTIC_ERROR_FILE") {
+				t.Errorf("a Go worker is not told where to write its error:\n%s", got)
+			}
+		})
 	}
 }

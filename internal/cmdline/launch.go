@@ -63,7 +63,12 @@ func launchAction(c *cli.Context, opts Options) error {
 		}
 	}
 	if plan.standalone != nil && !c.Bool(fDryRun) {
-		if store := startLocalStore(log); store != nil {
+		// One secret for the job: the store checks it, the workers
+		// present it.
+		if cfg.JobSecret, err = launcher.NewSecret(); err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		if store := startLocalStore(log, cfg.JobSecret); store != nil {
 			defer func() {
 				if err := store.Stop(); err != nil {
 					log.Warnf("stop the local store: %v", err)
@@ -121,11 +126,11 @@ func launchAction(c *cli.Context, opts Options) error {
 // gorun-etcd, or returns nil with a warning when that binary is missing
 // or fails to start: the workers then have no store (PyTorch's do not use
 // it).
-func startLocalStore(log *logrus.Logger) *launcher.LocalStore {
+func startLocalStore(log *logrus.Logger, secret launcher.Secret) *launcher.LocalStore {
 	path, err := findCompanion()
 	if err == nil {
 		var store *launcher.LocalStore
-		if store, err = launcher.StartLocalStore(path, os.Stderr); err == nil {
+		if store, err = launcher.StartLocalStore(path, os.Stderr, secret); err == nil {
 			log.Debugf("--standalone: local store at %s", store.Endpoint())
 			return store
 		}
@@ -256,6 +261,10 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		return rendezvousPlan{}, fmt.Errorf("--rdzv-backend=%q: want static, c10d, embedded, etcd or etcd-v2", backend)
 	}
 	cfg.RunID = c.String(fRdzvID)
+	// Before anything uses it: the run id names folders and store keys.
+	if err := rendezvous.ValidateRunID(cfg.RunID); err != nil {
+		return rendezvousPlan{}, err
+	}
 	round := rendezvous.Round{
 		RunID: cfg.RunID, GroupWorldSize: 1, WorldSize: cfg.NprocPerNode, RoleWorldSize: cfg.NprocPerNode,
 		MasterAddr: rendezvous.DefaultLocalAddr,

@@ -1,0 +1,171 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+func TestNewSecret(t *testing.T) {
+	a, err := NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := hex.DecodeString(a.Reveal()); err != nil || len(raw) != 32 || len(a.Reveal()) != 64 {
+		t.Errorf("secret %d characters, %v; want 64 hex digits", len(a.Reveal()), err)
+	}
+	if a == b {
+		t.Error("two secrets are equal")
+	}
+	if _, err := newSecret(strings.NewReader("short")); err == nil {
+		t.Error("a short read gave a secret")
+	}
+}
+
+// TestSecretNeverPrints: whatever prints a Secret, or a struct holding
+// one, shows the placeholder.
+func TestSecretNeverPrints(t *testing.T) {
+	s := Secret("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff")
+	cfg := Config{RunID: "j", JobSecret: s}
+	var logged bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&logged)
+	log.SetFormatter(&logrus.JSONFormatter{})
+	log.WithField("secret", s).Info("x")
+	js, _ := json.Marshal(struct{ S Secret }{s})
+	for _, tt := range []struct{ name, got string }{
+		{"%s", fmt.Sprintf("%s", s)},
+		{"%v", fmt.Sprintf("%v", s)},
+		{"%q", fmt.Sprintf("%q", s)},
+		{"%x", fmt.Sprintf("%x", s)},
+		{"%+v config", fmt.Sprintf("%+v", cfg)},
+		{"%#v config", fmt.Sprintf("%#v", cfg)},
+		{"json", string(js)},
+		{"logrus", logged.String()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if strings.Contains(tt.got, "0011") || strings.Contains(tt.got, hex.EncodeToString([]byte("0011"))) {
+				t.Errorf("%s shows the secret: %s", tt.name, tt.got)
+			}
+			if !strings.Contains(tt.got, SecretPlaceholder) && !strings.Contains(tt.got, `\u003csecret\u003e`) {
+				t.Errorf("%s lacks %s: %s", tt.name, SecretPlaceholder, tt.got)
+			}
+		})
+	}
+	if s.Reveal() != string(s) || Secret("").String() != "" {
+		t.Error("Reveal or the empty secret's String is wrong")
+	}
+}
+
+// secretRound is a Local rendezvous whose rounds carry a job secret, as
+// the etcd rendezvous's do.
+type secretRound struct {
+	*rendezvous.Local
+	secret string
+}
+
+func (r secretRound) Next(ctx context.Context, n rendezvous.Node) (rendezvous.Round, error) {
+	round, err := r.Local.Next(ctx, n)
+	round.JobSecret = r.secret
+	return round, err
+}
+
+// TestAgentJobSecret: every worker of every attempt gets the same
+// secret; the rendezvous's wins over gorun's own; the user's is ignored.
+func TestAgentJobSecret(t *testing.T) {
+	t.Parallel()
+	const fromRound = "feedfacefeedfacefeedfacefeedfacefeedfacefeedfacefeedfacefeedface"
+	for _, tt := range []struct {
+		name      string
+		rdzv      string // the round's secret
+		userValue bool
+	}{
+		{"gorun's own", "", false},
+		{"the rendezvous's", fromRound, false},
+		{"the user's is ignored", "", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, _, stderr := shellConfig(t, 2, `echo "$GORUN_JOB_SECRET" > "$DIR/secret.$TORCHELASTIC_RESTART_COUNT.$RANK"
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then
+  while [ ! -s "$DIR/secret.0.0" ]; do sleep 0.01; done; exit 3
+fi`)
+			cfg.MaxRestarts = 1
+			if tt.userValue {
+				cfg.Environ = append(cfg.Environ, EnvJobSecret+"=mine")
+			}
+			local := rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test", MaxRestarts: 1})
+			a, err := NewAgent(cfg, secretRound{local, tt.rdzv}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, err := a.Run(context.Background()); err != nil || res.ExitCode != 0 {
+				t.Fatalf("Run = %+v, %v\n%s", res, err, stderr)
+			}
+			var seen []string
+			for _, f := range []string{"secret.0.0", "secret.0.1", "secret.1.0", "secret.1.1"} {
+				b, err := os.ReadFile(filepath.Join(dirOf(cfg), f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen = append(seen, strings.TrimSpace(string(b)))
+			}
+			want := a.cfg.JobSecret.Reveal()
+			if tt.rdzv != "" {
+				want = tt.rdzv
+			}
+			for i, s := range seen {
+				if s != want || len(s) != 64 {
+					t.Errorf("worker %d got %q; want %q", i, s, want)
+				}
+			}
+			if strings.Contains(stderr.String(), want) {
+				t.Errorf("the secret is in gorun's output:\n%s", stderr)
+			}
+			if got := strings.Contains(stderr.String(), EnvJobSecret+" in gorun's environment is ignored"); got != tt.userValue {
+				t.Errorf("warning about the user's secret: %v, want %v\n%s", got, tt.userValue, stderr)
+			}
+		})
+	}
+}
+
+func TestDryRunHidesSecret(t *testing.T) {
+	cfg := Config{NprocPerNode: 2, Role: "default", RunID: "j", JobSecret: Secret(strings.Repeat("ab", 32)),
+		Entrypoint: Entrypoint{Script: "train.py", Python: []string{"python3"}}}
+	round := rendezvous.Round{RunID: "j", GroupWorldSize: 1, WorldSize: 2, RoleWorldSize: 2,
+		MasterAddr: "127.0.0.1", JobSecret: strings.Repeat("cd", 32)}
+	plan, err := PlanDryRun(&cfg, round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{"text", "json"} {
+		var out bytes.Buffer
+		if err := plan.Write(&out, format); err != nil {
+			t.Fatal(err)
+		}
+		if s := out.String(); strings.Contains(s, "abab") || strings.Contains(s, "cdcd") || !strings.Contains(s, SecretPlaceholder) {
+			t.Errorf("%s: want %s in place of the secret:\n%s", format, SecretPlaceholder, s)
+		}
+	}
+	for _, w := range plan.Workers {
+		for _, kv := range w.Env {
+			if strings.HasPrefix(kv, EnvJobSecret+"=") && kv != EnvJobSecret+"="+SecretPlaceholder {
+				t.Errorf("worker env holds %s", kv)
+			}
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+)
+
+// sweepWait bounds how long a run that ends waits for its sweep to
+// finish before it stops it (a short job still cleans up).
+const sweepWait = 2 * time.Second
+
+// sweeper is an agent's background sweep of the temporary folders that
+// killed gorun processes left (sweepTempDirs). The agent starts it once
+// its first workers are forked, so that it costs the launch nothing, and
+// stops it, waiting for it, before Run returns.
+type sweeper struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startSweep starts the sweep unless it already ran in this Run.
+func (a *Agent) startSweep(ctx context.Context) {
+	if a.sweep != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &sweeper{cancel: cancel, done: make(chan struct{})}
+	a.sweep = s
+	log := a.cfg.Log
+	go func() {
+		defer close(s.done)
+		removed, err := sweepTempDirs(ctx, os.TempDir())
+		for _, p := range removed {
+			log.Infof("removed %s, left by a gorun that was killed", p)
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			log.Warnf("remove temporary folders left by killed gorun processes: %v", err)
+		}
+	}()
+}
+
+// stopSweep lets the sweep, if one runs, finish for up to sweepWait, then
+// stops it; it returns once the sweep has ended.
+func (a *Agent) stopSweep() {
+	s := a.sweep
+	if s == nil {
+		return
+	}
+	a.sweep = nil
+	defer s.cancel()
+	t := time.NewTimer(sweepWait)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return
+	case <-t.C:
+	}
+	s.cancel()
+	<-s.done
+}
