@@ -20,14 +20,28 @@ type world struct {
 	allocs []*memory.Allocator
 }
 
-// serveStore serves a store on a free loopback port until the test ends.
+// testSecret is the job secret of the in-process worlds.
+var testSecret = func() Secret {
+	h, err := NewSecretHex()
+	if err != nil {
+		panic(err)
+	}
+	s, err := ParseSecret(h)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// serveStore serves a store on a free loopback port until the test ends,
+// for clients with testSecret.
 func serveStore(t testing.TB) *StoreServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := ServeStore(ln)
+	srv := ServeStore(ln, testSecret)
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -37,7 +51,7 @@ func dialStore(t testing.TB) *StoreClient {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := DialStore(ctx, serveStore(t).Addr())
+	st, err := DialStore(ctx, serveStore(t).Addr(), testSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,13 +74,13 @@ func newWorld(t testing.TB, size int, mode memory.Mode, timeout time.Duration) *
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := DialStore(ctx, srv.Addr())
+			c, err := DialStore(ctx, srv.Addr(), testSecret)
 			if err != nil {
 				errs[r] = err
 				return
 			}
 			t.Cleanup(func() { c.Close() })
-			w.groups[r], errs[r] = NewGroup(ctx, c, r, size, "127.0.0.1", Options{Device: d, Allocator: a, Engine: memory.NewEngine(a, mode), Timeout: timeout})
+			w.groups[r], errs[r] = NewGroup(ctx, c, r, size, "127.0.0.1", Options{Device: d, Allocator: a, Engine: memory.NewEngine(a, mode), Timeout: timeout, Secret: testSecret})
 		}()
 	}
 	wg.Wait()

@@ -15,15 +15,21 @@ import (
 )
 
 // Launch is what gorun (or torchrun) tells a worker about its place in
-// the job: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+// the job: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
+// GORUN_JOB_SECRET.
 type Launch struct {
 	Rank, LocalRank, Size int
 	// StoreAddr is MASTER_ADDR:MASTER_PORT, where rank 0 serves the
 	// bootstrap store.
 	StoreAddr string
+	// Secret is GORUN_JOB_SECRET's (the zero Secret when unset: the
+	// store and the mesh then accept any connection).
+	Secret Secret
 }
 
-// LaunchFromEnv reads the worker's environment.
+// LaunchFromEnv reads the worker's environment. A malformed
+// GORUN_JOB_SECRET is an error that names the variable and the form it
+// wants, never its value.
 func LaunchFromEnv() (Launch, error) {
 	get := func(name string) (int, error) {
 		v, err := strconv.Atoi(os.Getenv(name))
@@ -39,14 +45,15 @@ func LaunchFromEnv() (Launch, error) {
 	if os.Getenv("LOCAL_RANK") != "" {
 		local, err4 = get("LOCAL_RANK")
 	}
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	secret, err5 := SecretFromEnv()
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return Launch{}, err
 	}
 	addr := os.Getenv("MASTER_ADDR")
 	if addr == "" {
 		return Launch{}, errors.New("comm: MASTER_ADDR is not set (is this process launched by gorun?)")
 	}
-	return Launch{Rank: rank, LocalRank: local, Size: size, StoreAddr: net.JoinHostPort(addr, strconv.Itoa(port))}, nil
+	return Launch{Rank: rank, LocalRank: local, Size: size, StoreAddr: net.JoinHostPort(addr, strconv.Itoa(port)), Secret: secret}, nil
 }
 
 // Env is a worker's world process group made from its environment, with
@@ -65,6 +72,7 @@ type Env struct {
 	server  *StoreServer
 	client  *StoreClient
 	guard   *guard
+	secret  Secret
 }
 
 // DeviceRuntime is a vendor runtime with host-device copies (kind 1:
@@ -161,6 +169,9 @@ func NewVendorEnv(ctx context.Context, backend string, open OpenVendor, opt Opti
 // watchdog, and the timeout of TimeoutEnv unless opt has one.
 func (e *Env) options(opt Options) (Options, error) {
 	opt.Device, opt.Allocator, opt.Engine, opt.Watchdog = e.Device, e.Allocator, e.Engine, e.guard.dog
+	if !opt.Secret.IsSet() {
+		opt.Secret = e.secret
+	}
 	if opt.Timeout == 0 {
 		d, err := timeoutFromEnv()
 		if err != nil {
@@ -186,7 +197,10 @@ func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Device: dev, Backend: backend}
+	e := &Env{Device: dev, Backend: backend, secret: l.Secret}
+	if !l.Secret.IsSet() {
+		fmt.Fprint(os.Stderr, warnNoSecret)
+	}
 	_, sim := dev.(*memory.SimDevice)
 	e.Allocator = memory.NewAllocator(dev, memory.AllocatorConfig{ExpandableSegments: sim && expandable()})
 	e.Engine = memory.NewEngine(e.Allocator, mode)
@@ -195,9 +209,9 @@ func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*
 		if err != nil {
 			return nil, fmt.Errorf("comm: rank 0: serve the store on MASTER_ADDR:MASTER_PORT %s: %w", l.StoreAddr, err)
 		}
-		e.server = ServeStore(ln)
+		e.server = ServeStore(ln, l.Secret)
 	}
-	if e.client, err = DialStore(ctx, l.StoreAddr); err != nil {
+	if e.client, err = DialStore(ctx, l.StoreAddr, l.Secret); err != nil {
 		if e.server != nil {
 			e.server.Close()
 		}

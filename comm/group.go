@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"sync"
@@ -42,7 +43,18 @@ type Options struct {
 	// backstop), and a failed Wait reports to it before returning.
 	Watchdog *watchdog.Watchdog
 	PGID     int
+	// Secret authenticates the CPU backend's mesh: a connection is
+	// believed only once it proved it knows the job's secret (the zero
+	// Secret: any connection is). An Env sets GORUN_JOB_SECRET's.
+	Secret Secret
+	// Log receives the lines about refused connections (nil: os.Stderr).
+	Log io.Writer
 }
+
+// ErrStopped is in the error of an operation that failed because this
+// rank closed its group (it is being stopped) while the operation was
+// queued or running: not a collective failure. Test with errors.Is.
+var ErrStopped = watchdog.ErrStopped
 
 // Group is a process group on the CPU backend.
 type Group struct {
@@ -55,8 +67,9 @@ type Group struct {
 	// ranks maps this group's ranks to its parent's (nil: the world).
 	ranks []int
 
-	mu     sync.Mutex
-	broken error      // the first failure: later calls fail fast
+	closing atomic.Bool // Close began: what fails now was stopped
+	mu      sync.Mutex
+	broken  error      // the first failure: later calls fail fast
 	coal   *coalescer // operations gathered between Start and EndCoalescing
 	// Sequence numbers of the flight recorder: collectives, point-to-
 	// point operations, all operations.
@@ -84,7 +97,11 @@ func NewGroup(ctx context.Context, st Store, rank, size int, host string, opt Op
 	default:
 		return nil, fmt.Errorf("comm: %s=%q: want tcp or shm (unset: shared memory on one host, else TCP)", TransportEnv, transport)
 	}
-	m, err := connectMesh(ctx, st, prefix, rank, size, host)
+	logw := opt.Log
+	if logw == nil {
+		logw = os.Stderr
+	}
+	m, err := connectMesh(ctx, st, meshConfig{prefix: prefix, rank: rank, size: size, host: host, secret: opt.Secret, log: logw})
 	if err != nil {
 		return nil, err
 	}
@@ -136,6 +153,7 @@ func (g *Group) Size() int { return g.size }
 // a minute) for the group's stream to finish its queue before releasing
 // the shared memory. Close the group before its device.
 func (g *Group) Close() error {
+	g.closing.Store(true)
 	g.backend.Shutdown()
 	ev := g.opt.Device.NewEvent()
 	g.opt.Device.Record(ev, g.comm)
@@ -172,6 +190,11 @@ func (w *Work) Wait(ctx context.Context) error {
 	select {
 	case <-w.done:
 	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if ctx.Err() != nil {
+		// The caller gave up (it is being stopped, say): what the
+		// operation met since is not for the watchdog to report.
 		return ctx.Err()
 	}
 	if err := w.g.opt.Device.Synchronize(ctx, w.mw.End); err != nil {
@@ -248,7 +271,7 @@ func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors .
 	}
 	dev.Launch(g.comm, memory.Op{Name: info.name, Reads: regions, Writes: regions, Run: func() {
 		w.started.Store(true)
-		w.err = fn(time.Now().Add(timeout))
+		w.err = g.run(info.name, fn, time.Now().Add(timeout))
 		if w.err != nil {
 			g.mu.Lock()
 			if g.broken == nil {
@@ -265,6 +288,37 @@ func (g *Group) launch(info opInfo, fn func(deadline time.Time) error, tensors .
 		g.opt.Watchdog.Watch(*w.watched)
 	}
 	return w, nil
+}
+
+// run runs an operation that reached the head of the group's stream,
+// unless the group was closed or failed since it was queued: a queued
+// operation that ran after a failure would send into links that a
+// failed operation left in the middle of a message, and the peer would
+// read it as a desync.
+func (g *Group) run(name string, fn func(deadline time.Time) error, deadline time.Time) error {
+	if g.closing.Load() {
+		return g.stopped(name, nil)
+	}
+	g.mu.Lock()
+	broken := g.broken
+	g.mu.Unlock()
+	if broken != nil {
+		return fmt.Errorf("comm: %s: the process group failed earlier: %w", name, broken)
+	}
+	err := fn(deadline)
+	if err != nil && g.closing.Load() {
+		return g.stopped(name, err)
+	}
+	return err
+}
+
+// stopped is the error of operation name, met by err, once this rank
+// closed the group.
+func (g *Group) stopped(name string, err error) error {
+	if err == nil {
+		return fmt.Errorf("comm: rank %d: %s: %w: the process group was closed before it ran (this rank is stopping)", g.rank, name, ErrStopped)
+	}
+	return fmt.Errorf("comm: rank %d: %s: %w: the process group was closed while it ran (this rank is stopping): %w", g.rank, name, ErrStopped, err)
 }
 
 // watchdogBackstop is how long after the watchdog's timeout the

@@ -99,7 +99,7 @@ func startGuard(ctx context.Context, l Launch, signals *StoreClient) (*guard, er
 	if err != nil {
 		return nil, err
 	}
-	watch, err := DialStore(ctx, l.StoreAddr)
+	watch, err := DialStore(ctx, l.StoreAddr, l.Secret)
 	if err != nil {
 		return nil, err
 	}

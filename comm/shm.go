@@ -1,12 +1,10 @@
 package comm
 
 import (
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,25 +32,45 @@ type shmRing struct {
 	readers, writers *uint32
 }
 
+// shmFileSize is the size of a ring file: header and data.
+const shmFileSize = shmHeader + shmRingSize
+
+// mapRing maps the ring file at path: created afresh (it must not
+// exist), or opened as a peer named it, which it must be a regular file
+// of this user of shmFileSize bytes, not a symbolic link.
 func mapRing(path string, create bool) (*shmRing, error) {
-	flags := os.O_RDWR
+	flags := syscall.O_RDWR | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
 	if create {
-		flags |= os.O_CREATE | os.O_EXCL
+		flags |= syscall.O_CREAT | syscall.O_EXCL
 	}
-	f, err := os.OpenFile(path, flags, 0o600)
+	fd, err := syscall.Open(path, flags, 0o600)
 	if err != nil {
-		return nil, err
+		if err == syscall.ELOOP {
+			return nil, fmt.Errorf("open %s: a symbolic link: want the ring file itself", path)
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
-	size := shmHeader + shmRingSize
+	defer syscall.Close(fd)
 	if create {
-		if err := f.Truncate(int64(size)); err != nil {
-			return nil, err
+		if err := syscall.Ftruncate(fd, shmFileSize); err != nil {
+			return nil, &os.PathError{Op: "truncate", Path: path, Err: err}
 		}
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		return nil, fmt.Errorf("%s: not a regular file: want a ring file", path)
+	case int(st.Uid) != os.Getuid():
+		return nil, fmt.Errorf("%s: owned by uid %d: want this user's (%d)", path, st.Uid, os.Getuid())
+	case st.Size != shmFileSize:
+		return nil, fmt.Errorf("%s: %d bytes: want a ring file of %d", path, st.Size, shmFileSize)
+	}
+	mem, err := syscall.Mmap(fd, 0, shmFileSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
 	}
 	word := func(off int) *uint32 { return (*uint32)(unsafe.Pointer(&mem[off])) }
 	return &shmRing{mem: mem, head: (*uint64)(unsafe.Pointer(&mem[0])), tail: (*uint64)(unsafe.Pointer(&mem[64])), data: mem[shmHeader:],
@@ -81,7 +99,9 @@ func (r *shmRing) prefault() {
 type shmLink struct {
 	out, in *shmRing
 	conn    net.Conn
-	dead    atomic.Bool
+	// dead: the connection ended (the watcher saw it); closed: this
+	// rank shut the link down (set before its connection is closed).
+	dead, closed atomic.Bool
 	// The sending and the receiving side each have their own bell and
 	// timer: they may wait at the same time, on different goroutines.
 	sendSide, recvSide shmSleeper
@@ -124,16 +144,6 @@ func (l *shmLink) ring(sleepers *uint32) {
 
 var doorbell = [1]byte{'!'}
 
-// newShmPaths names a pair of ring files in /dev/shm.
-func newShmPaths(a, b int) (string, string, error) {
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return "", "", err
-	}
-	base := filepath.Join(shmDir(), fmt.Sprintf("gorun-%d-%s-%d-%d", os.Getpid(), hex.EncodeToString(rnd[:]), a, b))
-	return base + "-up", base + "-down", nil
-}
-
 func shmDir() string {
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		return "/dev/shm"
@@ -174,13 +184,15 @@ func (l *shmLink) wait(cond func() bool, side *shmSleeper, sleepers *uint32, dea
 		switch {
 		case ok:
 			return nil
+		case l.closed.Load():
+			return fmt.Errorf("%s: the link was closed on this side (the group was shut down)", what)
 		case l.dead.Load():
 			// The peer may have written its last bytes and exited between
 			// the check above and this one: look once more.
 			if cond() {
 				return nil
 			}
-			return fmt.Errorf("%s: the peer's connection closed (it may have exited)", what)
+			return fmt.Errorf("%s: the peer closed its connection (it was stopped, or it exited)", what)
 		case time.Now().After(deadline):
 			return fmt.Errorf("%s: timed out (the peer is stuck or gone)", what)
 		}
@@ -192,6 +204,14 @@ func (l *shmLink) write(b []byte, deadline time.Time) error {
 	r := l.out
 	size := uint64(len(r.data))
 	for len(b) > 0 {
+		// Never write into a link that is going: the rest of a message
+		// cut short would reach the peer as the start of the next one.
+		if l.closed.Load() {
+			return errors.New("shared-memory send: the link was closed on this side (the group was shut down)")
+		}
+		if l.dead.Load() {
+			return errors.New("shared-memory send: the peer closed its connection (it was stopped, or it exited)")
+		}
 		var head, free uint64
 		if err := l.wait(func() bool {
 			head = atomic.LoadUint64(r.head)
@@ -216,6 +236,9 @@ func (l *shmLink) read(b []byte, deadline time.Time) error {
 	r := l.in
 	size := uint64(len(r.data))
 	for len(b) > 0 {
+		if l.closed.Load() {
+			return errors.New("shared-memory receive: the link was closed on this side (the group was shut down)")
+		}
 		var tail, avail uint64
 		if err := l.wait(func() bool {
 			tail = atomic.LoadUint64(r.tail)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -79,10 +80,11 @@ func (m *mesh) setupShm(transport string) error {
 }
 
 func (m *mesh) offerShm(p *peer) error {
-	up, down, err := newShmPaths(m.rank, p.rank)
+	upName, downName, err := m.cfg.newShmNames(m.rank, p.rank)
 	if err != nil {
 		return err
 	}
+	up, down := filepath.Join(shmDir(), upName), filepath.Join(shmDir(), downName)
 	out, err := mapRing(up, true)
 	if err == nil {
 		out.prefault()
@@ -98,39 +100,50 @@ func (m *mesh) offerShm(p *peer) error {
 	}
 	defer os.Remove(up)
 	defer os.Remove(down)
-	for _, s := range []string{up, down} {
+	for _, s := range []string{upName, downName} {
 		if err := writeString(p.conn, s); err != nil {
+			out.unmap()
+			in.unmap()
 			return err
 		}
 	}
 	var ok [1]byte
 	if _, err := io.ReadFull(p.conn, ok[:]); err != nil {
+		out.unmap()
+		in.unmap()
 		return err
 	}
 	p.shm = newShmLink(out, in, p.conn)
 	return nil
 }
 
+// acceptShm maps the ring files the lower rank p named, once each name
+// is one of this job's for this pair (checkShmName).
 func (m *mesh) acceptShm(p *peer) error {
-	up, err := readString(p.conn)
+	var paths [2]string
+	for i, dir := range []string{"up", "down"} {
+		name, err := readString(p.conn)
+		if err != nil {
+			return err
+		}
+		if err := m.cfg.checkShmName(name, p.rank, m.rank, dir); err != nil {
+			return fmt.Errorf("refused: %w", err)
+		}
+		paths[i] = filepath.Join(shmDir(), name)
+	}
+	in, err := mapRing(paths[0], false)
 	if err != nil {
 		return err
 	}
-	down, err := readString(p.conn)
-	if err != nil {
-		return err
-	}
-	in, err := mapRing(up, false)
-	if err != nil {
-		return err
-	}
-	out, err := mapRing(down, false)
+	out, err := mapRing(paths[1], false)
 	if err != nil {
 		in.unmap()
 		return err
 	}
 	out.prefault()
 	if _, err := p.conn.Write([]byte{1}); err != nil {
+		in.unmap()
+		out.unmap()
 		return err
 	}
 	p.shm = newShmLink(out, in, p.conn)

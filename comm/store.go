@@ -3,11 +3,11 @@ package comm
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"errors"
-	"fmt"
 	"net"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,22 +19,52 @@ type Store interface {
 }
 
 // StoreServer is a tiny store served over TCP by rank 0 (as PyTorch's
-// TCPStore is): one line per request, "SET key value", "GET key" (answered
-// once the key is set) or "ADD key value" (set it unless it is set;
-// answered with the value it then has).
+// TCPStore is).
+//
+// A connection first authenticates (docs/comm.md): the server sends
+// "GORUN-STORE 1 <nonce>", the client answers "AUTH <its nonce> <MAC>"
+// and the server proves itself back with "OK <MAC>"; the MACs are
+// HMAC-SHA256 under the job's secret of a label and both nonces, so the
+// secret never crosses the wire. A connection that fails gets one "ERR"
+// line and is closed; one that says nothing is closed after
+// DefaultHandshakeTimeout; at most maxPendingAuth connections are
+// authenticated at once (the others wait in the listener's backlog).
+//
+// Then one line per request: "SET key value", "GET key" (answered once
+// the key is set) or "ADD key value" (set it unless it is set; answered
+// with the value it then has). Keys have at most MaxKeyLen bytes and no
+// spaces, values at most MaxValueLen bytes and no newline; the limits
+// hold while reading, so no request grows the server past them. A
+// request over a limit, or malformed, is answered with an "ERR" line
+// naming the limit and the connection is closed.
 type StoreServer struct {
-	ln   net.Listener
-	mu   sync.Mutex
-	kv   map[string]string
-	cond *sync.Cond
-	done bool
-	wg   sync.WaitGroup
-	conn map[net.Conn]bool
+	ln      net.Listener
+	secret  Secret
+	timeout time.Duration // of a handshake
+	mu      sync.Mutex
+	kv      map[string]string
+	cond    *sync.Cond
+	done    bool
+	quit    chan struct{}
+	wg      sync.WaitGroup
+	conn    map[net.Conn]bool
+	pending chan struct{} // one token per connection in its handshake
+	// peak is the largest request buffer a connection grew (for tests).
+	peak atomic.Int64
 }
 
-// ServeStore serves a store on ln until Close.
-func ServeStore(ln net.Listener) *StoreServer {
-	s := &StoreServer{ln: ln, kv: map[string]string{}, conn: map[net.Conn]bool{}}
+// maxPendingAuth bounds the connections in their handshake at once.
+const maxPendingAuth = 64
+
+// ServeStore serves a store on ln until Close; connections must know
+// secret (the zero Secret: any program can).
+func ServeStore(ln net.Listener, secret Secret) *StoreServer {
+	return serveStoreTimeout(ln, secret, DefaultHandshakeTimeout)
+}
+
+func serveStoreTimeout(ln net.Listener, secret Secret, timeout time.Duration) *StoreServer {
+	s := &StoreServer{ln: ln, secret: secret, timeout: timeout, kv: map[string]string{}, conn: map[net.Conn]bool{},
+		quit: make(chan struct{}), pending: make(chan struct{}, maxPendingAuth)}
 	s.cond = sync.NewCond(&s.mu)
 	s.wg.Add(1)
 	go s.accept()
@@ -47,6 +77,11 @@ func (s *StoreServer) Addr() string { return s.ln.Addr().String() }
 func (s *StoreServer) accept() {
 	defer s.wg.Done()
 	for {
+		select {
+		case s.pending <- struct{}{}:
+		case <-s.quit:
+			return
+		}
 		c, err := s.ln.Accept()
 		if err != nil {
 			return
@@ -64,6 +99,37 @@ func (s *StoreServer) accept() {
 	}
 }
 
+// handshake authenticates the client of c: nil when it knows the secret.
+// Its token in s.pending is returned on every path.
+func (s *StoreServer) handshake(c net.Conn, r *bufio.Reader) error {
+	defer func() { <-s.pending }()
+	_ = c.SetDeadline(time.Now().Add(s.timeout))
+	defer c.SetDeadline(time.Time{})
+	nonce, err := newNonce()
+	if err != nil {
+		return err
+	}
+	if _, err := c.Write([]byte(storeGreeting + hex.EncodeToString(nonce) + "\n")); err != nil {
+		return err
+	}
+	line, err := readLine(r, maxHandshakeLine, nil)
+	if err != nil {
+		_, _ = c.Write([]byte("ERR store: authentication failed: no answer to the challenge (" + err.Error() + ")\n"))
+		return err
+	}
+	theirs, mac, ok := parseAuth(line)
+	if !ok {
+		_, _ = c.Write([]byte("ERR store: authentication failed: want AUTH <nonce> <mac> (this is gorun's worker store)\n"))
+		return errors.New("malformed answer")
+	}
+	if !s.secret.verify(mac, labelStoreClient, nonce, theirs) {
+		_, _ = c.Write([]byte("ERR store: authentication failed: wrong or missing " + JobSecretEnv + "\n"))
+		return errors.New("wrong MAC")
+	}
+	_, err = c.Write([]byte("OK " + hex.EncodeToString(s.secret.mac(labelStoreServer, nonce, theirs)) + "\n"))
+	return err
+}
+
 func (s *StoreServer) serve(c net.Conn) {
 	defer s.wg.Done()
 	defer func() {
@@ -73,46 +139,25 @@ func (s *StoreServer) serve(c net.Conn) {
 		c.Close()
 	}()
 	r := bufio.NewReader(c)
+	if s.handshake(c, r) != nil {
+		return
+	}
+	var buf []byte
 	for {
-		line, err := r.ReadString('\n')
+		req, grown, err := readRequest(r, buf)
+		buf = grown
+		s.notePeak(int64(cap(buf)))
+		var re *requestError
+		if errors.As(err, &re) {
+			_, _ = c.Write([]byte("ERR " + re.msg + "\n"))
+			return
+		}
 		if err != nil {
 			return
 		}
-		verb, rest, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
-		var reply string
-		switch verb {
-		case "SET":
-			k, v, _ := strings.Cut(rest, " ")
-			s.mu.Lock()
-			s.kv[k] = v
-			s.cond.Broadcast()
-			s.mu.Unlock()
-			reply = "OK\n"
-		case "ADD":
-			k, v, _ := strings.Cut(rest, " ")
-			s.mu.Lock()
-			if cur, ok := s.kv[k]; ok {
-				v = cur
-			} else {
-				s.kv[k] = v
-				s.cond.Broadcast()
-			}
-			s.mu.Unlock()
-			reply = "VAL " + v + "\n"
-		case "GET":
-			s.mu.Lock()
-			v, ok := s.kv[rest]
-			for !ok && !s.done {
-				s.cond.Wait()
-				v, ok = s.kv[rest]
-			}
-			s.mu.Unlock()
-			if !ok {
-				return
-			}
-			reply = "VAL " + v + "\n"
-		default:
-			reply = "ERR unknown request\n"
+		reply, ok := s.do(req)
+		if !ok {
+			return
 		}
 		if _, err := c.Write([]byte(reply)); err != nil {
 			return
@@ -120,9 +165,49 @@ func (s *StoreServer) serve(c net.Conn) {
 	}
 }
 
-// Close stops the server and ends every connection.
+// notePeak raises s.peak to n.
+func (s *StoreServer) notePeak(n int64) {
+	for {
+		p := s.peak.Load()
+		if n <= p || s.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+// do runs one request; false: the server is closing.
+func (s *StoreServer) do(req request) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch req.verb {
+	case "SET":
+		s.kv[req.key] = string(req.value)
+		s.cond.Broadcast()
+		return "OK\n", true
+	case "ADD":
+		v, ok := s.kv[req.key]
+		if !ok {
+			v = string(req.value)
+			s.kv[req.key] = v
+			s.cond.Broadcast()
+		}
+		return "VAL " + v + "\n", true
+	}
+	v, ok := s.kv[req.key]
+	for !ok && !s.done {
+		s.cond.Wait()
+		v, ok = s.kv[req.key]
+	}
+	return "VAL " + v + "\n", ok
+}
+
+// Close stops the server and ends every connection. It may be called
+// more than once.
 func (s *StoreServer) Close() {
 	s.mu.Lock()
+	if !s.done {
+		close(s.quit)
+	}
 	s.done = true
 	for c := range s.conn {
 		c.Close()
@@ -132,103 +217,3 @@ func (s *StoreServer) Close() {
 	s.ln.Close()
 	s.wg.Wait()
 }
-
-// StoreClient talks to a StoreServer. It is safe for concurrent use (one
-// request at a time).
-type StoreClient struct {
-	mu sync.Mutex
-	c  net.Conn
-	r  *bufio.Reader
-}
-
-// DialStore connects to the store at addr, retrying until ctx ends: rank
-// 0 may start after the others.
-func DialStore(ctx context.Context, addr string) (*StoreClient, error) {
-	var d net.Dialer
-	delay := 10 * time.Millisecond
-	for {
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return &StoreClient{c: c, r: bufio.NewReader(c)}, nil
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("store at %s (rank 0, MASTER_ADDR:MASTER_PORT): %w (last: %v)", addr, ctx.Err(), err)
-		case <-t.C:
-		}
-		delay = min(2*delay, 500*time.Millisecond)
-	}
-}
-
-// LocalAddr is this end's address: one the other ranks can reach.
-func (c *StoreClient) LocalAddr() net.Addr { return c.c.LocalAddr() }
-
-func (c *StoreClient) roundTrip(ctx context.Context, req string) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.c.SetDeadline(dl)
-	} else {
-		_ = c.c.SetDeadline(time.Time{})
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Now()) })
-	defer stop()
-	if _, err := c.c.Write([]byte(req)); err != nil {
-		return "", err
-	}
-	line, err := c.r.ReadString('\n')
-	if err != nil {
-		if ctx.Err() != nil {
-			return "", ctx.Err()
-		}
-		return "", err
-	}
-	return strings.TrimSuffix(line, "\n"), nil
-}
-
-// Set implements Store.
-func (c *StoreClient) Set(ctx context.Context, key, value string) error {
-	if strings.ContainsAny(key, " \n") || strings.Contains(value, "\n") {
-		return fmt.Errorf("store: key %q / value %q: no spaces in keys, no newlines", key, value)
-	}
-	reply, err := c.roundTrip(ctx, "SET "+key+" "+value+"\n")
-	if err == nil && reply != "OK" {
-		err = errors.New("store: " + reply)
-	}
-	return err
-}
-
-// Create sets key to value unless it is set, and returns the value the
-// key then has: value if this call set it, else the first one.
-func (c *StoreClient) Create(ctx context.Context, key, value string) (string, error) {
-	if strings.ContainsAny(key, " \n") || strings.Contains(value, "\n") {
-		return "", fmt.Errorf("store: key %q / value %q: no spaces in keys, no newlines", key, value)
-	}
-	reply, err := c.roundTrip(ctx, "ADD "+key+" "+value+"\n")
-	if err != nil {
-		return "", fmt.Errorf("store: create %s: %w", key, err)
-	}
-	v, ok := strings.CutPrefix(reply, "VAL ")
-	if !ok {
-		return "", errors.New("store: " + reply)
-	}
-	return v, nil
-}
-
-// Get implements Store.
-func (c *StoreClient) Get(ctx context.Context, key string) (string, error) {
-	reply, err := c.roundTrip(ctx, "GET "+key+"\n")
-	if err != nil {
-		return "", fmt.Errorf("store: get %s: %w", key, err)
-	}
-	v, ok := strings.CutPrefix(reply, "VAL ")
-	if !ok {
-		return "", errors.New("store: " + reply)
-	}
-	return v, nil
-}
-
-// Close ends the connection.
-func (c *StoreClient) Close() error { return c.c.Close() }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,23 +28,30 @@ type peer struct {
 // mesh connects every pair of ranks once over TCP.
 type mesh struct {
 	rank, size int
+	cfg        meshConfig
 	peers      []*peer // by rank; nil for this rank
 	watchers   sync.WaitGroup
+	// closed: this rank shut the mesh down (its errors say so, not that
+	// a peer went).
+	closed atomic.Bool
 }
 
 // connectMesh publishes this rank's listening address in the store under
-// prefix, dials every lower rank and accepts every higher one.
-func connectMesh(ctx context.Context, st Store, prefix string, rank, size int, host string) (*mesh, error) {
-	m := &mesh{rank: rank, size: size, peers: make([]*peer, size)}
+// cfg.prefix, dials every lower rank and accepts every higher one, each
+// connection authenticated with cfg.secret (meshauth.go).
+func connectMesh(ctx context.Context, st Store, cfg meshConfig) (*mesh, error) {
+	rank, size := cfg.rank, cfg.size
+	m := &mesh{rank: rank, size: size, cfg: cfg, peers: make([]*peer, size)}
 	if size == 1 {
 		return m, nil
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, "0"))
 	if err != nil {
-		return nil, fmt.Errorf("rank %d: listen on %s: %w", rank, host, err)
+		return nil, fmt.Errorf("rank %d: listen on %s: %w", rank, cfg.host, err)
 	}
 	defer ln.Close()
-	if err := st.Set(ctx, prefix+"addr/"+strconv.Itoa(rank), ln.Addr().String()); err != nil {
+	addr := ln.Addr().String()
+	if err := st.Set(ctx, cfg.prefix+"addr/"+strconv.Itoa(rank), addr); err != nil {
 		return nil, err
 	}
 	var wg sync.WaitGroup
@@ -54,55 +62,29 @@ func connectMesh(ctx context.Context, st Store, prefix string, rank, size int, h
 		errs = append(errs, err)
 		mu.Unlock()
 	}
-	// Accept the higher ranks; each says who it is.
+	// Accept the higher ranks; each proves who it is.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		defer stop()
-		for range size - 1 - rank {
-			c, err := ln.Accept()
-			if err != nil {
-				fail(fmt.Errorf("rank %d: accept: %w", rank, err))
-				return
-			}
-			var id [4]byte
-			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-			if _, err := io.ReadFull(c, id[:]); err != nil {
-				c.Close()
-				fail(fmt.Errorf("rank %d: handshake: %w", rank, err))
-				return
-			}
-			_ = c.SetReadDeadline(time.Time{})
-			r := int(binary.LittleEndian.Uint32(id[:]))
-			if r <= rank || r >= size || m.peers[r] != nil {
-				c.Close()
-				fail(fmt.Errorf("rank %d: a connection claims rank %d", rank, r))
-				return
-			}
-			m.peers[r] = &peer{rank: r, conn: tune(c)}
+		if err := m.acceptPeers(ctx, ln, addr); err != nil {
+			fail(err)
 		}
 	}()
-	var d net.Dialer
 	for r := range rank {
-		addr, err := st.Get(ctx, prefix+"addr/"+strconv.Itoa(r))
+		addr, err := st.Get(ctx, cfg.prefix+"addr/"+strconv.Itoa(r))
 		if err != nil {
 			fail(err)
 			break
 		}
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := cfg.dialPeer(ctx, r, addr)
 		if err != nil {
-			fail(fmt.Errorf("rank %d: connect to rank %d at %s: %w", rank, r, addr, err))
-			break
-		}
-		var id [4]byte
-		binary.LittleEndian.PutUint32(id[:], uint32(rank))
-		if _, err := c.Write(id[:]); err != nil {
-			c.Close()
 			fail(err)
 			break
 		}
 		m.peers[r] = &peer{rank: r, conn: tune(c)}
+	}
+	if len(errs) > 0 {
+		ln.Close() // a failed dial: stop waiting for the higher ranks
 	}
 	wg.Wait()
 	if len(errs) > 0 {
@@ -123,6 +105,12 @@ func tune(c net.Conn) net.Conn {
 }
 
 func (m *mesh) close() {
+	m.closed.Store(true)
+	for _, p := range m.peers {
+		if p != nil && p.shm != nil {
+			p.shm.closed.Store(true)
+		}
+	}
 	for _, p := range m.peers {
 		if p != nil {
 			p.conn.Close()
@@ -200,10 +188,15 @@ func (m *mesh) recv(r int, b []byte, deadline time.Time) error {
 	return m.readFull(p, b, deadline)
 }
 
+// peerErr says what an error on the connection to rank r means: this
+// rank shut the mesh down, the peer closed its connection (it was
+// stopped, or it exited), or it timed out.
 func (m *mesh) peerErr(r int, what string, err error) error {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	switch {
+	case m.closed.Load():
+		return fmt.Errorf("rank %d: %s rank %d: the connection was closed on this side (the group was shut down): %w", m.rank, what, r, err)
+	case isTimeout(err):
 		return fmt.Errorf("rank %d: %s rank %d: timed out (the peer is stuck or gone): %w", m.rank, what, r, err)
 	}
-	return fmt.Errorf("rank %d: %s rank %d: %w (the peer may have exited)", m.rank, what, r, err)
+	return fmt.Errorf("rank %d: %s rank %d: rank %d closed its connection (it was stopped, or it exited): %w", m.rank, what, r, r, err)
 }

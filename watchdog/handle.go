@@ -133,6 +133,12 @@ func (h *Handler) Handle(f Failure) {
 
 func (h *Handler) handle(f Failure) {
 	fmt.Fprintf(h.Log, "gorun watchdog: %s\n", f)
+	if f.Kind == KindStopped {
+		// The rank is being stopped and closes its groups: nothing to
+		// tell the others (they see its connections close), nothing to
+		// dump, nothing to end.
+		return
+	}
 	wait := h.DumpWait
 	if wait <= 0 {
 		wait = DefaultDumpWait

@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -46,7 +47,14 @@ const (
 	KindError   = "error"   // an operation failed here
 	KindRemote  = "remote"  // another rank reported a failure
 	KindStuck   = "stuck"   // the watchdog itself stopped making progress
+	KindStopped = "stopped" // this rank was stopped while an operation was in flight
 )
+
+// ErrStopped is in the error of an operation that failed because its
+// rank closed the operation's group (the rank is being stopped, by
+// SIGTERM say): the watchdog reports it as KindStopped, never as a
+// failure of the collective (errors.Is).
+var ErrStopped = errors.New("stopped")
 
 // Failure is what the watchdog found: the first operation that timed out
 // or failed (or, for KindRemote, what another rank found).
@@ -71,6 +79,9 @@ func (f Failure) String() string {
 		return fmt.Sprintf("rank %d: collective %s (group %d, sequence number %d) failed: %s", f.Rank, f.Op, f.PGID, f.Seq, f.Err)
 	case KindStuck:
 		return fmt.Sprintf("rank %d: the watchdog made no progress for %v", f.Rank, f.Elapsed)
+	case KindStopped:
+		return fmt.Sprintf("rank %d: stopped while collective %s (group %d, sequence number %d) was in flight: its process group was closed (not a collective failure)",
+			f.Rank, f.Op, f.PGID, f.Seq)
 	}
 	return "another rank failed first: " + f.Err
 }
@@ -135,8 +146,7 @@ func (w *Watchdog) AbortAll() {
 // Report hands a failed operation to OnFailure at once (the caller is
 // about to see the error: a Wait), and returns when OnFailure does.
 func (w *Watchdog) Report(op Op, err error) {
-	f := w.failure(KindError, op, time.Now())
-	f.Err = err.Error()
+	f := w.failureOf(op, err, time.Now())
 	w.failed.Store(true)
 	w.poke()
 	if w.cfg.OnFailure != nil {
@@ -248,8 +258,7 @@ func (w *Watchdog) check(now time.Time) (Failure, bool) {
 			case err != nil:
 				rec.Retire(op.RecordID)
 				if !found {
-					failure, found = w.failure(KindError, op, now), true
-					failure.Err = err.Error()
+					failure, found = w.failureOf(op, err, now), true
 				}
 			case op.OnComplete != nil:
 				op.OnComplete()
@@ -270,6 +279,18 @@ func (w *Watchdog) check(now time.Time) (Failure, bool) {
 		}
 	}
 	return failure, found
+}
+
+// failureOf is the failure of op, which ended with err: KindStopped when
+// err is a stop (ErrStopped), else KindError.
+func (w *Watchdog) failureOf(op Op, err error, now time.Time) Failure {
+	kind := KindError
+	if errors.Is(err, ErrStopped) {
+		kind = KindStopped
+	}
+	f := w.failure(kind, op, now)
+	f.Err = err.Error()
+	return f
 }
 
 func (w *Watchdog) failure(kind string, op Op, now time.Time) Failure {

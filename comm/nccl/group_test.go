@@ -34,7 +34,8 @@ func TestWatchdogSeesAsyncErrors(t *testing.T) {
 	n, cu := openDoubles(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := comm.DialStore(ctx, commtest.StoreAddr(t))
+	addr, secret := commtest.Store(t)
+	st, err := comm.DialStore(ctx, addr, secret)
 	if err != nil {
 		t.Fatal(err)
 	}

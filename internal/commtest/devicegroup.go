@@ -42,7 +42,7 @@ type Vendor struct {
 // RunAllOps runs every collective of comm's API on size ranks, one
 // goroutine and one device each, and checks the results.
 func RunAllOps(t *testing.T, v Vendor, size int) {
-	addr := StoreAddr(t)
+	addr, secret := Store(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -51,7 +51,7 @@ func RunAllOps(t *testing.T, v Vendor, size int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[rank] = runRank(ctx, v, addr, rank, size)
+			errs[rank] = runRank(ctx, v, addr, secret, rank, size)
 		}()
 	}
 	wg.Wait()
@@ -62,17 +62,25 @@ func RunAllOps(t *testing.T, v Vendor, size int) {
 	}
 }
 
-// StoreAddr serves a store on a free loopback port until the test ends
-// and returns its address.
-func StoreAddr(t testing.TB) string {
+// Store serves a store on a free loopback port until the test ends and
+// returns its address and the (fresh, random) secret its clients need.
+func Store(t testing.TB) (string, comm.Secret) {
 	t.Helper()
+	h, err := comm.NewSecretHex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := comm.ParseSecret(h)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := comm.ServeStore(ln)
+	srv := comm.ServeStore(ln, secret)
 	t.Cleanup(srv.Close)
-	return srv.Addr()
+	return srv.Addr(), secret
 }
 
 // rankRun is one rank's group, allocator and copies.
@@ -86,8 +94,8 @@ type rankRun struct {
 	size int
 }
 
-func runRank(ctx context.Context, v Vendor, addr string, rank, size int) error {
-	st, err := comm.DialStore(ctx, addr)
+func runRank(ctx context.Context, v Vendor, addr string, secret comm.Secret, rank, size int) error {
+	st, err := comm.DialStore(ctx, addr, secret)
 	if err != nil {
 		return err
 	}
