@@ -189,9 +189,17 @@ func (r *Rendezvous) mend(ctx context.Context, c *control) {
 			op = clientv3.OpPut(key, r.g.seal(key, strconv.Itoa(c.round)))
 		case key == r.k.restarts():
 			op = clientv3.OpPut(key, r.g.seal(key, strconv.Itoa(c.restarts)))
-		case c.good[key] != "" && !strings.HasPrefix(key, r.k.ctl()+"closer/"):
+		case strings.HasPrefix(key, r.k.ctl()+"closer/"):
+			op = clientv3.OpDelete(key) // a lease-less closer would stall the round
+		case c.good[key] != "":
 			op = clientv3.OpPut(key, c.good[key])
 		default:
+			// The value the stranger's replaced, from etcd's history.
+			if prev := r.previousValue(ctx, key, rev); prev != nil {
+				op = clientv3.OpPut(key, string(prev.Value))
+				r.apply(c, key, prev.Value, prev.ModRevision)
+				break
+			}
 			op = clientv3.OpDelete(key)
 		}
 		txn := r.cli.Txn(ctx)
@@ -202,6 +210,23 @@ func (r *Rendezvous) mend(ctx context.Context, c *control) {
 			r.cfg.Log.Warnf("rendezvous: mended %s", key)
 		}
 	}
+}
+
+// previousValue returns the value key had before revision rev, if it was
+// this job's (nil if none, or etcd compacted it away).
+func (r *Rendezvous) previousValue(ctx context.Context, key string, rev int64) *mvccpb.KeyValue {
+	if rev <= 1 {
+		return nil
+	}
+	resp, err := r.cli.Get(ctx, key, clientv3.WithRev(rev-1))
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil
+	}
+	kv := resp.Kvs[0]
+	if _, ok := r.g.open(key, kv.Value, kv.ModRevision); !ok {
+		return nil
+	}
+	return kv
 }
 
 // readControl reads every control key at one revision.

@@ -120,7 +120,7 @@ var (
 func shape(run string, minN, maxN, nproc int) Shape {
 	runIDMu.Lock()
 	runIDN++
-	id := fmt.Sprintf("%s-%d-%d", run, os.Getpid(), runIDN)
+	id := fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(run, "/", "_"), os.Getpid(), runIDN)
 	runIDMu.Unlock()
 	return Shape{RunID: id, Role: "default", NprocPerNode: nproc, MinNodes: minN, MaxNodes: maxN, MaxRestarts: 1}
 }
