@@ -70,7 +70,7 @@ type Group struct {
 	closing atomic.Bool // Close began: what fails now was stopped
 	mu      sync.Mutex
 	broken  error      // the first failure: later calls fail fast
-	coal   *coalescer // operations gathered between Start and EndCoalescing
+	coal    *coalescer // operations gathered between Start and EndCoalescing
 	// Sequence numbers of the flight recorder: collectives, point-to-
 	// point operations, all operations.
 	collSeq, p2pSeq, opID int64
