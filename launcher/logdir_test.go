@@ -1,0 +1,191 @@
+package launcher
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// TestLogLayoutRefusesRunIDs: a run id that is not a plain name never
+// builds a path.
+func TestLogLayoutRefusesRunIDs(t *testing.T) {
+	logDir := t.TempDir()
+	for _, id := range []string{"../../x", "a/b", "..", ".hidden", "", "-x", strings.Repeat("a", 200)} {
+		if l, err := newLogLayout(logDir, id); !errors.Is(err, rendezvous.ErrInvalidRunID) {
+			if l != nil {
+				l.close()
+			}
+			t.Errorf("run id %q: %v; want %v", id, err, rendezvous.ErrInvalidRunID)
+		}
+		cfg := NewConfig()
+		cfg.Entrypoint.Script, cfg.RunID = "train.py", id
+		if err := cfg.Validate(); !errors.Is(err, rendezvous.ErrInvalidRunID) || !strings.Contains(err.Error(), "--rdzv-id") {
+			t.Errorf("Validate with run id %q: %v; want one naming --rdzv-id", id, err)
+		}
+	}
+	if left, _ := os.ReadDir(logDir); len(left) != 0 {
+		t.Errorf("left in --log-dir: %v", left)
+	}
+}
+
+// TestLogLayoutModes: the run's folders are 0700, log files 0600, and a
+// file or link already at a log's name is never written through.
+func TestLogLayoutModes(t *testing.T) {
+	logDir := t.TempDir()
+	l, err := newLogLayout(logDir, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	if err := l.prepareAttempt(0, 2); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.createStream(0, 1, "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, p := range []struct {
+		path string
+		mode fs.FileMode
+	}{
+		{"job", 0o700}, {"job/attempt_0", 0o700}, {"job/attempt_0/0", 0o700}, {"job/attempt_0/1/stdout.log", 0o600},
+	} {
+		fi, err := os.Lstat(filepath.Join(logDir, p.path))
+		if err != nil || fi.Mode().Perm() != p.mode {
+			t.Errorf("%s: %v, %v; want %04o", p.path, fi.Mode(), err, p.mode)
+		}
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, l.streamFile(0, 0, "stderr")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := l.createStream(0, 0, "stderr"); err == nil {
+		f.Close()
+		t.Error("a log was opened through a link")
+	}
+	if f, err := l.createStream(0, 1, "stdout"); err == nil {
+		f.Close()
+		t.Error("an existing log was opened again")
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+}
+
+// TestLogLayoutNeverUsesPlanted: a folder or link already at
+// <log_dir>/<run_id> is left alone: the run takes the next free name.
+func TestLogLayoutNeverUsesPlanted(t *testing.T) {
+	logDir := t.TempDir()
+	elsewhere := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(logDir, "job")); err != nil {
+		t.Fatal(err)
+	}
+	mkdir(t, filepath.Join(logDir, "job.1"), 0o777)
+	l, err := newLogLayout(logDir, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	if want := filepath.Join(logDir, "job.2"); l.root != want {
+		t.Errorf("run folder %s; want %s", l.root, want)
+	}
+	if err := l.prepareAttempt(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(elsewhere); len(left) != 0 {
+		t.Errorf("written through the planted link: %v", left)
+	}
+}
+
+// TestPrepareAttemptRemovesOnlyItsOwn: an attempt folder this run made is
+// emptied for a rerun of the attempt; one it did not make is an error,
+// and nothing in it is removed.
+func TestPrepareAttemptRemovesOnlyItsOwn(t *testing.T) {
+	l, err := newLogLayout(t.TempDir(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	if err := l.prepareAttempt(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(l.rankDir(0, 0), "stdout.log")
+	if err := os.WriteFile(old, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.prepareAttempt(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("rerun of attempt 0 kept its old log: %v", err)
+	}
+	foreign := filepath.Join(l.root, "attempt_1", "keep")
+	if err := os.MkdirAll(foreign, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.prepareAttempt(1, 1); err == nil {
+		t.Error("an attempt folder this run did not make was used")
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Errorf("removed what this run did not make: %v", err)
+	}
+}
+
+// TestTempLayoutDumpDir: without --log-dir, dumps go to this user's
+// private folder, or to a fresh private one when another user holds its
+// name; the run's dump folders that stayed empty go with the run.
+func TestTempLayoutDumpDir(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	l, err := newLogLayout("", "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.prepareAttempt(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	dir, warn, err := l.dumpDir(0)
+	if err != nil || warn != "" || !strings.HasPrefix(dir, frBaseName()+string(filepath.Separator)) {
+		t.Fatalf("dumpDir = %s, %q, %v; want one under %s", dir, warn, err, frBaseName())
+	}
+	if fi, err := os.Lstat(frBaseName()); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("%s: %v, %v; want 0700", frBaseName(), fi.Mode(), err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil { // as the watchdog does
+		t.Fatal(err)
+	}
+	root := l.root
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{root, filepath.Dir(dir)} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left behind: %v", p, err)
+		}
+	}
+
+	// Another user's folder (here: one open to everyone) is not used.
+	if err := os.Chmod(frBaseName(), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	l, err = newLogLayout("", "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	dir, warn, err = l.dumpDir(0)
+	if err != nil || !strings.Contains(warn, "0777") || strings.HasPrefix(dir, frBaseName()+string(filepath.Separator)) {
+		t.Fatalf("dumpDir = %s, %q, %v; want a fresh folder and a warning", dir, warn, err)
+	}
+	if fi, err := os.Lstat(filepath.Dir(filepath.Dir(dir))); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("fallback folder: %v, %v; want 0700", fi.Mode(), err)
+	}
+}
