@@ -99,35 +99,59 @@ func (s *StoreServer) accept() {
 	}
 }
 
-// handshake authenticates the client of c: nil when it knows the secret.
-// Its token in s.pending is returned on every path.
-func (s *StoreServer) handshake(c net.Conn, r *bufio.Reader) error {
-	defer func() { <-s.pending }()
+// handshake authenticates the client of c: nil when it knows the
+// secret, else the error and the message to answer with ("" for none).
+func (s *StoreServer) handshake(c net.Conn, r *bufio.Reader) (string, error) {
 	_ = c.SetDeadline(time.Now().Add(s.timeout))
 	defer c.SetDeadline(time.Time{})
 	nonce, err := newNonce()
 	if err != nil {
-		return err
+		return "", err
 	}
 	if _, err := c.Write([]byte(storeGreeting + hex.EncodeToString(nonce) + "\n")); err != nil {
-		return err
+		return "", err
 	}
 	line, err := readLine(r, maxHandshakeLine, nil)
-	if err != nil {
-		_, _ = c.Write([]byte("ERR store: authentication failed: no answer to the challenge (" + err.Error() + ")\n"))
-		return err
+	switch {
+	case errors.Is(err, errTooLong):
+		return "store: authentication failed: an answer of more than 256 bytes: want AUTH <nonce> <mac>", err
+	case isTimeout(err):
+		return "store: authentication failed: no answer to the challenge within " + s.timeout.String(), err
+	case err != nil:
+		return "", err
 	}
 	theirs, mac, ok := parseAuth(line)
 	if !ok {
-		_, _ = c.Write([]byte("ERR store: authentication failed: want AUTH <nonce> <mac> (this is gorun's worker store)\n"))
-		return errors.New("malformed answer")
+		return "store: authentication failed: want AUTH <nonce> <mac> (this is gorun's worker store)", errors.New("malformed answer")
 	}
 	if !s.secret.verify(mac, labelStoreClient, nonce, theirs) {
-		_, _ = c.Write([]byte("ERR store: authentication failed: wrong or missing " + JobSecretEnv + "\n"))
-		return errors.New("wrong MAC")
+		return "store: authentication failed: wrong or missing " + JobSecretEnv, errors.New("wrong MAC")
 	}
 	_, err = c.Write([]byte("OK " + hex.EncodeToString(s.secret.mac(labelStoreServer, nonce, theirs)) + "\n"))
-	return err
+	return "", err
+}
+
+// refuseLinger bounds how long a refused connection is drained after its
+// error line, so that the line is not lost to a reset.
+const refuseLinger = time.Second
+
+// refuse answers c with one error line and ends it: it stops writing,
+// then discards what the client still sends (nothing is buffered) for at
+// most refuseLinger, so that the client can read the line.
+func (s *StoreServer) refuse(c net.Conn, msg string) {
+	_ = c.SetDeadline(time.Now().Add(refuseLinger))
+	if _, err := c.Write([]byte("ERR " + msg + "\n")); err != nil {
+		return
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	var sink [4096]byte
+	for {
+		if _, err := c.Read(sink[:]); err != nil {
+			return
+		}
+	}
 }
 
 func (s *StoreServer) serve(c net.Conn) {
@@ -139,7 +163,14 @@ func (s *StoreServer) serve(c net.Conn) {
 		c.Close()
 	}()
 	r := bufio.NewReader(c)
-	if s.handshake(c, r) != nil {
+	// The connection holds its token in s.pending until it is
+	// authenticated, or refused and drained.
+	msg, err := s.handshake(c, r)
+	if err != nil && msg != "" {
+		s.refuse(c, msg)
+	}
+	<-s.pending
+	if err != nil {
 		return
 	}
 	var buf []byte
@@ -149,7 +180,7 @@ func (s *StoreServer) serve(c net.Conn) {
 		s.notePeak(int64(cap(buf)))
 		var re *requestError
 		if errors.As(err, &re) {
-			_, _ = c.Write([]byte("ERR " + re.msg + "\n"))
+			s.refuse(c, re.msg)
 			return
 		}
 		if err != nil {
