@@ -163,27 +163,38 @@ func frBaseName() string {
 // temporary layout does not). The per-user folder is made private (0700)
 // on first use; if another user holds its name, a fresh private folder
 // is made instead and the warning says so. The watchdog makes the
-// attempt's folder when it dumps.
+// attempt's folder when it dumps; close removes those that stayed empty.
 func (l *logLayout) dumpDir(attempt int) (dir, warning string, err error) {
 	if l.kept() {
 		return filepath.Join(l.root, attemptName(attempt), "flight_recorder"), "", nil
 	}
 	if l.frBase == "" {
-		base := frBaseName()
-		if perr := privateDir(base); perr != nil {
-			fresh, err := os.MkdirTemp("", filepath.Base(base)+"-")
-			if err != nil {
-				return "", "", fmt.Errorf("flight recorder folder: %w", err)
-			}
-			warning = fmt.Sprintf("flight recorder: not using %v; dumps go to %s", perr, fresh)
-			base = fresh
-		}
-		if err := os.Mkdir(filepath.Join(base, filepath.Base(l.root)), dirMode); err != nil {
+		if l.frBase, warning, err = l.makeDumpBase(); err != nil {
 			return "", warning, fmt.Errorf("flight recorder folder: %w", err)
 		}
-		l.frBase = base
 	}
 	return filepath.Join(l.frBase, filepath.Base(l.root), attemptName(attempt)), warning, nil
+}
+
+// makeDumpBase makes the per-user flight-recorder folder (or a fresh one)
+// and this run's folder in it.
+func (l *logLayout) makeDumpBase() (base, warning string, err error) {
+	run := filepath.Base(l.root)
+	for range 3 {
+		base = frBaseName()
+		if perr := privateDir(base); perr != nil {
+			if base, err = os.MkdirTemp("", filepath.Base(base)+"-"); err != nil {
+				return "", "", err
+			}
+			warning = fmt.Sprintf("flight recorder: not using %v; dumps go to %s", perr, base)
+		}
+		err = os.Mkdir(filepath.Join(base, run), dirMode)
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		// Another gorun removed the per-user folder, empty, meanwhile.
+	}
+	return base, warning, err
 }
 
 // errorFile is a worker's TORCHELASTIC_ERROR_FILE.
@@ -218,6 +229,7 @@ func (l *logLayout) close() error {
 			_ = os.Remove(filepath.Join(run, attemptName(a))) // only if empty
 		}
 		_ = os.Remove(run)
+		_ = os.Remove(l.frBase) // the per-user folder too, when no run keeps dumps there
 	}
 	return l.temp.remove()
 }

@@ -166,10 +166,30 @@ func TestTempLayoutDumpDir(t *testing.T) {
 	if err := l.close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{root, filepath.Dir(dir)} {
+	for _, p := range []string{root, filepath.Dir(dir), frBaseName()} {
 		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s left behind: %v", p, err)
 		}
+	}
+
+	// Dumps outlive the run.
+	l, err = newLogLayout("", "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir, _, err = l.dumpDir(0); err != nil {
+		t.Fatal(err)
+	}
+	dump := filepath.Join(dir, "fr_trace_rank_0.json")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dump, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.close()
+	if _, err := os.Stat(dump); err != nil {
+		t.Errorf("the run's dump went with it: %v", err)
 	}
 
 	// Another user's folder (here: one open to everyone) is not used.
