@@ -19,7 +19,10 @@ func (s *countingSignal) Get(context.Context, string) (string, error) {
 	s.calls++
 	return "", errors.New("none")
 }
-func (s *countingSignal) Create(_ context.Context, _, v string) (string, error) { s.calls++; return v, nil }
+func (s *countingSignal) Create(_ context.Context, _, v string) (string, error) {
+	s.calls++
+	return v, nil
+}
 
 // An operation that failed because its rank stopped (its error wraps
 // ErrStopped) is a KindStopped, whether the watchdog finds it or a Wait
