@@ -48,7 +48,7 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 	}
 	l := &logLayout{attempts: map[int]bool{}}
 	if logDir == "" {
-		d, err := makeTempDir("", tempPrefix + runID + "-")
+		d, err := makeTempDir("", tempPrefix+runID+"-")
 		if err != nil {
 			return nil, fmt.Errorf("create a folder for worker error files: %w", err)
 		}

@@ -35,7 +35,7 @@ func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeTempDir("", tempPrefix + "store-")
+	dir, err := makeTempDir("", tempPrefix+"store-")
 	if err != nil {
 		return nil, fmt.Errorf("local store: data folder: %w", err)
 	}
