@@ -83,9 +83,11 @@ func connectMesh(ctx context.Context, st Store, cfg meshConfig) (*mesh, error) {
 		}
 		m.peers[r] = &peer{rank: r, conn: tune(c)}
 	}
+	mu.Lock()
 	if len(errs) > 0 {
 		ln.Close() // a failed dial: stop waiting for the higher ranks
 	}
+	mu.Unlock()
 	wg.Wait()
 	if len(errs) > 0 {
 		m.close()
