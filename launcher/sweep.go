@@ -32,6 +32,7 @@ func (a *Agent) startSweep(ctx context.Context) {
 	go func() {
 		defer close(s.done)
 		removed, err := sweepTempDirs(ctx, os.TempDir())
+		sweepDumpFolders(ctx, frBaseName(), os.TempDir())
 		for _, p := range removed {
 			log.Infof("removed %s, left by a gorun that was killed", p)
 		}

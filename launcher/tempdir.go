@@ -139,6 +139,34 @@ func sweepTempDirs(ctx context.Context, dir string) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
+// sweepDumpFolders removes, in base (the per-user flight-recorder
+// folder), the run folders that stayed empty but for empty attempt
+// folders and whose run's temporary folder in tmp is gone: a killed
+// gorun's. A folder with a dump in it is kept.
+func sweepDumpFolders(ctx context.Context, base, tmp string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return
+		}
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), tempPrefix) {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(tmp, e.Name())); err == nil {
+			continue // its gorun lives, or has not removed it yet
+		}
+		run := filepath.Join(base, e.Name())
+		attempts, _ := os.ReadDir(run)
+		for _, a := range attempts {
+			_ = os.Remove(filepath.Join(run, a.Name())) // only if empty
+		}
+		_ = os.Remove(run)
+	}
+}
+
 // sweepOne removes path if it is an abandoned folder of this user's, and
 // says whether it did.
 func sweepOne(path string) (bool, error) {

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/internal/proctest"
+)
+
+// gorunFolders lists the gorun-* folders in dir, but for the per-user
+// folder of flight-recorder dumps.
+func gorunFolders(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "gorun-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, d := range m {
+		if !strings.HasPrefix(filepath.Base(d), "gorun-flight-recorder-") {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// TestKilledGorunFoldersSwept: gorun killed with SIGKILL leaves its
+// temporary folders (its error files, the --standalone store's data);
+// the next gorun of the user removes them, and never a live gorun's.
+func TestKilledGorunFoldersSwept(t *testing.T) {
+	t.Parallel()
+	tmp, work := t.TempDir(), t.TempDir()
+	env := testEnv("TMPDIR=" + tmp)
+	hold := writeScript(t, `touch "$1/ready.$2"; exec sleep 300`)
+
+	killed, _, _ := startGorun(t, env, "--standalone", "--no-python", hold, work, "killed")
+	waitFor(t, "the first gorun's worker", func() bool {
+		_, err := os.Stat(filepath.Join(work, "ready.killed"))
+		return err == nil
+	})
+	left := gorunFolders(t, tmp)
+	if len(left) != 2 {
+		t.Fatalf("temporary folders %v; want the error files' and the store's", left)
+	}
+	if err := killed.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, killed)
+
+	// A live gorun's folders survive the sweep of another.
+	live, _, _ := startGorun(t, env, "--no-python", hold, work, "live")
+	waitFor(t, "the live gorun's worker", func() bool {
+		_, err := os.Stat(filepath.Join(work, "ready.live"))
+		return err == nil
+	})
+	var liveDirs []string
+	for _, d := range gorunFolders(t, tmp) {
+		if !contains(left, d) {
+			liveDirs = append(liveDirs, d)
+		}
+	}
+	if len(liveDirs) != 1 {
+		t.Fatalf("the live gorun's folders: %v; want one", liveDirs)
+	}
+
+	r := runGorun(t, env, "--no-python", "/bin/true")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	proctest.WaitFor(t, "the killed gorun's folders to go", 30*time.Second, func() bool {
+		for _, d := range left {
+			if _, err := os.Lstat(d); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := os.Stat(liveDirs[0]); err != nil {
+		t.Errorf("a live gorun's folder was removed: %v", err)
+	}
+	if err := live.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, live)
+	// Nothing is left, not even the killed gorun's empty dump folder.
+	if rest, _ := os.ReadDir(tmp); len(rest) != 0 {
+		t.Errorf("left in TMPDIR: %v", rest)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestLogFilesArePrivate: under --log-dir the run's folders are 0700 and
+// the log files 0600; a run without --log-dir makes only private folders.
+func TestLogFilesArePrivate(t *testing.T) {
+	t.Parallel()
+	logDir := filepath.Join(t.TempDir(), "logs")
+	script := writeScript(t, `echo out; echo err >&2; echo '{"message": "x"}' > "$TORCHELASTIC_ERROR_FILE"; exit 1`)
+	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--log-dir", logDir, "--rdzv-id=j", "--tee=3", "--no-python", script)
+	if r.code != 1 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	var n int
+	err := filepath.WalkDir(filepath.Join(logDir, "j"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := fs.FileMode(0o700)
+		if !d.IsDir() {
+			want = 0o600
+			n++
+		}
+		// error.json is the worker's own: the folders keep it private.
+		if fi.Mode().Perm() != want && d.Name() != "error.json" {
+			t.Errorf("%s: mode %04o; want %04o", p, fi.Mode().Perm(), want)
+		}
+		return nil
+	})
+	if err != nil || n < 4 {
+		t.Fatalf("%d files, %v; want the 4 logs", n, err)
+	}
+	for lr := range 2 {
+		b, err := os.ReadFile(filepath.Join(logDir, "j", "attempt_0", strconv.Itoa(lr), "stdout.log"))
+		if err != nil || string(b) != "out\n" {
+			t.Errorf("local rank %d stdout.log = %q, %v", lr, b, err)
+		}
+	}
+}
