@@ -1,0 +1,12 @@
+package tracefind
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/internal/leakcheck"
+)
+
+// TestMain fails the package if its tests leave goroutines running.
+func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m, 5*time.Second)) }
