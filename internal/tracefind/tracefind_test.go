@@ -47,7 +47,6 @@ func attemptDir(logs, run string, n int) string {
 	return filepath.Join(logs, run, "attempt_"+strconv.Itoa(n), "flight_recorder")
 }
 
-
 func TestFind(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	outside := t.TempDir()
