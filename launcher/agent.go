@@ -97,7 +97,9 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 // worker process and its process group are gone and their output has been
 // written. An error means the agent itself could not go on (rendezvous,
 // log directory, a worker that cannot be started); the Result still holds
-// the exit code to use.
+// the exit code to use. Once its first workers are forked, Run also
+// removes, in the background, the temporary folders that gorun processes
+// of the same user left when they were killed (sweepTempDirs).
 func (a *Agent) Run(ctx context.Context) (Result, error) {
 	cfg := &a.cfg
 	layout, err := newLogLayout(cfg.LogDir, cfg.RunID)
