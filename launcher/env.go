@@ -150,6 +150,9 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 		vars = append(vars,
 			EnvVar{"GORUN_STORE_ENDPOINTS", strings.Join(round.StoreEndpoints, ",")},
 			EnvVar{"GORUN_STORE_PREFIX", round.StorePrefix})
+		if round.StoreUser != "" {
+			vars = append(vars, EnvVar{"GORUN_STORE_USER", round.StoreUser}, EnvVar{"GORUN_STORE_PASSWORD", round.StorePassword})
+		}
 	}
 	return vars
 }

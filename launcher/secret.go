@@ -12,9 +12,10 @@ const (
 	// EnvJobSecret gives every worker the job's secret, with which the
 	// worker store and the mesh authenticate their peers.
 	EnvJobSecret = "GORUN_JOB_SECRET"
-	// EnvRdzvToken gives the --standalone local store (gorun-etcd store)
-	// the job's secret: only clients that present it are served.
-	EnvRdzvToken = "GORUN_RDZV_TOKEN"
+	// EnvStorePassword gives the --standalone local store the password of
+	// its one user, rendezvous.EtcdUser: the job's secret, which the
+	// workers get as GORUN_STORE_PASSWORD to log in.
+	EnvStorePassword = "GORUN_STORE_PASSWORD"
 	// SecretPlaceholder stands for the secret wherever it is shown: a
 	// dry run's environment, a formatted Secret.
 	SecretPlaceholder = "<secret>"

@@ -24,7 +24,7 @@ type LocalStore struct {
 }
 
 // StartLocalStore starts `binary store` on a free port of 127.0.0.1,
-// with the job's secret in its environment (EnvRdzvToken; never on its
+// with the job's secret in its environment (EnvStorePassword; never on its
 // command line, which every user can read). Its errors go to stderr; it
 // dies with this process.
 func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore, error) {
@@ -40,14 +40,16 @@ func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore
 		return nil, fmt.Errorf("local store: data folder: %w", err)
 	}
 	s := &LocalStore{endpoint: rendezvous.DefaultLocalAddr + ":" + strconv.Itoa(port), dir: dir}
-	argv := []string{binary, "store", "--listen", s.endpoint, "--data-dir", dir.path, "--log-level", "error"}
+	// etcd's own log lines are JSON for operators of a store, not for the
+	// job's terminal: a failure to serve reaches the workers as errors.
+	argv := []string{binary, "store", "--listen", s.endpoint, "--data-dir", dir.path, "--log-level", "panic"}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		dir.remove()
 		return nil, fmt.Errorf("local store: %w", err)
 	}
 	defer devnull.Close()
-	env := withEnv(os.Environ(), []EnvVar{{EnvRdzvToken, secret.Reveal()}})
+	env := withEnv(os.Environ(), []EnvVar{{EnvStorePassword, secret.Reveal()}})
 	// The lowest CPU priority: on a busy node the workers' own start-up
 	// comes first, and only Go workers that use the store wait for it.
 	proc, started := startProcess(argv, env, devnull, stderr, make(chan *process, 1), storeNice)

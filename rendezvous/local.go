@@ -28,6 +28,8 @@ type LocalConfig struct {
 	// under StorePrefix.
 	StoreEndpoints []string
 	StorePrefix    string
+	// StoreUser and StorePassword log in to that store.
+	StoreUser, StorePassword string
 }
 
 // Local is the rendezvous of a job that runs on one node. It needs no
@@ -76,6 +78,7 @@ func (l *Local) Next(ctx context.Context, node Node) (Round, error) {
 		MasterPort:     port,
 		StoreEndpoints: l.cfg.StoreEndpoints,
 		StorePrefix:    l.roundPrefix(n),
+		StoreUser:      l.cfg.StoreUser, StorePassword: l.cfg.StorePassword,
 	}, nil
 }
 

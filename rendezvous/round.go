@@ -88,6 +88,9 @@ type Round struct {
 	// and the mesh. Empty: the launcher makes one for a single-node job.
 	// Never logged, never printed.
 	JobSecret string
+	// StoreUser and StorePassword, when set, log in to the store at
+	// StoreEndpoints (GORUN_STORE_USER, GORUN_STORE_PASSWORD).
+	StoreUser, StorePassword string
 }
 
 // Event tells a running node that its round must end for a reason outside

@@ -72,8 +72,14 @@ func testEnv(extra ...string) []string {
 		}
 		env = append(env, kv)
 	}
+	// Every test job shares this token: nodes of a multi-node test job
+	// must hold the same one (docs/security.md).
+	env = append(env, "GORUN_RDZV_TOKEN="+testToken)
 	return append(env, extra...)
 }
+
+// testToken is the job token of the tests' multi-node jobs.
+const testToken = "gorun-test-token-0123456789abcdef"
 
 // runGorun runs the gorun binary to completion.
 func runGorun(t *testing.T, env []string, args ...string) result {

@@ -86,7 +86,7 @@ func TestDryRunHidesJobSecret(t *testing.T) {
 }
 
 // TestStandaloneStoreGetsToken: the --standalone store process gets the
-// workers' secret in GORUN_RDZV_TOKEN, and not on its command line.
+// workers' secret in GORUN_STORE_PASSWORD, and not on its command line.
 func TestStandaloneStoreGetsToken(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -111,8 +111,8 @@ while [ ! -e "$1/go" ]; do sleep 0.01; done`)
 		t.Fatal(err)
 	}
 	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(store) + "/cmdline")
-	if len(secret) != 64 || !strings.Contains("\x00"+string(environ), "\x00GORUN_RDZV_TOKEN="+secret+"\x00") {
-		t.Errorf("the store's environment lacks GORUN_RDZV_TOKEN=<the workers' secret>")
+	if len(secret) != 64 || !strings.Contains("\x00"+string(environ), "\x00GORUN_STORE_PASSWORD="+secret+"\x00") {
+		t.Errorf("the store's environment lacks GORUN_STORE_PASSWORD=<the workers' secret>")
 	}
 	if strings.Contains(string(cmdline), secret) {
 		t.Errorf("the secret is on the store's command line: %q", cmdline)

@@ -32,7 +32,8 @@ func storeWorker() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 30 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 30 * time.Second, Logger: zap.NewNop(),
+		Username: os.Getenv("GORUN_STORE_USER"), Password: os.Getenv("GORUN_STORE_PASSWORD")})
 	if err != nil {
 		return fail("connect %s: %v", endpoints, err)
 	}

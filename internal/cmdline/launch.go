@@ -76,6 +76,7 @@ func launchAction(c *cli.Context, opts Options) error {
 			}()
 			local := *plan.standalone
 			local.StoreEndpoints, local.StorePrefix = []string{store.Endpoint()}, "/gorun/"+cfg.RunID+"/store/"
+			local.StoreUser, local.StorePassword = rendezvous.EtcdUser, cfg.JobSecret.Reveal()
 			rdzv = rendezvous.NewLocal(local)
 		}
 	}

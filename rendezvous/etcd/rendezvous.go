@@ -25,6 +25,11 @@ const (
 	DefaultJoinTimeout      = 600 * time.Second
 	DefaultLeaseTTL         = 10 * time.Second
 	DefaultProgressInterval = 5 * time.Second
+	// DefaultUnreachableTimeout is Config.UnreachableTimeout's default.
+	DefaultUnreachableTimeout = 60 * time.Second
+	// callTimeout bounds one call that must not wait for etcd forever
+	// (a lease grant: etcd's client waits for a connection otherwise).
+	callTimeout = 5 * time.Second
 	// revokeTimeout bounds Close's revoke of the lease.
 	revokeTimeout = 2 * time.Second
 )
@@ -38,6 +43,9 @@ var (
 	ErrJobFailed     = rendezvous.ErrJobFailed
 	ErrJobSucceeded  = rendezvous.ErrJobSucceeded
 	ErrRoundEnded    = rendezvous.ErrRoundEnded
+	// ErrUnreachable: etcd stayed unreachable for longer than
+	// Config.UnreachableTimeout.
+	ErrUnreachable = errors.New("rendezvous: etcd unreachable")
 	// ErrInvalidConfig: a Config value is out of range; retrying cannot
 	// help.
 	ErrInvalidConfig = errors.New("rendezvous: invalid configuration")
@@ -65,6 +73,11 @@ type Config struct {
 	ProgressInterval time.Duration
 	// Log receives progress and warnings.
 	Log logrus.FieldLogger
+	// UnreachableTimeout bounds how long etcd may stay unreachable, at
+	// the start or between rounds, before Next gives up with
+	// ErrUnreachable (DefaultUnreachableTimeout); a round merely waiting
+	// for nodes waits up to JoinTimeout.
+	UnreachableTimeout time.Duration
 	// Token is the job's secret, the same on every node: the values the
 	// job writes are sealed with a key derived from it, and a value that
 	// is not is refused. Nil: the first node makes one and keeps it in
@@ -122,6 +135,9 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	if cfg.ProgressInterval == 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
 	}
+	if cfg.UnreachableTimeout == 0 {
+		cfg.UnreachableTimeout = DefaultUnreachableTimeout
+	}
 	if cfg.Log == nil {
 		cfg.Log = logrus.StandardLogger()
 	}
@@ -169,7 +185,9 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 // the call, and keeps it alive until Close.
 func (r *Rendezvous) openLease(ctx context.Context) error {
 	ttl := int64((r.cfg.LeaseTTL + time.Second - 1) / time.Second)
-	grant, err := r.cli.Grant(ctx, ttl)
+	gctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	grant, err := r.cli.Grant(gctx, ttl)
 	if err != nil {
 		return fmt.Errorf("rendezvous: open a lease on %v: %w", r.cli.Endpoints(), err)
 	}
@@ -292,12 +310,16 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 	defer cancel()
 	delay := 50 * time.Millisecond
 	var lastErr error
+	// unreachable is when etcd's first failure of the current run of
+	// failures came; lastWarn when the last warning was printed.
+	var unreachable, lastWarn time.Time
 	for {
 		res, err := r.joinLeased(jctx, me)
 		switch {
 		case err == nil:
 			return r.roundFor(res), nil
 		case errors.Is(err, errRetry):
+			unreachable = time.Time{}
 			continue
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			if errors.Is(err, errEtcd) {
@@ -311,7 +333,17 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 			return rendezvous.Round{}, err
 		}
 		lastErr = err
-		r.cfg.Log.Warnf("rendezvous: etcd at %s: %v; retrying in %v", strings.Join(r.cli.Endpoints(), ","), err, delay)
+		now := time.Now()
+		if unreachable.IsZero() {
+			unreachable = now
+		}
+		if gone := now.Sub(unreachable); gone >= r.cfg.UnreachableTimeout {
+			return rendezvous.Round{}, fmt.Errorf("%w: etcd at %s did not answer for %v (--rdzv-conf connect_timeout): %v", ErrUnreachable, strings.Join(r.cli.Endpoints(), ","), gone.Round(time.Second), err)
+		}
+		if now.Sub(lastWarn) >= r.cfg.ProgressInterval {
+			r.cfg.Log.Warnf("rendezvous: etcd at %s: %v; retrying for up to %v more", strings.Join(r.cli.Endpoints(), ","), err, (r.cfg.UnreachableTimeout - now.Sub(unreachable)).Round(time.Second))
+			lastWarn = now
+		}
 		if err := sleep(jctx, delay); err != nil {
 			return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 		}

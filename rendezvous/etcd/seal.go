@@ -2,17 +2,16 @@ package etcd
 
 import (
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // Every value the rendezvous writes is sealed: followed by an HMAC-SHA256
@@ -23,59 +22,20 @@ import (
 // run id and the round, so a sealed value cannot be moved to another key,
 // job or round.
 
-// MinTokenLen is the shortest job token accepted (bytes).
-const MinTokenLen = 16
+// Token is the job's shared secret (package rendezvous).
+type Token = rendezvous.Token
 
-// ErrBadToken: the job token is missing or too short.
-var ErrBadToken = errors.New("rendezvous: bad job token")
+// Token helpers of package rendezvous, for this package's callers.
+var (
+	NewToken    = rendezvous.NewToken
+	ParseToken  = rendezvous.ParseToken
+	ErrBadToken = rendezvous.ErrBadToken
+)
 
-// Token is a job's shared secret, given by the user (--rdzv-conf
-// token_file=, GORUN_RDZV_TOKEN) or made by NewToken. Derived keys keep
-// its uses apart: records, workers and the embedded etcd's password.
-type Token []byte
+// EtcdUser is the embedded etcd's user for jobs.
+const EtcdUser = rendezvous.EtcdUser
 
-// NewToken returns a random token (32 bytes, hex: 64 characters).
-func NewToken() (Token, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return nil, fmt.Errorf("rendezvous: make a job token: %w", err)
-	}
-	return Token(hex.EncodeToString(b)), nil
-}
-
-// ParseToken checks a token read from a file or the environment: white
-// space around it is dropped; at least MinTokenLen bytes must remain.
-// source names where it came from, for the error (never the token).
-func ParseToken(source string, raw []byte) (Token, error) {
-	t := strings.TrimSpace(string(raw))
-	if len(t) < MinTokenLen {
-		return nil, fmt.Errorf("%w: %s holds %d bytes; want at least %d (make one with: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')", ErrBadToken, source, len(t), MinTokenLen)
-	}
-	return Token(t), nil
-}
-
-func (t Token) derive(label string) []byte {
-	m := hmac.New(sha256.New, t)
-	m.Write([]byte(label))
-	return m.Sum(nil)
-}
-
-// WorkerSecret is the secret workers of run runID get in
-// GORUN_JOB_SECRET (64 hex characters): the worker store and the mesh
-// require it.
-func (t Token) WorkerSecret(runID string) string {
-	return hex.EncodeToString(t.derive("gorun worker secret v1\x00" + runID))
-}
-
-// EtcdPassword is the password of the embedded etcd's job user
-// (EtcdUser), the same on every node that holds the token.
-func (t Token) EtcdPassword() string { return hex.EncodeToString(t.derive("gorun etcd password v1")) }
-
-// EtcdUser is the embedded etcd's user for jobs; root is not usable by
-// clients (its password is random and thrown away).
-const EtcdUser = "gorun"
-
-func (t Token) recordKey() []byte { return t.derive("gorun rendezvous records v1") }
+func recordKey(t Token) []byte { return t.Derive("gorun rendezvous records v1") }
 
 // macSep stands between a sealed value and its MAC (base64url, 43
 // characters).
@@ -92,7 +52,7 @@ type guard struct {
 }
 
 func newGuard(t Token, log logrus.FieldLogger) *guard {
-	return &guard{mac: t.recordKey(), log: log, logged: map[string]int64{}}
+	return &guard{mac: recordKey(t), log: log, logged: map[string]int64{}}
 }
 
 func (g *guard) sum(key, payload string) string {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -41,6 +42,19 @@ type ServerConfig struct {
 	TickMs, ElectionMs uint
 	// ReadyTimeout bounds StartServer's wait for the server.
 	ReadyTimeout time.Duration
+	// Token, when set, turns etcd's authentication on before the client
+	// port opens: clients must log in as EtcdUser with Token.EtcdPassword,
+	// a role that may read and write AuthPrefix only; root's password is
+	// random and thrown away. Nil: no authentication (anyone who reaches
+	// the port reads and writes everything).
+	Token Token
+	// Password, when Token is nil, is the job user's password itself.
+	Password string
+	// AuthPrefix is the key prefix the job user may use (DefaultPrefix).
+	AuthPrefix string
+	// CertFile and KeyFile make the client port TLS; with TrustedCAFile
+	// clients must also present a certificate signed by that CA.
+	CertFile, KeyFile, TrustedCAFile string
 }
 
 // Server is a running embedded etcd. Close it when done; it is safe to
@@ -89,25 +103,43 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 		cfg.Dir, s.tempDir = dir, dir
 	}
-	started := false
-	defer func() {
-		if !started {
-			s.Close()
-		}
-	}()
-	ec := embed.NewConfig()
-	ec.Name = "gorun"
-	ec.Dir = cfg.Dir
-	ec.LogLevel = cfg.LogLevel
 	logCfg := zap.NewProductionConfig()
 	logCfg.Level = level
 	logger, err := logCfg.Build()
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: logger: %w", err)
 	}
+	started := false
+	defer func() {
+		if !started {
+			s.Close()
+		}
+	}()
+	scheme := "http"
+	if cfg.CertFile != "" {
+		scheme = "https"
+	}
+	if cfg.Token != nil {
+		cfg.Password = cfg.Token.EtcdPassword()
+	}
+	if cfg.Password != "" {
+		// Authentication is turned on in a first start that listens on a
+		// socket in the private data directory only, so that no client
+		// ever reaches the store before it is on.
+		if err := setUpAuth(ctx, cfg, logger); err != nil {
+			return nil, err
+		}
+	}
+	ec := embed.NewConfig()
+	ec.Name = "gorun"
+	ec.Dir = cfg.Dir
+	ec.LogLevel = cfg.LogLevel
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
 	ec.TickMs, ec.ElectionMs = cfg.TickMs, cfg.ElectionMs
-	clientURL := url.URL{Scheme: "http", Host: cfg.ClientAddr}
+	clientURL := url.URL{Scheme: scheme, Host: cfg.ClientAddr}
+	if cfg.CertFile != "" {
+		ec.ClientTLSInfo = transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.TrustedCAFile, ClientCertAuth: cfg.TrustedCAFile != ""}
+	}
 	peerURL := url.URL{Scheme: "http", Host: cfg.PeerAddr}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}

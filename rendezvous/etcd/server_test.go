@@ -6,6 +6,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 func TestServerStartsAndServes(t *testing.T) {
@@ -34,5 +35,56 @@ func TestServerStartsAndServes(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestServerWithTokenRefusesStrangers: with a token, the embedded etcd
+// answers only the job's user, and only under the job's prefix.
+func TestServerWithTokenRefusesStrangers(t *testing.T) {
+	t.Parallel()
+	token, _ := NewToken()
+	s, err := StartServer(context.Background(), ServerConfig{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dial := func(user, password string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Username: user, Password: password, Logger: zap.NewNop()})
+	}
+	anon, err := dial("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if _, err := anon.Put(ctx, DefaultPrefix+"/job/ctl/outcome", "failed: forged"); err == nil {
+		t.Error("a client without credentials wrote a job key")
+	}
+	if _, err := anon.Get(ctx, DefaultPrefix+"/", clientv3.WithPrefix()); err == nil {
+		t.Error("a client without credentials read the job's keys")
+	}
+	for _, c := range []struct{ user, password string }{{EtcdUser, "wrong"}, {"root", ""}, {"root", "root"}} {
+		if cli, err := dial(c.user, c.password); err == nil {
+			_, err = cli.Get(ctx, "x")
+			cli.Close()
+			if err == nil {
+				t.Errorf("user %q with password %q was let in", c.user, c.password)
+			}
+		}
+	}
+	job, err := dial(EtcdUser, token.EtcdPassword())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Close()
+	if _, err := job.Put(ctx, DefaultPrefix+"/job/ctl/x", "v"); err != nil {
+		t.Errorf("the job's user cannot write under %s: %v", DefaultPrefix, err)
+	}
+	if _, err := job.Put(ctx, "/elsewhere", "v"); err == nil {
+		t.Error("the job's user wrote outside its prefix")
+	}
+	if _, err := job.UserAdd(ctx, "evil", "evil"); err == nil {
+		t.Error("the job's user added a user")
 	}
 }

@@ -47,25 +47,43 @@ func New() *Elastic { return &Elastic{} }
 // conf is the parsed --rdzv-conf.
 type conf struct {
 	lastCall, join, leaseTTL time.Duration
-	isHost                   bool
-	prefix                   string
-	tls                      transport.TLSInfo
-	user, password           string
+	// connect bounds how long etcd may stay unreachable (connect_timeout).
+	connect time.Duration
+	// isHost is is_host when given: an explicit setting beats the
+	// endpoint's address.
+	isHost         *bool
+	prefix         string
+	tls            transport.TLSInfo
+	user, password string
+	// tokenFile and token are the job's secret: token_file, else
+	// GORUN_RDZV_TOKEN.
+	tokenFile string
+	token     string
 }
 
 // knownKeys are the --rdzv-conf keys gorun reads; torchrun's others are
 // accepted with a warning.
-var knownKeys = []string{"last_call_timeout", "join_timeout", "lease_ttl", "is_host", "etcd_prefix", "cacert", "cert", "key", "user", "password"}
+var knownKeys = []string{"last_call_timeout", "join_timeout", "lease_ttl", "connect_timeout", "is_host", "etcd_prefix", "cacert", "cert", "key", "user", "password", "token_file"}
 
 // secretEnv lists the environment alternatives of --rdzv-conf keys, so
 // that secrets stay off the command line.
 var secretEnv = map[string]string{
 	"user": "GORUN_RDZV_USER", "password": "GORUN_RDZV_PASSWORD",
 	"cacert": "GORUN_RDZV_CACERT", "cert": "GORUN_RDZV_CERT", "key": "GORUN_RDZV_KEY",
+	"token_file": "GORUN_RDZV_TOKEN_FILE",
 }
 
+// tokenEnv holds the job token itself, for those who keep it out of files;
+// passwordEnv the store user's password itself (the launcher's
+// --standalone store).
+const (
+	tokenEnv    = "GORUN_RDZV_TOKEN"
+	passwordEnv = "GORUN_STORE_PASSWORD"
+)
+
 func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
-	c := conf{lastCall: etcdrdzv.DefaultLastCallTimeout, join: etcdrdzv.DefaultJoinTimeout, leaseTTL: etcdrdzv.DefaultLeaseTTL, prefix: etcdrdzv.DefaultPrefix}
+	c := conf{lastCall: etcdrdzv.DefaultLastCallTimeout, join: etcdrdzv.DefaultJoinTimeout, leaseTTL: etcdrdzv.DefaultLeaseTTL,
+		connect: etcdrdzv.DefaultUnreachableTimeout, prefix: etcdrdzv.DefaultPrefix}
 	get := func(key string) string {
 		if v, ok := kv[key]; ok {
 			return v
@@ -81,7 +99,7 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 		}
 	}
 	var err error
-	for key, dst := range map[string]*time.Duration{"last_call_timeout": &c.lastCall, "join_timeout": &c.join, "lease_ttl": &c.leaseTTL} {
+	for key, dst := range map[string]*time.Duration{"last_call_timeout": &c.lastCall, "join_timeout": &c.join, "lease_ttl": &c.leaseTTL, "connect_timeout": &c.connect} {
 		if v := get(key); v != "" {
 			if *dst, err = cmdline.ParseSeconds("rdzv-conf "+key, v); err != nil {
 				return c, err
@@ -89,10 +107,13 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 		}
 	}
 	if v := get("is_host"); v != "" {
-		if c.isHost, err = strconv.ParseBool(v); err != nil {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
 			return c, fmt.Errorf("--rdzv-conf is_host=%q: want true or false", v)
 		}
+		c.isHost = &b
 	}
+	c.tokenFile, c.token = get("token_file"), os.Getenv(tokenEnv)
 	if v := get("etcd_prefix"); v != "" {
 		c.prefix = v
 	}
@@ -132,13 +153,26 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		}
 	}
 
+	host := embedded && isLocal(endpoints[0], spec.LocalAddr)
+	if embedded && c.isHost != nil {
+		host = *c.isHost
+	}
+	token, err := jobToken(ctx, c, embedded, host, spec.MaxNodes, log)
+	if err != nil {
+		return nil, nil, err
+	}
 	var server *etcdrdzv.Server
-	if embedded && (c.isHost || isLocal(endpoints[0], spec.LocalAddr)) {
-		server, err = etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{ClientAddr: endpoints[0]})
+	if host {
+		server, err = etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{ClientAddr: endpoints[0], Token: token, AuthPrefix: c.prefix,
+			CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile})
 		if err != nil {
 			return nil, nil, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoints[0], err)
 		}
-		log.Infof("hosting the job's embedded etcd at %s", endpoints[0])
+		log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoints[0], map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""])
+	}
+	if embedded && c.user == "" {
+		// The embedded store's job user; its password comes from the token.
+		c.user, c.password = etcdrdzv.EtcdUser, token.EtcdPassword()
 	}
 	release := func() {
 		if server != nil {
@@ -153,23 +187,19 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 			return nil, nil, fmt.Errorf("--rdzv-conf TLS files: %w", err)
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
 		Username: c.user, Password: c.password, Logger: zap.NewNop(),
-	})
-	if err != nil {
-		release()
-		return nil, nil, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	cfg := etcdrdzv.Config{
 		Shape: etcdrdzv.Shape{RunID: spec.RunID, Role: spec.Role, NprocPerNode: spec.NprocPerNode,
 			MinNodes: spec.MinNodes, MaxNodes: spec.MaxNodes, MaxRestarts: spec.MaxRestarts},
 		NodeRank: spec.NodeRank, Addr: addr, Prefix: c.prefix,
-		LastCallTimeout: c.lastCall, JoinTimeout: c.join, LeaseTTL: c.leaseTTL, Log: log,
+		LastCallTimeout: c.lastCall, JoinTimeout: c.join, LeaseTTL: c.leaseTTL, UnreachableTimeout: c.connect, Log: log,
+		Token: token,
 	}
-	r, err := connect(ctx, cli, cfg, endpoints, embedded && server == nil, log)
+	cli, r, err := connect(ctx, ccfg, cfg, embedded && server == nil, log)
 	if err != nil {
-		cli.Close()
 		release()
 		if errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, etcdrdzv.ErrInvalidConfig) {
 			return nil, nil, usage(err)
@@ -187,31 +217,48 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 }
 
 // connect opens the rendezvous, retrying while etcd cannot be reached
-// (the node hosting the embedded store may start later) until the join
-// timeout.
-func connect(ctx context.Context, cli *clientv3.Client, cfg etcdrdzv.Config, endpoints []string, waitingForHost bool, log logrus.FieldLogger) (*etcdrdzv.Rendezvous, error) {
-	deadline := time.Now().Add(cfg.JoinTimeout)
+// (the node hosting the embedded store may start later) for up to
+// cfg.UnreachableTimeout. The first failure is reported at once, with
+// what a probe of each endpoint found.
+func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, waitingForHost bool, log logrus.FieldLogger) (*clientv3.Client, *etcdrdzv.Rendezvous, error) {
+	endpoints := ccfg.Endpoints
+	start := time.Now()
 	delay := 100 * time.Millisecond
 	var lastReport time.Time
+	var cli *clientv3.Client
 	for {
-		actx, cancel := context.WithTimeout(ctx, dialTimeout)
-		r, err := etcdrdzv.New(actx, cli, cfg)
-		cancel()
-		if err == nil {
-			return r, nil
+		var err error
+		if cli == nil {
+			// A client that logs in fails at once while etcd is away.
+			cli, err = clientv3.New(ccfg)
+		}
+		if cli != nil {
+			actx, cancel := context.WithTimeout(ctx, dialTimeout)
+			var r *etcdrdzv.Rendezvous
+			r, err = etcdrdzv.New(actx, cli, cfg)
+			cancel()
+			if err == nil {
+				return cli, r, nil
+			}
 		}
 		if ctx.Err() != nil || isPermanent(err) {
-			return nil, err
+			if cli != nil {
+				cli.Close()
+			}
+			return nil, nil, err
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: etcd at %s unreachable for %v: %v", rendezvous.ErrJoinTimeout, strings.Join(endpoints, ","), cfg.JoinTimeout, err)
+		hint := ""
+		if waitingForHost {
+			hint = "; the node hosting the embedded store may not have started yet"
+		}
+		if gone := time.Since(start); gone >= cfg.UnreachableTimeout {
+			if cli != nil {
+				cli.Close()
+			}
+			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", etcdrdzv.ErrUnreachable, strings.Join(endpoints, ","), gone.Round(time.Second), diagnose(ctx, endpoints), hint)
 		}
 		if time.Since(lastReport) > etcdrdzv.DefaultProgressInterval {
-			hint := ""
-			if waitingForHost {
-				hint = " (the node hosting the embedded store may not have started yet)"
-			}
-			log.Warnf("etcd at %s unreachable: %v%s; retrying", strings.Join(endpoints, ","), err, hint)
+			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", strings.Join(endpoints, ","), diagnose(ctx, endpoints), hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
 			lastReport = time.Now()
 		}
 		t := time.NewTimer(delay)
@@ -219,7 +266,10 @@ func connect(ctx context.Context, cli *clientv3.Client, cfg etcdrdzv.Config, end
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			if cli != nil {
+				cli.Close()
+			}
+			return nil, nil, ctx.Err()
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
@@ -283,7 +333,7 @@ func (h *hosted) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Rou
 	case err == nil:
 	case errors.Is(err, rendezvous.ErrShapeMismatch), errors.Is(err, rendezvous.ErrInvalidNode):
 		err = usage(err) // the node's flags do not fit the job: exit 2
-	case h.hint != "" && errors.Is(err, rendezvous.ErrJoinTimeout):
+	case h.hint != "" && (errors.Is(err, rendezvous.ErrJoinTimeout) || errors.Is(err, etcdrdzv.ErrUnreachable)):
 		err = fmt.Errorf("%w (%s)", err, h.hint)
 	}
 	return round, err

@@ -2,6 +2,11 @@ package elastic
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +24,15 @@ func TestParseConf(t *testing.T) {
 		warn string
 	}{
 		{name: "defaults", want: func(c conf) bool {
-			return c.lastCall == 30*time.Second && c.join == 600*time.Second && c.leaseTTL == 10*time.Second && c.prefix == "/gorun" && !c.isHost
+			return c.lastCall == 30*time.Second && c.join == 600*time.Second && c.leaseTTL == 10*time.Second && c.prefix == "/gorun" && c.isHost == nil && c.connect == time.Minute
 		}},
+		{name: "is_host=false is kept", kv: map[string]string{"is_host": "false", "connect_timeout": "5"},
+			want: func(c conf) bool { return c.isHost != nil && !*c.isHost && c.connect == 5*time.Second }},
+		{name: "token file from the environment", env: map[string]string{"GORUN_RDZV_TOKEN_FILE": "/t"},
+			want: func(c conf) bool { return c.tokenFile == "/t" }},
 		{name: "values", kv: map[string]string{"last_call_timeout": "0.5", "join_timeout": "2m", "lease_ttl": "3", "is_host": "true", "etcd_prefix": "/x"},
 			want: func(c conf) bool {
-				return c.lastCall == 500*time.Millisecond && c.join == 2*time.Minute && c.leaseTTL == 3*time.Second && c.isHost && c.prefix == "/x"
+				return c.lastCall == 500*time.Millisecond && c.join == 2*time.Minute && c.leaseTTL == 3*time.Second && c.isHost != nil && *c.isHost && c.prefix == "/x"
 			}},
 		{name: "secrets from the environment", env: map[string]string{"GORUN_RDZV_USER": "u", "GORUN_RDZV_PASSWORD": "p", "GORUN_RDZV_CACERT": "/ca"},
 			want: func(c conf) bool { return c.user == "u" && c.password == "p" && c.tls.TrustedCAFile == "/ca" }},
@@ -78,6 +87,89 @@ func TestIsLocal(t *testing.T) {
 	for _, tt := range tests {
 		if got := isLocal(tt.endpoint, tt.local); got != tt.want {
 			t.Errorf("isLocal(%q, %q) = %v; want %v", tt.endpoint, tt.local, got, tt.want)
+		}
+	}
+}
+
+func TestJobToken(t *testing.T) {
+	dir := t.TempDir()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ctx := context.Background()
+	short := filepath.Join(dir, "short")
+	os.WriteFile(short, []byte("abc\n"), 0o600)
+	tests := []struct {
+		name     string
+		c        conf
+		embedded bool
+		host     bool
+		nodes    int
+		want     string // "" none, "random", or the token
+		err      string
+	}{
+		{name: "external etcd without a token keeps one in etcd", nodes: 4, want: ""},
+		{name: "embedded, one node", embedded: true, host: true, nodes: 1, want: "random"},
+		{name: "embedded, several nodes, no token", embedded: true, host: true, nodes: 2, err: "token_file"},
+		{name: "environment", c: conf{token: "  0123456789abcdef0123  \n"}, embedded: true, nodes: 2, want: "0123456789abcdef0123"},
+		{name: "too short", c: conf{token: "short"}, nodes: 2, err: "at least 16"},
+		{name: "short file", c: conf{tokenFile: short}, nodes: 2, err: "at least 16"},
+		{name: "missing file, not the host", c: conf{tokenFile: filepath.Join(dir, "none"), connect: 10 * time.Millisecond}, nodes: 2, err: "still missing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok, err := jobToken(ctx, tt.c, tt.embedded, tt.host, tt.nodes, log)
+			switch {
+			case tt.err != "":
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("jobToken = %q, %v; want an error naming %q", tok, err, tt.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case tt.want == "random":
+				if len(tok) != 64 {
+					t.Errorf("token %q: want 64 random hex characters", tok)
+				}
+			case string(tok) != tt.want:
+				t.Errorf("token %q; want %q", tok, tt.want)
+			}
+		})
+	}
+	t.Run("the host creates the file, a node reads it", func(t *testing.T) {
+		path := filepath.Join(dir, "job.token")
+		made, err := jobToken(ctx, conf{tokenFile: path}, true, true, 2, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("token file %v, %v; want mode 0600", st, err)
+		}
+		read, err := jobToken(ctx, conf{tokenFile: path}, true, false, 2, log)
+		if err != nil || string(read) != string(made) {
+			t.Errorf("node read %q, %v; host made %q", read, err, made)
+		}
+	})
+}
+
+func TestDiagnose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+	open, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	for _, tt := range []struct{ ep, want string }{
+		{"no-such-host.invalid:2379", "does not resolve"},
+		{refused, "connection refused"},
+		{open.Addr().String(), "accepts connections"},
+	} {
+		if got := diagnose(context.Background(), []string{tt.ep}); !strings.Contains(got, tt.want) {
+			t.Errorf("diagnose(%s) = %q; want %q", tt.ep, got, tt.want)
 		}
 	}
 }

@@ -2,9 +2,11 @@ package elastic
 
 import (
 	"fmt"
+	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
@@ -21,6 +23,12 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			&cli.StringFlag{Name: "peer-listen", Value: "127.0.0.1:0", Usage: "peer address host:port (one member: unused by clients)"},
 			&cli.StringFlag{Name: "data-dir", Usage: "data directory (default: a temporary one, removed on exit)", EnvVars: []string{"GORUN_STORE_DATA_DIR"}},
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "etcd's log level: debug, info, warn, error, panic"},
+			&cli.StringFlag{Name: "token-file", Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{"GORUN_RDZV_TOKEN_FILE"}},
+			&cli.StringFlag{Name: "prefix", Value: etcdrdzv.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
+			&cli.BoolFlag{Name: "no-auth", Usage: "serve without authentication: anyone who reaches the port reads and writes every key"},
+			&cli.StringFlag{Name: "cert", Usage: "TLS certificate of the client port (with --key)"},
+			&cli.StringFlag{Name: "key", Usage: "TLS key of the client port"},
+			&cli.StringFlag{Name: "cacert", Usage: "CA that clients' certificates must be signed by (mutual TLS)"},
 		},
 		Action: func(c *cli.Context) error {
 			switch c.String("log-level") {
@@ -28,11 +36,33 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			default:
 				return cli.Exit(fmt.Sprintf("--log-level=%q: want debug, info, warn, error or panic", c.String("log-level")), 2)
 			}
+			if (c.String("cert") == "") != (c.String("key") == "") {
+				return cli.Exit("--cert and --key go together", 2)
+			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			var token etcdrdzv.Token
+			var password string
+			if !c.Bool("no-auth") {
+				var err error
+				kc := conf{tokenFile: c.String("token-file"), token: os.Getenv(tokenEnv)}
+				password = os.Getenv(passwordEnv)
+				if kc.tokenFile == "" && kc.token == "" && password == "" {
+					return cli.Exit("gorun store: give the jobs' token (--token-file PATH, created when absent, or GORUN_RDZV_TOKEN), or --no-auth to serve anyone who reaches the port", 2)
+				}
+				log := logrus.New()
+				log.SetOutput(c.App.ErrWriter)
+				if password != "" {
+					// the launcher's --standalone store: the password itself
+				} else if token, err = jobToken(ctx, kc, true, true, 1, log); err != nil {
+					return cli.Exit("gorun store: "+err.Error(), 2)
+				}
+			}
 			s, err := etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{
 				ClientAddr: c.String("listen"), PeerAddr: c.String("peer-listen"),
 				Dir: c.String("data-dir"), LogLevel: c.String("log-level"),
+				Token: token, Password: password, AuthPrefix: c.String("prefix"),
+				CertFile: c.String("cert"), KeyFile: c.String("key"), TrustedCAFile: c.String("cacert"),
 			})
 			if ctx.Err() != nil {
 				return nil // stopped while starting

@@ -1,0 +1,144 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
+)
+
+// tokenPoll spaces the reads of a token file that another node writes
+// (a shared file system has no change notification to wait on).
+const tokenPoll = 200 * time.Millisecond
+
+// jobToken finds the job's secret: --rdzv-conf token_file= (created with
+// a new token by the node that hosts the embedded store, when absent;
+// awaited by the others), else GORUN_RDZV_TOKEN. Without either, a job
+// on one node makes its own; an embedded store shared by several nodes
+// refuses to start; an external etcd's job keeps one in etcd (nil here).
+func jobToken(ctx context.Context, c conf, embedded, host bool, maxNodes int, log logrus.FieldLogger) (etcdrdzv.Token, error) {
+	switch {
+	case c.tokenFile != "":
+		return tokenFromFile(ctx, c.tokenFile, host, c.connect, log)
+	case c.token != "":
+		t, err := etcdrdzv.ParseToken(tokenEnv, []byte(c.token))
+		if err != nil {
+			return nil, usage(err)
+		}
+		return t, nil
+	case embedded && maxNodes <= 1:
+		return etcdrdzv.NewToken()
+	case embedded:
+		return nil, usage(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job: give every node --rdzv-conf token_file=PATH on a shared file system (the node hosting the store creates it), or the same GORUN_RDZV_TOKEN (see docs/security.md)", etcdrdzv.ErrBadToken, maxNodes))
+	}
+	return nil, nil
+}
+
+// tokenFromFile reads the token at path; the host creates it (mode 0600)
+// when it does not exist, the other nodes wait up to wait for it.
+func tokenFromFile(ctx context.Context, path string, host bool, wait time.Duration, log logrus.FieldLogger) (etcdrdzv.Token, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			if st, serr := os.Stat(path); serr == nil && st.Mode().Perm()&0o077 != 0 {
+				log.Warnf("--rdzv-conf token_file=%s is readable by other users (mode %v): anyone who reads it can join or steer the job; chmod 600 it", path, st.Mode().Perm())
+			}
+			t, perr := etcdrdzv.ParseToken("token_file "+path, b)
+			if perr != nil {
+				return nil, usage(perr)
+			}
+			return t, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, usage(fmt.Errorf("--rdzv-conf token_file=%s: %w", path, err))
+		}
+		if host {
+			t, err := etcdrdzv.NewToken()
+			if err != nil {
+				return nil, err
+			}
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+			if errors.Is(err, fs.ErrExist) {
+				continue // another process made it first: read that one
+			}
+			if err != nil {
+				return nil, usage(fmt.Errorf("--rdzv-conf token_file=%s: create it: %w", path, err))
+			}
+			_, werr := f.Write(append(t, '\n'))
+			if cerr := f.Close(); werr == nil {
+				werr = cerr
+			}
+			if werr != nil {
+				os.Remove(path)
+				return nil, fmt.Errorf("--rdzv-conf token_file=%s: %w", path, werr)
+			}
+			log.Infof("made a new job token in %s (mode 0600); the other nodes read it there", path)
+			return t, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("--rdzv-conf token_file=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", path, wait)
+		}
+		t := time.NewTimer(tokenPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// probeTimeout bounds each step of diagnose.
+const probeTimeout = 2 * time.Second
+
+// diagnose says, for each endpoint, why etcd may be unreachable: a host
+// that does not resolve, a port that refuses, no answer at all, or a port
+// that accepts but where etcd does not answer.
+func diagnose(ctx context.Context, endpoints []string) string {
+	var out []string
+	for _, ep := range endpoints {
+		out = append(out, ep+": "+probe(ctx, ep))
+	}
+	return strings.Join(out, "; ")
+}
+
+func probe(ctx context.Context, endpoint string) string {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return err.Error()
+	}
+	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if net.ParseIP(host) == nil {
+		if _, err := net.DefaultResolver.LookupHost(rctx, host); err != nil {
+			return fmt.Sprintf("host %q does not resolve (%v)", host, err)
+		}
+	}
+	d := net.Dialer{Timeout: probeTimeout}
+	c, err := d.DialContext(rctx, "tcp", endpoint)
+	switch {
+	case err == nil:
+		c.Close()
+		return "the port accepts connections, but etcd does not answer there (is it etcd? TLS or credentials?)"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused (nothing listens on that port)"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to the host (" + err.Error() + ")"
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return fmt.Sprintf("no answer within %v (host down, or a firewall drops the packets)", probeTimeout)
+		}
+		return err.Error()
+	}
+}
