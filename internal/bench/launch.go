@@ -51,7 +51,14 @@ type LaunchResult struct {
 	// Interpreter is the start-up of the worker interpreter alone, which
 	// every replacement pays.
 	Interpreter Stats `json:"python_startup"`
+	// Overhead is gorun's own launch cost: two /bin/true workers against
+	// a shell starting the same two processes.
+	Overhead Overhead `json:"overhead"`
 }
+
+// overheadRuns is how many runs the overhead case makes per measured run
+// of the others: each takes milliseconds, and its gap is a few.
+const overheadRuns = 5
 
 // launcher is one launcher command line builder.
 type launcher struct {
@@ -104,6 +111,13 @@ func RunLaunch(ctx context.Context, cfg LaunchConfig) (LaunchResult, error) {
 			fmt.Fprintf(cfg.Progress, format+"\n", a...)
 		}
 	}
+
+	// gorun's own overhead, with workers that cost nothing.
+	res.Overhead, err = measureOverhead(ctx, cfg.Gorun, max(overheadRuns*cfg.Runs, 30), max(cfg.Warmup, 3))
+	if err != nil {
+		return res, fmt.Errorf("launch overhead: %w", err)
+	}
+	progress("%s", res.Overhead)
 
 	// Empty job.
 	empty := map[string]*Sample{"gorun": {}, "torchrun": {}, "bare": {}}
