@@ -108,7 +108,13 @@ func contains(list []string, s string) bool {
 func TestLogFilesArePrivate(t *testing.T) {
 	t.Parallel()
 	logDir := filepath.Join(t.TempDir(), "logs")
-	script := writeScript(t, `echo out; echo err >&2; echo '{"message": "x"}' > "$TORCHELASTIC_ERROR_FILE"; exit 1`)
+	// Local rank 1 writes and ends first; rank 0 fails only then, so that
+	// stopping the job cuts no output short.
+	marker := filepath.Join(t.TempDir(), "rank1-done")
+	script := writeScript(t, `echo out; echo err >&2
+if [ "$LOCAL_RANK" = 1 ]; then touch `+marker+`; exit 0; fi
+while [ ! -e `+marker+` ]; do sleep 0.01; done
+echo '{"message": "x"}' > "$TORCHELASTIC_ERROR_FILE"; exit 1`)
 	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--log-dir", logDir, "--rdzv-id=j", "--tee=3", "--no-python", script)
 	if r.code != 1 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
