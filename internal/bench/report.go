@@ -36,6 +36,7 @@ func (r LaunchResult) Markdown(when time.Time, runs int) string {
 	fmt.Fprintf(&b, "- failure -> replacement's first statement under a minimal Go supervisor (reap, kill the other worker, start two replacements; no rendezvous, logs or checks): %s (gorun's gap with rank 0 running is %s of it)\n",
 		r.RestartMinimal, ratio(r.RestartGorun, r.RestartMinimal))
 	fmt.Fprintf(&b, "- one interpreter's start-up and exit (every replacement pays its start-up before its first statement): %s\n\n", r.Interpreter)
+	b.WriteString(r.Overhead.Markdown() + "\n")
 	b.WriteString(verdict(r))
 	return b.String()
 }
