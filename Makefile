@@ -47,8 +47,8 @@ bench-rendezvous: build ## N agents through the etcd rendezvous vs the etcd floo
 	bin/gorun bench rendezvous --agents 64,256,1024,4096 --format text --write docs/benchmarks.md
 
 bench-memory: build ## reuse modes on the simulated device: peak memory, events, violations (anchor: mode 0)
-	bin/gorun bench memory --mode all
-	bin/gorun bench memory --mode all --expandable-segments
+	bin/gorun bench memory --mode all --write docs/benchmarks.md
+	bin/gorun bench memory --mode all --expandable-segments --write docs/benchmarks.md
 
 bench-comm: build ## collectives on the CPU backend vs gloo and this machine's floors (shared memory, then TCP)
 	bin/gorun bench comm --nproc-per-node 2 --sizes 1MiB,16MiB,64MiB

@@ -10,6 +10,9 @@ import (
 // memoryColumns are the columns of the memory table, in order.
 var memoryColumns = []string{"workload", "mode", "expandable", "peak reserved MiB", "vs mode 0", "peak allocated MiB", "peak active MiB", "events", "violations", "out of memory"}
 
+// MemoryColumns are the memory table's column titles, in order.
+func MemoryColumns() []string { return append([]string(nil), memoryColumns...) }
+
 // MemorySection names the section of docs/benchmarks.md that a `gorun
 // bench memory` run rewrites: one for fixed segments, one for
 // --expandable-segments.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun-dev/gorun/internal/bench"
 	"github.com/gorun-dev/gorun/internal/bench/membench"
 	"github.com/gorun-dev/gorun/memory"
 )
@@ -23,6 +24,7 @@ func benchMemoryCommand() *cli.Command {
 			&cli.StringFlag{Name: "mode", Usage: "0, 1, 2, 3, none (no protection), or all (default: " + memory.ReuseEnv + ", else 2)"},
 			&cli.BoolFlag{Name: "expandable-segments", Usage: "the allocator grows one segment per stream instead of fixed segments"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text (a table) or json (one object per run)"},
+			&cli.StringFlag{Name: "write", Usage: "update this markdown file's memory section (e.g. docs/benchmarks.md); text format only"},
 		},
 		Action: benchMemoryAction,
 	}
@@ -40,6 +42,9 @@ func benchMemoryAction(c *cli.Context) error {
 	format := c.String("format")
 	if format != "text" && format != "json" {
 		return usageError("--format=%q: want text or json", format)
+	}
+	if format == "json" && c.String("write") != "" {
+		return usageError("--write takes the text format, not --format=json")
 	}
 	var results []membench.Result
 	for _, w := range workloads {
@@ -64,23 +69,22 @@ func benchMemoryAction(c *cli.Context) error {
 		return nil
 	}
 	// The anchor is mode 0, PyTorch's classic recordStream, in the same run.
-	anchor := map[string]int64{}
-	for _, r := range results {
-		if r.Mode == "0" {
-			anchor[r.Workload] = r.PeakReservedBytes
-		}
-	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\texpandable\tpeak reserved MiB\tvs mode 0\tpeak allocated MiB\tpeak active MiB\tevents\tviolations\tout of memory\t")
-	for _, r := range results {
-		ratio := "-"
-		if a := anchor[r.Workload]; a > 0 {
-			ratio = fmt.Sprintf("%.2fx", float64(r.PeakReservedBytes)/float64(a))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%.0f\t%s\t%.0f\t%.0f\t%d\t%d\t%v\t\n", r.Workload, r.Mode, r.ExpandableSegments,
-			float64(r.PeakReservedBytes)/(1<<20), ratio, float64(r.PeakAllocatedBytes)/(1<<20), float64(r.PeakActiveBytes)/(1<<20), r.EventsCreated, r.Violations, r.OOM)
+	fmt.Fprintln(tw, strings.Join(bench.MemoryColumns(), "\t")+"\t")
+	for _, row := range bench.MemoryRows(results) {
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if path := c.String("write"); path != "" {
+		expandable := c.Bool("expandable-segments")
+		if err := bench.UpdateSection(path, bench.MemorySection(expandable), bench.MemoryMarkdown(results, expandable)); err != nil {
+			return cli.Exit("bench memory: --write: "+err.Error(), 1)
+		}
+		fmt.Fprintf(c.App.Writer, "updated section %q of %s\n", bench.MemorySection(expandable), path)
+	}
+	return nil
 }
 
 // benchModes reads --mode: the environment's mode when empty.
