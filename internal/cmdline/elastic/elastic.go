@@ -247,6 +247,13 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, wai
 			}
 			return nil, nil, err
 		}
+		diag := diagnose(ctx, endpoints, ccfg.TLS)
+		if diag.permanent {
+			if cli != nil {
+				cli.Close()
+			}
+			return nil, nil, fmt.Errorf("%w: etcd at %s: %s", etcdrdzv.ErrUnreachable, strings.Join(endpoints, ","), diag.text)
+		}
 		hint := ""
 		if waitingForHost {
 			hint = "; the node hosting the embedded store may not have started yet"
@@ -255,10 +262,10 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, wai
 			if cli != nil {
 				cli.Close()
 			}
-			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", etcdrdzv.ErrUnreachable, strings.Join(endpoints, ","), gone.Round(time.Second), diagnose(ctx, endpoints), hint)
+			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", etcdrdzv.ErrUnreachable, strings.Join(endpoints, ","), gone.Round(time.Second), diag.text, hint)
 		}
 		if time.Since(lastReport) > etcdrdzv.DefaultProgressInterval {
-			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", strings.Join(endpoints, ","), diagnose(ctx, endpoints), hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
+			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", strings.Join(endpoints, ","), diag.text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
 			lastReport = time.Now()
 		}
 		t := time.NewTimer(delay)

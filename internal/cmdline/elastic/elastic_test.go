@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,27 +148,4 @@ func TestJobToken(t *testing.T) {
 			t.Errorf("node read %q, %v; host made %q", read, err, made)
 		}
 	})
-}
-
-func TestDiagnose(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := ln.Addr().String()
-	ln.Close()
-	open, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer open.Close()
-	for _, tt := range []struct{ ep, want string }{
-		{"no-such-host.invalid:2379", "does not resolve"},
-		{refused, "connection refused"},
-		{open.Addr().String(), "accepts connections"},
-	} {
-		if got := diagnose(context.Background(), []string{tt.ep}); !strings.Contains(got, tt.want) {
-			t.Errorf("diagnose(%s) = %q; want %q", tt.ep, got, tt.want)
-		}
-	}
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
-	"strings"
 	"syscall"
 	"time"
 
@@ -95,50 +93,5 @@ func tokenFromFile(ctx context.Context, path string, host bool, wait time.Durati
 			t.Stop()
 			return nil, ctx.Err()
 		}
-	}
-}
-
-// probeTimeout bounds each step of diagnose.
-const probeTimeout = 2 * time.Second
-
-// diagnose says, for each endpoint, why etcd may be unreachable: a host
-// that does not resolve, a port that refuses, no answer at all, or a port
-// that accepts but where etcd does not answer.
-func diagnose(ctx context.Context, endpoints []string) string {
-	var out []string
-	for _, ep := range endpoints {
-		out = append(out, ep+": "+probe(ctx, ep))
-	}
-	return strings.Join(out, "; ")
-}
-
-func probe(ctx context.Context, endpoint string) string {
-	host, _, err := net.SplitHostPort(endpoint)
-	if err != nil {
-		return err.Error()
-	}
-	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	if net.ParseIP(host) == nil {
-		if _, err := net.DefaultResolver.LookupHost(rctx, host); err != nil {
-			return fmt.Sprintf("host %q does not resolve (%v)", host, err)
-		}
-	}
-	d := net.Dialer{Timeout: probeTimeout}
-	c, err := d.DialContext(rctx, "tcp", endpoint)
-	switch {
-	case err == nil:
-		c.Close()
-		return "the port accepts connections, but etcd does not answer there (is it etcd? TLS or credentials?)"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused (nothing listens on that port)"
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return "no route to the host (" + err.Error() + ")"
-	default:
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return fmt.Sprintf("no answer within %v (host down, or a firewall drops the packets)", probeTimeout)
-		}
-		return err.Error()
 	}
 }
