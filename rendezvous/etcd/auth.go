@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -28,21 +29,18 @@ func setUpAuth(ctx context.Context, cfg ServerConfig, logger *zap.Logger) error 
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
+	// The jobs' keys are PREFIX/RUN/...: the grant ends at the slash, so
+	// that /gorun does not also cover /gorun-other.
+	prefix = path.Clean(prefix) + "/"
 	if _, err := os.Stat(filepath.Join(cfg.Dir, "member")); err == nil {
 		return nil // a data directory kept from an earlier start is set up
 	}
-	ec := embed.NewConfig()
-	ec.Name = "gorun"
-	ec.Dir = cfg.Dir
-	ec.LogLevel = cfg.LogLevel
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
-	ec.TickMs, ec.ElectionMs = cfg.TickMs, cfg.ElectionMs
+	ec := embedConfig(cfg, logger)
 	// No client listener: the set-up goes through an in-process client.
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = nil, nil
 	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
-	ec.UnsafeNoFsync = true
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return fmt.Errorf("embedded etcd: set up authentication: %w", err)

@@ -81,8 +81,10 @@ func TestServerWithTokenRefusesStrangers(t *testing.T) {
 	if _, err := job.Put(ctx, DefaultPrefix+"/job/ctl/x", "v"); err != nil {
 		t.Errorf("the job's user cannot write under %s: %v", DefaultPrefix, err)
 	}
-	if _, err := job.Put(ctx, "/elsewhere", "v"); err == nil {
-		t.Error("the job's user wrote outside its prefix")
+	for _, key := range []string{"/elsewhere", DefaultPrefix + "-other/x", DefaultPrefix} {
+		if _, err := job.Put(ctx, key, "v"); err == nil {
+			t.Errorf("the job's user wrote %s, outside its prefix %s/", key, DefaultPrefix)
+		}
 	}
 	if _, err := job.UserAdd(ctx, "evil", "evil"); err == nil {
 		t.Error("the job's user added a user")
