@@ -7,10 +7,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/watchdog"
 )
 
@@ -72,16 +74,27 @@ func heartbeatTimeoutFromEnv() (time.Duration, error) {
 	return DefaultHeartbeatTimeout, nil
 }
 
-// dumpDir is DumpDirEnv, else a folder per job in the temporary folder.
-func dumpDir() string {
+// dumpDir is DumpDirEnv (gorun sets it), else a folder per job in this
+// user's private flight-recorder folder (private.FlightRecorderDir), made
+// now: a worker started without gorun never writes where another user
+// could have planted a folder or a link. A run id that is not a plain
+// name is not used as a folder name.
+func dumpDir() (string, error) {
 	if d := os.Getenv(DumpDirEnv); d != "" {
-		return d
+		return d, nil
+	}
+	base, warning, err := private.FlightRecorderDir()
+	if err != nil {
+		return "", fmt.Errorf("comm: flight recorder folder: %w (set %s)", err, DumpDirEnv)
+	}
+	if warning != "" {
+		fmt.Fprintf(os.Stderr, "gorun watchdog: %s\n", warning)
 	}
 	id := os.Getenv("TORCHELASTIC_RUN_ID")
-	if id == "" {
+	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") {
 		id = "job"
 	}
-	return filepath.Join(os.TempDir(), "gorun-flight-recorder", id)
+	return filepath.Join(base, id), nil
 }
 
 // startGuard makes the watchdog of an Env with world l and starts its
@@ -99,13 +112,17 @@ func startGuard(ctx context.Context, l Launch, signals *StoreClient) (*guard, er
 	if err != nil {
 		return nil, err
 	}
+	dumps, err := dumpDir()
+	if err != nil {
+		return nil, err
+	}
 	watch, err := DialStore(ctx, l.StoreAddr, l.Secret)
 	if err != nil {
 		return nil, err
 	}
 	rec := watchdog.NewRecorder(size)
 	g := &guard{watch: watch, usr1: make(chan os.Signal, 1)}
-	g.handler = &watchdog.Handler{Rank: l.Rank, WorldSize: l.Size, Recorder: rec, DumpDir: dumpDir(), Mode: mode,
+	g.handler = &watchdog.Handler{Rank: l.Rank, WorldSize: l.Size, Recorder: rec, DumpDir: dumps, Mode: mode,
 		Signal: signals, Exit: os.Exit, Log: os.Stderr, WaitForDumps: true}
 	g.dog = watchdog.New(watchdog.Config{Rank: l.Rank, Recorder: rec, OnFailure: g.handler.Handle})
 	g.handler.Abort, g.handler.BeforeDump = g.dog.AbortAll, g.dog.Refresh

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -22,7 +23,7 @@ func Heartbeat() error {
 	if err := os.Chtimes(path, now, now); err == nil {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -151,12 +152,6 @@ func (l *logLayout) prepareAttempt(attempt, nproc int) error {
 	return nil
 }
 
-// frBaseName is the per-user folder, in the temporary folder, of the
-// flight-recorder dumps of runs without --log-dir.
-func frBaseName() string {
-	return filepath.Join(os.TempDir(), tempPrefix+"flight-recorder-"+strconv.Itoa(os.Getuid()))
-}
-
 // dumpDir is where an attempt's workers dump their flight recorders
 // (GORUN_FR_DUMP_DIR): attempt_<n>/flight_recorder under --log-dir, else
 // <per-user folder>/<run folder>/attempt_<n>, which outlives the run (the
@@ -181,12 +176,8 @@ func (l *logLayout) dumpDir(attempt int) (dir, warning string, err error) {
 func (l *logLayout) makeDumpBase() (base, warning string, err error) {
 	run := filepath.Base(l.root)
 	for range 3 {
-		base = frBaseName()
-		if perr := privateDir(base); perr != nil {
-			if base, err = os.MkdirTemp("", filepath.Base(base)+"-"); err != nil {
-				return "", "", err
-			}
-			warning = fmt.Sprintf("flight recorder: not using %v; dumps go to %s", perr, base)
+		if base, warning, err = private.FlightRecorderDir(); err != nil {
+			return "", "", err
 		}
 		err = os.Mkdir(filepath.Join(base, run), dirMode)
 		if !errors.Is(err, fs.ErrNotExist) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -153,11 +154,11 @@ func TestTempLayoutDumpDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir, warn, err := l.dumpDir(0)
-	if err != nil || warn != "" || !strings.HasPrefix(dir, frBaseName()+string(filepath.Separator)) {
-		t.Fatalf("dumpDir = %s, %q, %v; want one under %s", dir, warn, err, frBaseName())
+	if err != nil || warn != "" || !strings.HasPrefix(dir, private.FlightRecorderBase()+string(filepath.Separator)) {
+		t.Fatalf("dumpDir = %s, %q, %v; want one under %s", dir, warn, err, private.FlightRecorderBase())
 	}
-	if fi, err := os.Lstat(frBaseName()); err != nil || fi.Mode().Perm() != 0o700 {
-		t.Errorf("%s: %v, %v; want 0700", frBaseName(), fi.Mode(), err)
+	if fi, err := os.Lstat(private.FlightRecorderBase()); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("%s: %v, %v; want 0700", private.FlightRecorderBase(), fi.Mode(), err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil { // as the watchdog does
 		t.Fatal(err)
@@ -166,7 +167,7 @@ func TestTempLayoutDumpDir(t *testing.T) {
 	if err := l.close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{root, filepath.Dir(dir), frBaseName()} {
+	for _, p := range []string{root, filepath.Dir(dir), private.FlightRecorderBase()} {
 		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s left behind: %v", p, err)
 		}
@@ -193,7 +194,7 @@ func TestTempLayoutDumpDir(t *testing.T) {
 	}
 
 	// Another user's folder (here: one open to everyone) is not used.
-	if err := os.Chmod(frBaseName(), 0o777); err != nil {
+	if err := os.Chmod(private.FlightRecorderBase(), 0o777); err != nil {
 		t.Fatal(err)
 	}
 	l, err = newLogLayout("", "job")
@@ -202,7 +203,7 @@ func TestTempLayoutDumpDir(t *testing.T) {
 	}
 	defer l.close()
 	dir, warn, err = l.dumpDir(0)
-	if err != nil || !strings.Contains(warn, "0777") || strings.HasPrefix(dir, frBaseName()+string(filepath.Separator)) {
+	if err != nil || !strings.Contains(warn, "0777") || strings.HasPrefix(dir, private.FlightRecorderBase()+string(filepath.Separator)) {
 		t.Fatalf("dumpDir = %s, %q, %v; want a fresh folder and a warning", dir, warn, err)
 	}
 	if fi, err := os.Lstat(filepath.Dir(filepath.Dir(dir))); err != nil || fi.Mode().Perm() != 0o700 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/private"
 )
 
 // sweepWait bounds how long a run that ends waits for its sweep to
@@ -32,7 +34,7 @@ func (a *Agent) startSweep(ctx context.Context) {
 	go func() {
 		defer close(s.done)
 		removed, err := sweepTempDirs(ctx, os.TempDir())
-		sweepDumpFolders(ctx, frBaseName(), os.TempDir())
+		sweepDumpFolders(ctx, private.FlightRecorderBase(), os.TempDir())
 		for _, p := range removed {
 			log.Infof("removed %s, left by a gorun that was killed", p)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -195,30 +194,4 @@ func sweepOne(path string) (bool, error) {
 		return false, fmt.Errorf("remove the abandoned %s: %w", path, err)
 	}
 	return true, nil
-}
-
-// privateDir makes path a folder private to this user (mode 0700), or
-// checks that the one already there is: a folder, not a link, owned by
-// this user, that no other user may enter or write. Anything else is
-// refused, so a folder or link planted by another user is never used.
-func privateDir(path string) error {
-	if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return err
-	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("%s is a symbolic link, not a folder", path)
-	case !fi.IsDir():
-		return fmt.Errorf("%s is not a folder", path)
-	case st == nil || int(st.Uid) != os.Getuid():
-		return fmt.Errorf("%s belongs to another user", path)
-	case fi.Mode().Perm()&0o077 != 0:
-		return fmt.Errorf("%s has mode %04o: other users may use it (want 0700)", path, fi.Mode().Perm())
-	}
-	return nil
 }

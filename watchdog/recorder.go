@@ -2,11 +2,14 @@ package watchdog
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -253,9 +256,11 @@ func (r *Recorder) Dump(rank, worldSize int, reason string, now time.Time) Dump 
 func DumpFileName(rank int) string { return fmt.Sprintf("fr_trace_rank_%d.json", rank) }
 
 // WriteDump writes d into dir as DumpFileName(d.Rank), through a
-// temporary file so that a reader never sees half a dump.
+// temporary file so that a reader never sees half a dump. Folders it
+// makes are 0700 and the dump 0600 (a dump names the job's operations and
+// peers); the temporary file is never a link another user planted.
 func WriteDump(dir string, d Dump) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("watchdog: flight recorder dump: %w", err)
 	}
 	b, err := json.MarshalIndent(d, "", " ")
@@ -264,7 +269,19 @@ func WriteDump(dir string, d Dump) (string, error) {
 	}
 	path := filepath.Join(dir, DumpFileName(d.Rank))
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("watchdog: flight recorder dump: %w", err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("watchdog: flight recorder dump: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
 		return "", fmt.Errorf("watchdog: flight recorder dump: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -2,6 +2,8 @@ package watchdog
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +53,45 @@ func TestDumpRoundTrip(t *testing.T) {
 	}
 	if d.Version != DumpVersion || d.Rank != 1 || d.PGConfig["0"].Ranks != "[0,1,2]" || d.Entries[0].State != StateStarted || d.Entries[0].InputSizes[0][0] != 16 {
 		t.Errorf("dump %+v", d)
+	}
+}
+
+// TestWriteDumpIsPrivate: the folders WriteDump makes are 0700, the dump
+// 0600, and a link planted at the temporary file's name is neither
+// followed nor written through.
+func TestWriteDumpIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "attempt_0", "flight_recorder")
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, DumpFileName(0)+".tmp")); err != nil {
+		t.Fatal(err)
+	}
+	path, err := WriteDump(dir, NewRecorder(1).Dump(0, 1, "test", time.Unix(1, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Errorf("dump %s: %v, %v; want a plain 0600 file", path, fi.Mode(), err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+	fresh := filepath.Join(t.TempDir(), "a", "b")
+	if _, err := WriteDump(fresh, NewRecorder(1).Dump(1, 2, "test", time.Unix(1, 0))); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{fresh, filepath.Dir(fresh)} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, %v; want 0700", d, fi.Mode(), err)
+		}
 	}
 }
 

@@ -3,7 +3,7 @@
 //
 //	<log-dir>/<run_id>/attempt_<n>/flight_recorder/fr_trace_rank_<rank>.json
 //
-// (or <tmp>/gorun-flight-recorder/<run>/attempt_<n>/ without --log-dir),
+// (or <tmp>/gorun-flight-recorder-<uid>/<run>/attempt_<n>/ without --log-dir),
 // so that `gorun trace` can be given the log folder a user knows rather
 // than the dump folder gorun chose. The search never leaves the folder it
 // is given: a symbolic link whose target lies outside it is refused, and
@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/watchdog"
 )
 
@@ -130,7 +131,7 @@ func Find(root string, opts Options) (Result, error) {
 	s.walk(root, real, 0)
 	if len(res.Attempts) == 0 {
 		msg := fmt.Sprintf("trace: %v (fr_trace_rank_<rank>.json) in %s nor in its folders up to %d levels below; gorun writes them to <log-dir>/<run_id>/attempt_<n>/flight_recorder/ (with --log-dir) or %s/<run>/attempt_<n>/",
-			ErrNoDumps, root, depth, filepath.Join(os.TempDir(), "gorun-flight-recorder"))
+			ErrNoDumps, root, depth, private.FlightRecorderBase())
 		if len(res.Refused) > 0 {
 			msg += fmt.Sprintf("; not followed, leading outside %s: %s", root, strings.Join(res.Refused, ", "))
 		}
