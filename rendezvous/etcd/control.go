@@ -202,14 +202,21 @@ func (r *Rendezvous) mend(ctx context.Context, c *control) {
 			}
 			op = clientv3.OpDelete(key)
 		}
-		txn := r.cli.Txn(ctx)
-		if rev > 0 {
-			txn = txn.If(clientv3.Compare(clientv3.ModRevision(key), "=", rev))
-		}
-		if _, err := txn.Then(op).Commit(); err == nil {
+		if r.ifUnchanged(ctx, key, rev, op) {
 			r.cfg.Log.Warnf("rendezvous: mended %s", key)
 		}
 	}
+}
+
+// ifUnchanged applies op to key if key's value is still the one of
+// revision rev (0: whatever it is), and reports whether it did.
+func (r *Rendezvous) ifUnchanged(ctx context.Context, key string, rev int64, op clientv3.Op) bool {
+	txn := r.cli.Txn(ctx)
+	if rev > 0 {
+		txn = txn.If(clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+	}
+	resp, err := txn.Then(op).Commit()
+	return err == nil && resp.Succeeded
 }
 
 // previousValue returns the value key had before revision rev, if it was

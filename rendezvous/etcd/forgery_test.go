@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/gorun-dev/gorun/internal/proctest"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -37,13 +39,12 @@ func (s *syncBuf) String() string {
 // waitLog waits until the log holds want.
 func waitLog(t *testing.T, log *syncBuf, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(log.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line with %q in:\n%s", want, log.String())
+	defer func() {
+		if t.Failed() {
+			t.Logf("the log:\n%s", log)
 		}
-		time.Sleep(5 * time.Millisecond) // polling a log buffer, not timing the test
-	}
+	}()
+	proctest.WaitFor(t, fmt.Sprintf("a log line with %q", want), 10*time.Second, func() bool { return strings.Contains(log.String(), want) })
 }
 
 func rawClient(t *testing.T) *clientv3.Client {

@@ -328,8 +328,7 @@ func (r *Rendezvous) deleteIfUnchanged(ctx context.Context, kv *mvccpb.KeyValue)
 		return
 	}
 	key := string(kv.Key)
-	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).Then(clientv3.OpDelete(key)).Commit()
-	if err == nil && resp.Succeeded {
+	if r.ifUnchanged(ctx, key, kv.ModRevision, clientv3.OpDelete(key)) {
 		r.cfg.Log.Warnf("rendezvous: removed the refused value of %s", key)
 	}
 }

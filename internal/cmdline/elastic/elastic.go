@@ -220,14 +220,18 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 // (the node hosting the embedded store may start later) for up to
 // cfg.UnreachableTimeout. The first failure is reported at once, with
 // what a probe of each endpoint found.
-func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, waitingForHost bool, log logrus.FieldLogger) (*clientv3.Client, *etcdrdzv.Rendezvous, error) {
-	endpoints := ccfg.Endpoints
+func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, waitingForHost bool, log logrus.FieldLogger) (_ *clientv3.Client, _ *etcdrdzv.Rendezvous, err error) {
+	endpoints := strings.Join(ccfg.Endpoints, ",")
 	start := time.Now()
 	delay := 100 * time.Millisecond
 	var lastReport time.Time
 	var cli *clientv3.Client
+	defer func() {
+		if err != nil && cli != nil {
+			cli.Close()
+		}
+	}()
 	for {
-		var err error
 		if cli == nil {
 			// A client that logs in fails at once while etcd is away.
 			cli, err = clientv3.New(ccfg)
@@ -242,30 +246,21 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, wai
 			}
 		}
 		if ctx.Err() != nil || isPermanent(err) {
-			if cli != nil {
-				cli.Close()
-			}
 			return nil, nil, err
 		}
-		diag := diagnose(ctx, endpoints, ccfg.TLS)
+		diag := diagnose(ctx, ccfg.Endpoints, ccfg.TLS)
 		if diag.permanent {
-			if cli != nil {
-				cli.Close()
-			}
-			return nil, nil, fmt.Errorf("%w: etcd at %s: %s", etcdrdzv.ErrUnreachable, strings.Join(endpoints, ","), diag.text)
+			return nil, nil, fmt.Errorf("%w: etcd at %s: %s", etcdrdzv.ErrUnreachable, endpoints, diag.text)
 		}
 		hint := ""
 		if waitingForHost {
 			hint = "; the node hosting the embedded store may not have started yet"
 		}
 		if gone := time.Since(start); gone >= cfg.UnreachableTimeout {
-			if cli != nil {
-				cli.Close()
-			}
-			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", etcdrdzv.ErrUnreachable, strings.Join(endpoints, ","), gone.Round(time.Second), diag.text, hint)
+			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", etcdrdzv.ErrUnreachable, endpoints, gone.Round(time.Second), diag.text, hint)
 		}
 		if time.Since(lastReport) > etcdrdzv.DefaultProgressInterval {
-			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", strings.Join(endpoints, ","), diag.text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
+			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, diag.text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
 			lastReport = time.Now()
 		}
 		t := time.NewTimer(delay)
@@ -273,9 +268,6 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, wai
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			if cli != nil {
-				cli.Close()
-			}
 			return nil, nil, ctx.Err()
 		}
 		delay = min(2*delay, 2*time.Second)
