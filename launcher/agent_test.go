@@ -113,6 +113,31 @@ func TestAgentSignalExitCode(t *testing.T) {
 	}
 }
 
+// TestAgentReportsAKillItDidNotSend: rank 1 fails first; rank 2 dies of a
+// SIGKILL that gorun's stop did not send (here it kills itself when the
+// stop's SIGTERM comes, as a worker killed from outside while the stop
+// began would be seen). Rank 2 is a failure too; rank 0, ended by the
+// stop's SIGTERM, is not.
+func TestAgentReportsAKillItDidNotSend(t *testing.T) {
+	t.Parallel()
+	cfg, _, stderr := shellConfig(t, 3, `case $RANK in
+1) while [ ! -e "$DIR/ready.0" ] || [ ! -e "$DIR/ready.2" ]; do sleep 0.01; done; exit 4;;
+2) trap 'kill -KILL $$' TERM; touch "$DIR/ready.2"; while :; do sleep 0.05; done;;
+*) touch "$DIR/ready.0"; exec sleep 30;;
+esac`)
+	res, err := runAgent(t, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks := map[int]syscall.Signal{}
+	for _, f := range res.Failures {
+		ranks[f.Rank] = f.Signal
+	}
+	if len(ranks) != 2 || ranks[2] != syscall.SIGKILL || res.Failures[0].Rank != 1 {
+		t.Fatalf("failures %+v; want rank 1 (root cause, exit 4) and rank 2 (SIGKILL), not rank 0\n%s", res.Failures, stderr)
+	}
+}
+
 // readyScript traps the signals a test sends, records them in $DIR, and
 // reports readiness (its pid) once the traps are in place.
 const readyScript = `trap 'echo USR1 >> $DIR/got.$RANK' USR1

@@ -27,6 +27,9 @@ type worker struct {
 	readers  []*os.File // pipe read ends, closed after draining
 	files    []*os.File // log files
 	logs     []string   // kept log files, for the summary
+	// stopKilled: the stop sequence sent this worker SIGKILL, so a death
+	// by SIGKILL is the stop's, not a failure.
+	stopKilled bool
 }
 
 // attempt is one start of the node's workers.
@@ -212,6 +215,9 @@ func (att *attempt) running() []*worker {
 
 func (att *attempt) signalRunning(sig syscall.Signal) {
 	for _, w := range att.running() {
+		if sig == syscall.SIGKILL {
+			w.stopKilled = true
+		}
 		if err := w.proc.signalGroup(sig); err != nil {
 			att.cfg.Log.Warnf("local rank %d: %v", w.spec.LocalRank, err)
 		}
@@ -262,7 +268,11 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 			// The worker's process tree does not outlive it.
 			_ = p.signalGroup(syscall.SIGKILL)
 			st := p.status
-			if st.Code == 0 || (stopping && (st.Signal == sent || st.Signal == syscall.SIGKILL)) {
+			// A worker ended by the stop's own signal did not fail; one
+			// that died of SIGKILL the stop never sent it (killed from
+			// outside, or by the kernel's OOM killer, before its exit was
+			// seen) did, even when it is seen after the stop began.
+			if st.Code == 0 || (stopping && st.Signal == sent && sent != syscall.SIGKILL) || (st.Signal == syscall.SIGKILL && w.stopKilled) {
 				continue
 			}
 			out.failures = append(out.failures, Failure{

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/watchdog"
 )
 
@@ -105,6 +106,7 @@ func TestTraceSearchesTheLogFolder(t *testing.T) {
 				got = r.stderr
 			}
 			got = strings.ReplaceAll(got, root, "ROOT")
+			got = strings.ReplaceAll(got, private.FlightRecorderBase(), "TMP/gorun-flight-recorder-UID")
 			got = strings.ReplaceAll(got, os.TempDir(), "TMP")
 			golden := filepath.Join("testdata", "trace", c.name+".txt")
 			if c.name == "all_attempts_after_dir" {

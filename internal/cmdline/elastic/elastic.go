@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -157,6 +158,16 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	if embedded && c.isHost != nil {
 		host = *c.isHost
 	}
+	// Several agents on one host (a multi-node job tried on one machine):
+	// the first to bind the port hosts the store, the others join it as
+	// clients, as torchrun's agents do.
+	taken := func() {
+		log.Infof("the store's port %s is taken on this host: another agent hosts the job's store; joining it as a client", endpoints[0])
+		host = false
+	}
+	if host && c.isHost == nil && portTaken(endpoints[0]) {
+		taken()
+	}
 	token, err := jobToken(ctx, c, embedded, host, spec.MaxNodes, log)
 	if err != nil {
 		return nil, nil, err
@@ -165,9 +176,14 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	if host {
 		server, err = etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{ClientAddr: endpoints[0], Token: token, AuthPrefix: c.prefix,
 			CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile})
-		if err != nil {
+		switch {
+		case err != nil && c.isHost == nil && errors.Is(err, syscall.EADDRINUSE):
+			taken() // another agent bound it first
+		case err != nil:
 			return nil, nil, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoints[0], err)
 		}
+	}
+	if server != nil {
 		log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoints[0], map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""])
 	}
 	if embedded && c.user == "" {
@@ -279,6 +295,17 @@ func isPermanent(err error) bool {
 	return errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, etcdrdzv.ErrInvalidConfig) ||
 		errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) ||
 		errors.Is(err, rpctypes.ErrAuthNotEnabled) || errors.Is(err, rpctypes.ErrInvalidAuthToken)
+}
+
+// portTaken reports whether endpoint (an address of this host) is bound
+// by another process already.
+func portTaken(endpoint string) bool {
+	ln, err := net.Listen("tcp", endpoint)
+	if err != nil {
+		return errors.Is(err, syscall.EADDRINUSE)
+	}
+	ln.Close()
+	return false
 }
 
 // isLocal reports whether endpoint's host is this node: --local-addr when

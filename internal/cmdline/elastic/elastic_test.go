@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
 func TestParseConf(t *testing.T) {
@@ -146,6 +149,26 @@ func TestJobToken(t *testing.T) {
 		read, err := jobToken(ctx, conf{tokenFile: path}, true, false, 2, log)
 		if err != nil || string(read) != string(made) {
 			t.Errorf("node read %q, %v; host made %q", read, err, made)
+		}
+	})
+	t.Run("several hosts and nodes at once agree", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "job.token")
+		got := make([]etcdrdzv.Token, 16)
+		errs := make([]error, len(got))
+		var wg sync.WaitGroup
+		for i := range got {
+			wg.Go(func() {
+				got[i], errs[i] = jobToken(ctx, conf{tokenFile: path, connect: 10 * time.Second}, true, i%2 == 0, 2, log)
+			})
+		}
+		wg.Wait()
+		for i := range got {
+			if errs[i] != nil || string(got[i]) != string(got[0]) {
+				t.Errorf("agent %d: %q, %v; agent 0 has %q", i, got[i], errs[i], got[0])
+			}
+		}
+		if files, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*")); len(files) != 1 {
+			t.Errorf("files left beside the token: %v", files)
 		}
 	})
 }

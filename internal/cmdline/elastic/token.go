@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"syscall"
+	"path/filepath"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -65,20 +65,12 @@ func tokenFromFile(ctx context.Context, path string, host bool, wait time.Durati
 			if err != nil {
 				return nil, err
 			}
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-			if errors.Is(err, fs.ErrExist) {
-				continue // another process made it first: read that one
-			}
+			made, err := createToken(path, t)
 			if err != nil {
 				return nil, usage(fmt.Errorf("--rdzv-conf token_file=%s: create it: %w", path, err))
 			}
-			_, werr := f.Write(append(t, '\n'))
-			if cerr := f.Close(); werr == nil {
-				werr = cerr
-			}
-			if werr != nil {
-				os.Remove(path)
-				return nil, fmt.Errorf("--rdzv-conf token_file=%s: %w", path, werr)
+			if !made {
+				continue // another process made it first: read that one
 			}
 			log.Infof("made a new job token in %s (mode 0600); the other nodes read it there", path)
 			return t, nil
@@ -94,4 +86,31 @@ func tokenFromFile(ctx context.Context, path string, host bool, wait time.Durati
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// createToken writes t to path unless a file is there already (made
+// false): written in full to a temporary file beside it first and then
+// linked into place, so that a node reading path never sees half a token.
+func createToken(path string, t etcdrdzv.Token) (made bool, err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-")
+	if err != nil {
+		return false, err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.Write(append(t, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	// CreateTemp makes the file 0600.
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
 }
