@@ -16,9 +16,26 @@ type DryRunPlan struct {
 	RunID string `json:"run_id"`
 	// MasterPortAtLaunch is true when MASTER_PORT is a free port chosen
 	// when the job starts, so the value shown is only a placeholder.
-	MasterPortAtLaunch bool         `json:"master_port_chosen_at_launch"`
-	Warnings           []string     `json:"warnings,omitempty"`
-	Workers            []WorkerSpec `json:"workers"`
+	MasterPortAtLaunch bool     `json:"master_port_chosen_at_launch"`
+	Warnings           []string `json:"warnings,omitempty"`
+	// Scheduler names the cluster scheduler whose environment gave
+	// settings (slurm, kubernetes), "" for none.
+	Scheduler string `json:"scheduler,omitempty"`
+	// FromScheduler are the settings it gave, applied or not.
+	FromScheduler []SchedulerSetting `json:"from_scheduler,omitempty"`
+	Workers       []WorkerSpec       `json:"workers"`
+}
+
+// SchedulerSetting is a launch setting a cluster scheduler's environment
+// gave (launcher/scheduler), as --dry-run shows it.
+type SchedulerSetting struct {
+	// Flag is the flag it stands for, without dashes.
+	Flag  string `json:"flag"`
+	Value string `json:"value"`
+	// Source names the variables it came from.
+	Source string `json:"source"`
+	// Overridden is true when the user gave the flag: that value wins.
+	Overridden bool `json:"overridden_by_flag,omitempty"`
 }
 
 // PlanDryRun returns the workers of the first attempt of cfg in round,
@@ -62,6 +79,16 @@ func (p DryRunPlan) Write(w io.Writer, format string) error {
 	fmt.Fprintf(&b, "run id %s: %d workers on this node (dry run: nothing started)\n", p.RunID, len(p.Workers))
 	if p.MasterPortAtLaunch {
 		b.WriteString("MASTER_PORT=0 stands for a free port chosen when the job starts\n")
+	}
+	if len(p.FromScheduler) > 0 {
+		fmt.Fprintf(&b, "\nfrom %s's environment (flags given win):\n", p.Scheduler)
+		for _, st := range p.FromScheduler {
+			note := ""
+			if st.Overridden {
+				note = " (not used: --" + st.Flag + " was given)"
+			}
+			fmt.Fprintf(&b, "  --%s=%s  from %s%s\n", st.Flag, st.Value, st.Source, note)
+		}
 	}
 	for _, wk := range p.Workers {
 		fmt.Fprintf(&b, "\nrank %d (local rank %d)\n  command: %s\n  environment added by gorun:\n", wk.Rank, wk.LocalRank, shellJoin(wk.Argv))

@@ -40,6 +40,7 @@ const (
 	fMasterAddr      = "master-addr"
 	fMasterPort      = "master-port"
 	fLocalAddr       = "local-addr"
+	fScheduler       = "scheduler"
 	fLogsSpecs       = "logs-specs"
 	fNumaBinding     = "numa-binding"
 	fSignals         = "signals-to-handle"
@@ -198,6 +199,7 @@ func launchFlags() []cli.Flag {
 		str(catRendezvous, fMasterAddr, "127.0.0.1", "address of worker rank 0's store", true),
 		integer(catRendezvous, fMasterPort, 0, "port of worker rank 0's store; 0 picks a free port for a single-node job (29500 for static multi-node)", true),
 		str(catRendezvous, fLocalAddr, "", "address this node advertises (default: host name)", true),
+		str(catRendezvous, fScheduler, "auto", "take the job's shape from a cluster scheduler's environment where no flag gives it: auto (Slurm, else Kubernetes), slurm, kubernetes or none", false),
 
 		// Restarts and stopping.
 		integer(catRestarts, fMaxRestarts, 0, "restarts of all workers after a worker failure", true),

@@ -30,6 +30,10 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
+	schedName, fromScheduler, err := applyScheduler(c, log)
+	if err != nil {
+		return usageError("%v", err)
+	}
 	cfg, err := launchConfig(c, log)
 	if err != nil {
 		return usageError("%v", err)
@@ -89,6 +93,7 @@ func launchAction(c *cli.Context, opts Options) error {
 		if err != nil {
 			return usageError("%v", err)
 		}
+		dry.Scheduler, dry.FromScheduler = schedName, fromScheduler
 		if err := dry.Write(c.App.Writer, format); err != nil {
 			return cli.Exit(err.Error(), 1)
 		}
