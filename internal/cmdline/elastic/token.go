@@ -36,7 +36,7 @@ func jobToken(ctx context.Context, c conf, embedded, host bool, maxNodes int, lo
 	case embedded && maxNodes <= 1:
 		return etcdrdzv.NewToken()
 	case embedded:
-		return nil, usage(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job: give every node --rdzv-conf token_file=PATH on a shared file system (the node hosting the store creates it), or the same GORUN_RDZV_TOKEN (see docs/security.md)", etcdrdzv.ErrBadToken, maxNodes))
+		return nil, usage(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job: give every node --rdzv-conf token_file=PATH on a shared file system (the node hosting the store creates it), or the same GORUN_RDZV_TOKEN (under Slurm: export it in the batch script before srun, as examples/slurm/train.sbatch does; see docs/security.md)", etcdrdzv.ErrBadToken, maxNodes))
 	}
 	return nil, nil
 }
