@@ -62,6 +62,10 @@ type Agent struct {
 	// sweep is the background sweep of abandoned temporary folders,
 	// started once the first workers are forked.
 	sweep *sweeper
+	// group holds every worker's descendants; Run makes it (groupReady
+	// delivers it) and closes it.
+	group      *jobGroup
+	groupReady chan *jobGroup
 }
 
 // NewAgent validates cfg and returns an agent. signals delivers the signals
@@ -115,6 +119,20 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		cfg.Log.Infof("worker logs in %s", layout.root)
 	}
 	defer a.stopSweep()
+	// The job's cgroup and guardian are made while the rendezvous and
+	// the log folders are: the first workers' forks need them.
+	a.groupReady = make(chan *jobGroup, 1)
+	go func() {
+		v, _ := lookupEnv(cfg.Environ, EnvJobCgroup)
+		a.groupReady <- newJobGroup(cfg.Log, v != "0")
+	}()
+	defer func() {
+		if a.group == nil {
+			a.group = <-a.groupReady
+		}
+		a.group.close()
+		a.group = nil
+	}()
 	shared, warnings := SharedEnv(cfg)
 	warnings = append(warnings, secretWarnings(cfg)...)
 	for _, w := range warnings {
@@ -192,7 +210,10 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		return res, false, err
 	}
 	cfg.Log.Debugf("round %d: group rank %d of %d, world size %d, master %s:%d", round.Number, round.GroupRank, round.GroupWorldSize, round.WorldSize, round.MasterAddr, round.MasterPort)
-	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr)
+	if a.group == nil {
+		a.group = <-a.groupReady
+	}
+	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr, a.group)
 	if err != nil {
 		res.ExitCode = 1
 		var se *StartError
@@ -201,7 +222,8 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		}
 		return res, false, err
 	}
-	a.startSweep(ctx) // the workers are forked: off the launch's path
+	a.group.startGuard() // the workers are forked: off the launch's path
+	a.startSweep(ctx)
 	wctx, stopWatch := context.WithCancel(ctx)
 	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
 	stopWatch()

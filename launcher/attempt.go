@@ -35,6 +35,7 @@ type worker struct {
 // attempt is one start of the node's workers.
 type attempt struct {
 	cfg     *Config
+	group   *jobGroup // keeps the workers' descendants from outliving gorun
 	number  int
 	workers []*worker
 	byProc  map[*process]*worker
@@ -69,9 +70,10 @@ type streamPlan struct {
 
 // startAttempt starts every worker of specs. If one cannot be started, the
 // ones already running are killed and a *StartError is returned.
-func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout, stdout, stderr *Console) (*attempt, error) {
+func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout, stdout, stderr *Console, group *jobGroup) (*attempt, error) {
 	att := &attempt{
 		cfg:    cfg,
+		group:  group,
 		number: number,
 		byProc: make(map[*process]*worker, len(specs)),
 		exited: make(chan *process, len(specs)),
@@ -104,7 +106,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	procs := make([]*process, len(specs))
 	starts := make([]<-chan error, len(specs))
 	for i, spec := range specs {
-		procs[i], starts[i] = startProcess(spec.Argv, spec.Env, childEnds[i][0], childEnds[i][1], att.exited, 0)
+		procs[i], starts[i] = startProcessIn(spec.Argv, spec.Env, childEnds[i][0], childEnds[i][1], att.exited, 0, group.cgroupFD())
 	}
 	var startErr error
 	for i, w := range att.workers {
@@ -116,6 +118,10 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		}
 		w.proc = procs[i]
 		att.byProc[procs[i]] = w
+		group.started(w.proc.pid)
+		if w.proc.cgroupErr != nil {
+			group.noCgroup(w.proc.cgroupErr)
+		}
 	}
 	closeChildEnds(childEnds, devNull) // the children hold their own copies
 	if startErr != nil {
@@ -267,6 +273,7 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 			w := att.byProc[p]
 			// The worker's process tree does not outlive it.
 			_ = p.signalGroup(syscall.SIGKILL)
+			att.group.ended(p.pid)
 			st := p.status
 			// A worker ended by the stop's own signal did not fail; one
 			// that died of SIGKILL the stop never sent it (killed from

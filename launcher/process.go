@@ -53,6 +53,9 @@ type process struct {
 	done chan struct{}
 	// status is valid once done is closed.
 	status exitStatus
+	// cgroupErr, when set, is why the process could not be started in
+	// the job's cgroup (it runs outside it).
+	cgroupErr error
 }
 
 // startProcess starts argv with env, stdout and stderr in a new process
@@ -67,15 +70,29 @@ type process struct {
 // thread, so setting it on the child after the fork would miss the
 // threads it already started).
 func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process, nice int) (*process, <-chan error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = env
-	cmd.Stdout = stdout
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid: true,
-		// Delivered when the forking thread ends; the goroutine below keeps
-		// that thread alive until the worker has exited.
-		Pdeathsig: syscall.SIGKILL,
+	return startProcessIn(argv, env, stdout, stderr, exited, nice, -1)
+}
+
+// startProcessIn is startProcess with the process cloned into the cgroup
+// whose directory is open as cgroupFD (-1: this process's own). If the
+// clone into the cgroup fails, the process is started outside it and
+// p.cgroupErr says why.
+func startProcessIn(argv, env []string, stdout, stderr *os.File, exited chan<- *process, nice, cgroupFD int) (*process, <-chan error) {
+	command := func(cgroupFD int) *exec.Cmd {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		cmd.Stdout = stdout
+		cmd.Stderr = stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Setpgid: true,
+			// Delivered when the forking thread ends; the goroutine below
+			// keeps that thread alive until the worker has exited.
+			Pdeathsig: syscall.SIGKILL,
+		}
+		if cgroupFD >= 0 {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD
+		}
+		return cmd
 	}
 	p := &process{done: make(chan struct{})}
 	started := make(chan error, 1)
@@ -87,7 +104,14 @@ func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *pr
 			// This thread is the child's alone and ends with it.
 			_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, nice)
 		}
-		if err := cmd.Start(); err != nil {
+		cmd := command(cgroupFD)
+		err := cmd.Start()
+		if err != nil && cgroupFD >= 0 && !errors.Is(err, exec.ErrNotFound) && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
+			p.cgroupErr = err
+			cmd = command(-1)
+			err = cmd.Start()
+		}
+		if err != nil {
 			started <- err
 			return
 		}

@@ -35,6 +35,9 @@ func (a *Agent) startSweep(ctx context.Context) {
 		defer close(s.done)
 		removed, err := sweepTempDirs(ctx, os.TempDir())
 		sweepDumpFolders(ctx, private.FlightRecorderBase(), os.TempDir())
+		if own, cerr := ownCgroup(); cerr == nil {
+			removed = append(removed, sweepJobCgroups(own)...)
+		}
 		for _, p := range removed {
 			log.Infof("removed %s, left by a gorun that was killed", p)
 		}

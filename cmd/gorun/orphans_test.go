@@ -1,0 +1,161 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gorun-dev/gorun/internal/proctest"
+)
+
+// TestKilledGorunLeavesNoDescendants: SIGKILL of gorun, which it cannot
+// handle, ends every descendant of the workers: a worker shell's
+// background sleep (in the worker's process group: the guardian kills the
+// group) and one that made its own session with setsid (in the job's
+// cgroup: the guardian kills the cgroup, where the machine lets gorun make
+// one; reported and not checked where it does not).
+func TestKilledGorunLeavesNoDescendants(t *testing.T) {
+	t.Parallel()
+	t.Run("cgroup", func(t *testing.T) { t.Parallel(); killGorunWithDescendants(t, true) })
+	t.Run("process groups only", func(t *testing.T) { t.Parallel(); killGorunWithDescendants(t, false) })
+}
+
+// killGorunWithDescendants runs the test with or without the job's cgroup
+// (GORUN_JOB_CGROUP=0): without it, only the guardian's process-group kill
+// is checked.
+func killGorunWithDescendants(t *testing.T, cgroup bool) {
+	dir := t.TempDir()
+	script := writeScript(t, `sleep 300 & echo $! > "$1/child.$RANK"
+setsid sleep 300 & echo $! > "$1/escaped.$RANK"
+echo $$ > "$1/worker.$RANK"
+touch "$1/ready.$RANK"
+wait`)
+	env := testEnv()
+	if !cgroup {
+		env = testEnv("GORUN_JOB_CGROUP=0")
+	}
+	cmd, _, stderr := startGorun(t, env, "--nproc-per-node=2", "--no-python", script, dir)
+	waitReady(t, dir, 2)
+	workers := proctest.PIDs(t, filepath.Join(dir, "worker.*"))
+	children := proctest.PIDs(t, filepath.Join(dir, "child.*"))
+	escaped := proctest.PIDs(t, filepath.Join(dir, "escaped.*"))
+	inCgroup := cgroup
+	for _, pid := range escaped {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		if err != nil || !strings.Contains(string(b), "/gorun-") {
+			inCgroup = false
+		}
+	}
+	// Detached for real: not in the worker's process group.
+	for _, pid := range escaped {
+		if pg, err := syscall.Getpgid(pid); err != nil || pg == workers[0] || pg == workers[1] {
+			t.Fatalf("pid %d: process group %d, %v; setsid should have left the worker's", pid, pg, err)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, cmd)
+	want := append(workers, children...)
+	if inCgroup {
+		want = append(want, escaped...)
+	} else {
+		if cgroup {
+			t.Logf("NOT CHECKED: the setsid descendants %v are in no cgroup of the job (no writable cgroup v2 here); they may outlive gorun\n%s", escaped, stderr)
+		}
+		t.Cleanup(func() {
+			for _, pid := range escaped {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
+	}
+	assertAllGone(t, want)
+	if inCgroup {
+		proctest.WaitFor(t, "the job's cgroup to be removed", 30e9, func() bool {
+			b, _ := os.ReadFile("/proc/self/cgroup")
+			own := strings.TrimPrefix(strings.TrimSpace(lastLine(string(b))), "0::")
+			matches, _ := filepath.Glob(filepath.Join(cgroupMount(t), own, "gorun-"+strconv.Itoa(cmd.Process.Pid)+"-*"))
+			return len(matches) == 0
+		})
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "0::") {
+			return l
+		}
+	}
+	return lines[len(lines)-1]
+}
+
+// cgroupMount is where cgroup v2 is mounted.
+func cgroupMount(t *testing.T) string {
+	m, err := findCgroupMount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func findCgroupMount() (string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		for i, x := range f {
+			if x == "-" && i+1 < len(f) && f[i+1] == "cgroup2" {
+				return f[4], nil
+			}
+		}
+	}
+	return "", errors.New("no cgroup v2 mount")
+}
+
+// TestNothingOutlivesAFinishedJob: a worker that leaves a process behind
+// in its own session (setsid) and exits 0: when gorun exits, that process
+// is gone too (the job's cgroup is killed), where gorun has a cgroup.
+func TestNothingOutlivesAFinishedJob(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := writeScript(t, `setsid sleep 300 & echo $! > "$1/escaped.$RANK"`)
+	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--no-python", script, dir)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	escaped := proctest.PIDs(t, filepath.Join(dir, "escaped.*"))
+	if _, err := makeTestCgroup(); err != nil {
+		t.Logf("NOT CHECKED: no writable cgroup v2 here (%v); the setsid descendants %v may outlive gorun", err, escaped)
+		for _, pid := range escaped {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return
+	}
+	assertAllGone(t, escaped)
+}
+
+// makeTestCgroup tells whether this machine lets the tests' user make a
+// cgroup v2 below its own, as gorun does for a job.
+func makeTestCgroup() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	own := strings.TrimPrefix(lastLine(string(b)), "0::")
+	mount, err := findCgroupMount()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(mount, own, "gorun-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return "", err
+	}
+	return dir, os.Remove(dir)
+}
