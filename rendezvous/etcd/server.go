@@ -2,9 +2,14 @@ package etcd
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +27,10 @@ const (
 	DefaultElectionMs = 100
 	// DefaultReadyTimeout bounds the wait for the server to serve.
 	DefaultReadyTimeout = 30 * time.Second
+	// ClusterTickMs and ClusterElectionMs are the raft timing of a store
+	// of several members: a lost leader is replaced within about a second.
+	ClusterTickMs     = 50
+	ClusterElectionMs = 500
 )
 
 // ServerConfig configures an embedded etcd server.
@@ -55,13 +64,37 @@ type ServerConfig struct {
 	// CertFile and KeyFile make the client port TLS; with TrustedCAFile
 	// clients must also present a certificate signed by that CA.
 	CertFile, KeyFile, TrustedCAFile string
+	// Cluster, for a store of several members, is every member's peer
+	// address (host:port), in the same order on every member; Member is
+	// this member's index in it. Empty: a store of one member. The
+	// members authenticate each other with TLS whose CA key comes from
+	// Token (then required), and a member starts serving once a majority
+	// of them run.
+	Cluster []string
+	Member  int
+
+	// peerTLS is the member's peer TLS, made by StartServer.
+	peerTLS transport.TLSInfo
 }
+
+// clustered reports whether cfg is a member of a store of several.
+func (cfg ServerConfig) clustered() bool { return len(cfg.Cluster) > 1 }
+
+// memberName is the etcd name of member i.
+func memberName(i int) string { return "gorun-" + strconv.Itoa(i) }
 
 // Server is a running embedded etcd. Close it when done; it is safe to
 // call Close more than once.
 type Server struct {
 	etcd    *embed.Etcd
 	tempDir string
+	// runDir (private, in the data folder) holds the client socket and a
+	// member's peer TLS files; removed by Close.
+	runDir string
+	// port is the client port, forwarded to the socket.
+	port *clientPort
+	// ready is set once etcd served (StartServer succeeded).
+	ready bool
 	// level is etcd's log level: Close silences it, as etcd logs errors
 	// even for a normal shutdown.
 	level zap.AtomicLevel
@@ -71,7 +104,8 @@ type Server struct {
 }
 
 // embedConfig is the embedded etcd's configuration common to the set-up
-// start and the real one; the caller adds the listeners.
+// start and the real one: the member, its peers and its data; the caller
+// adds the client listeners.
 func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	ec := embed.NewConfig()
 	ec.Name = "gorun"
@@ -88,8 +122,30 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	// millisecond of the store's CPU instead of 30 ms (a 1024-node job
 	// logged in for 30 s at bcrypt's default cost, 10).
 	ec.BcryptCost = bcryptMinCost
+	if !cfg.clustered() {
+		peer := url.URL{Scheme: "http", Host: cfg.PeerAddr}
+		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+		return ec
+	}
+	ec.Name = memberName(cfg.Member)
+	peer := url.URL{Scheme: "https", Host: cfg.Cluster[cfg.Member]}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	var initial []string
+	for i, addr := range cfg.Cluster {
+		initial = append(initial, memberName(i)+"=https://"+addr)
+	}
+	ec.InitialCluster = strings.Join(initial, ",")
+	// Members of different jobs never take each other for their own.
+	ec.InitialClusterToken = "gorun-" + hex.EncodeToString(cfg.Token.Derive("gorun etcd cluster token v1")[:8])
+	ec.ClusterState = embed.ClusterStateFlagNew
+	ec.PeerTLSInfo = cfg.peerTLS
 	return ec
 }
+
+// maxSocketPath is the longest path of a Unix socket (sun_path, with its
+// terminating zero).
+const maxSocketPath = 108
 
 // bcryptMinCost is bcrypt.MinCost.
 const bcryptMinCost = 4
@@ -105,6 +161,23 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "panic"
+	}
+	if cfg.clustered() {
+		if cfg.Member < 0 || cfg.Member >= len(cfg.Cluster) {
+			return nil, fmt.Errorf("embedded etcd: member %d of a store of %d", cfg.Member, len(cfg.Cluster))
+		}
+		if cfg.Token == nil {
+			return nil, fmt.Errorf("embedded etcd: a store of several members needs the job token (its members authenticate each other with it)")
+		}
+		cfg.PeerAddr = cfg.Cluster[cfg.Member]
+		// Members on several hosts: raft's timing must bear a busy
+		// network and machine (a training node's CPUs are taken).
+		if cfg.TickMs == 0 {
+			cfg.TickMs = ClusterTickMs
+		}
+		if cfg.ElectionMs == 0 {
+			cfg.ElectionMs = ClusterElectionMs
+		}
 	}
 	if cfg.TickMs == 0 {
 		cfg.TickMs = DefaultTickMs
@@ -139,30 +212,45 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			s.Close()
 		}
 	}()
-	scheme := "http"
+	// A private folder for the client socket and a member's peer TLS, in
+	// the data folder: whoever removes that removes it too.
+	s.runDir = filepath.Join(cfg.Dir, "gorun-run")
+	if len(s.runDir)+len("/client.sock") >= maxSocketPath {
+		// A Unix socket's path must be short: the temporary folder then.
+		s.runDir, err = os.MkdirTemp("", "gorun-etcd-run-")
+	} else if err = os.RemoveAll(s.runDir); err == nil {
+		err = os.MkdirAll(s.runDir, 0o700)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	if cfg.clustered() {
+		host, _, err := net.SplitHostPort(cfg.PeerAddr)
+		if err != nil {
+			return nil, fmt.Errorf("embedded etcd: member %d's peer address %q: %w", cfg.Member, cfg.PeerAddr, err)
+		}
+		if cfg.peerTLS, err = peerTLS(cfg.Token, s.runDir, host); err != nil {
+			return nil, err
+		}
+	}
+	// The client port is bound now and opened once authentication is on.
+	socket := filepath.Join(s.runDir, "client.sock")
+	if s.port, err = bindClientPort(cfg.ClientAddr, socket); err != nil {
+		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
+	}
+	scheme, socketScheme := "http", "unix"
 	if cfg.CertFile != "" {
-		scheme = "https"
+		scheme, socketScheme = "https", "unixs"
 	}
 	if cfg.Token != nil {
 		cfg.Password = cfg.Token.EtcdPassword()
 	}
-	if cfg.Password != "" {
-		// Authentication is turned on in a first start that listens on a
-		// socket in the private data directory only, so that no client
-		// ever reaches the store before it is on.
-		if err := setUpAuth(ctx, cfg, logger); err != nil {
-			return nil, err
-		}
-	}
 	ec := embedConfig(cfg, logger)
-	clientURL := url.URL{Scheme: scheme, Host: cfg.ClientAddr}
 	if cfg.CertFile != "" {
 		ec.ClientTLSInfo = transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.TrustedCAFile, ClientCertAuth: cfg.TrustedCAFile != ""}
 	}
-	peerURL := url.URL{Scheme: "http", Host: cfg.PeerAddr}
-	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
-	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.ListenClientUrls = []url.URL{{Scheme: socketScheme, Path: socket}}
+	ec.AdvertiseClientUrls = []url.URL{{Scheme: scheme, Host: s.port.addr()}}
 	if err := ec.Validate(); err != nil {
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	}
@@ -175,25 +263,28 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	defer timer.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
-		started = true
-		return s, nil
 	case err := <-e.Err():
 		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
 	case <-timer.C:
+		if cfg.clustered() {
+			return nil, fmt.Errorf("embedded etcd: member %d at %s: no majority of the store's members %v started within %v", cfg.Member, cfg.PeerAddr, cfg.Cluster, cfg.ReadyTimeout)
+		}
 		return nil, fmt.Errorf("embedded etcd on %s: not ready after %v", cfg.ClientAddr, cfg.ReadyTimeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	if cfg.Password != "" {
+		if err := setUpAuth(ctx, e, cfg); err != nil {
+			return nil, err
+		}
+	}
+	s.port.open()
+	started, s.ready = true, true
+	return s, nil
 }
 
 // Endpoints returns the addresses clients connect to (host:port).
-func (s *Server) Endpoints() []string {
-	var eps []string
-	for _, l := range s.etcd.Clients {
-		eps = append(eps, l.Addr().String())
-	}
-	return eps
-}
+func (s *Server) Endpoints() []string { return []string{s.port.addr()} }
 
 // Err delivers a fatal server error; it is closed when the server stops.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
@@ -203,11 +294,24 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.level.SetLevel(zapcore.PanicLevel)
+		if s.port != nil {
+			s.port.close()
+		}
 		if s.etcd != nil {
+			if !s.ready {
+				// etcd's Close waits for its client servers, which wait
+				// for the server to be ready or stopping: stop it first.
+				s.etcd.Server.HardStop()
+			}
 			s.etcd.Close()
 		}
 		if s.tempDir != "" {
 			s.closeErr = os.RemoveAll(s.tempDir)
+		}
+		if s.runDir != "" {
+			if err := os.RemoveAll(s.runDir); s.closeErr == nil {
+				s.closeErr = err
+			}
 		}
 	})
 	return s.closeErr

@@ -1,0 +1,137 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// freeAddrs returns n host:port addresses free on 127.0.0.1 now.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+// startCluster starts the members of a store of len(tokens) members at
+// once, member i with tokens[i], and returns them with their errors.
+func startCluster(t *testing.T, tokens []Token, ready time.Duration) ([]*Server, []error, []string) {
+	t.Helper()
+	addrs := freeAddrs(t, 2*len(tokens))
+	peers, clients := addrs[:len(tokens)], addrs[len(tokens):]
+	servers := make([]*Server, len(tokens))
+	errs := make([]error, len(tokens))
+	var wg sync.WaitGroup
+	for i := range tokens {
+		wg.Go(func() {
+			servers[i], errs[i] = StartServer(context.Background(), ServerConfig{
+				ClientAddr: clients[i], Token: tokens[i], Cluster: peers, Member: i, ReadyTimeout: ready,
+			})
+		})
+	}
+	wg.Wait()
+	for _, s := range servers {
+		if s != nil {
+			t.Cleanup(func() { s.Close() })
+		}
+	}
+	return servers, errs, clients
+}
+
+// TestClusterSurvivesAMember: three members form one store with
+// authentication on; with member 0 gone, the other two serve the job's
+// user, with the data written before.
+func TestClusterSurvivesAMember(t *testing.T) {
+	token := Token("gorun-cluster-test-token-0123456789")
+	start := time.Now()
+	servers, errs, clients := startCluster(t, []Token{token, token, token}, 30*time.Second)
+	t.Logf("three members serve after %v", time.Since(start))
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dial := func(user, password string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: clients, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Username: user, Password: password})
+	}
+	if anon, err := dial("", ""); err == nil {
+		if _, err := anon.Put(ctx, DefaultPrefix+"/job/x", "v"); err == nil {
+			t.Error("a client without the job's password wrote to the store")
+		}
+		anon.Close()
+	}
+	cli, err := dial(EtcdUser, token.EtcdPassword())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, DefaultPrefix+"/job/k", "before"); err != nil {
+		t.Fatal(err)
+	}
+	members, err := cli.MemberList(ctx)
+	if err != nil || len(members.Members) != 3 {
+		t.Fatalf("members %v, %v; want 3", members, err)
+	}
+	closed := time.Now()
+	servers[0].Close()
+	t.Logf("member 0 closed in %v", time.Since(closed))
+	defer func() { t.Logf("served again %v after member 0's close", time.Since(closed)) }()
+	if _, err := cli.Put(ctx, DefaultPrefix+"/job/k2", "after"); err != nil {
+		t.Fatalf("the two members left do not serve: %v", err)
+	}
+	r, err := cli.Get(ctx, DefaultPrefix+"/job/k")
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "before" {
+		t.Fatalf("get after losing member 0: %v, %v", r, err)
+	}
+}
+
+// TestClusterRefusesAStranger: a member started with another token
+// cannot join (the peers' TLS refuses it), and a TLS client without the
+// job's certificate is refused at the peer port.
+func TestClusterRefusesAStranger(t *testing.T) {
+	token := Token("gorun-cluster-test-token-0123456789")
+	other := Token("someone-elses-token-0123456789abc")
+	servers, errs, _ := startCluster(t, []Token{token, token, other}, 5*time.Second)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("the job's members: %v, %v", errs[0], errs[1])
+	}
+	if errs[2] == nil {
+		t.Fatal("a member with another token joined the store")
+	}
+	// The peer port refuses a TLS client without a certificate.
+	peer := servers[0].etcd.Config().ListenPeerUrls[0].Host
+	conn, err := tls.Dial("tcp", peer, &tls.Config{InsecureSkipVerify: true})
+	if err == nil {
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Write([]byte("GET /members HTTP/1.1\r\nHost: x\r\n\r\n"))
+		if err == nil {
+			buf := make([]byte, 64)
+			_, err = conn.Read(buf)
+		}
+		conn.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a client without the job's certificate at the peer port: %v; want a TLS refusal", err)
+	}
+}
