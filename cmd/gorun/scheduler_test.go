@@ -13,14 +13,26 @@ import (
 	"github.com/gorun-dev/gorun/launcher/scheduler"
 )
 
-// slurmJobID returns a job id whose embedded store port is free here.
-func slurmJobID(t *testing.T) string {
+// slurmJobID returns a job id whose embedded store ports (the client
+// port and the members' peer port after it) are free on the n hosts
+// 127.0.0.[1-n].
+func slurmJobID(t *testing.T, n int) string {
 	t.Helper()
 	for id := 1000 + os.Getpid()%5000; ; id++ {
 		job := strconv.Itoa(id)
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", scheduler.StorePort(job+".0")))
-		if err == nil {
-			ln.Close()
+		port := scheduler.StorePort(job + ".0")
+		free := true
+		for i := 1; i <= n && free; i++ {
+			for _, p := range []int{port, port + 1} {
+				ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%d", i, p))
+				if err != nil {
+					free = false
+					break
+				}
+				ln.Close()
+			}
+		}
+		if free {
 			return job
 		}
 	}
@@ -42,7 +54,7 @@ func slurmEnv(job string, n, i int) []string {
 func TestSlurmJobWithoutRendezvousFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	job := slurmJobID(t)
+	job := slurmJobID(t, 3)
 	script := startWorker(t, "")
 	var nodes []*node
 	for i := range 3 {
@@ -71,6 +83,12 @@ func TestSlurmJobWithoutRendezvousFlags(t *testing.T) {
 	}
 	if !strings.Contains(nodes[1].stderr.String(), "slurm: --nnodes=3 --node-rank=1") {
 		t.Errorf("node 1 did not say what it took from Slurm:\n%s", nodes[1].stderr)
+	}
+	// Three nodes: the store's three members on the three hosts.
+	for i, n := range nodes {
+		if want := fmt.Sprintf("member %d of the job's store serves", i); !strings.Contains(n.stderr.String(), want) {
+			t.Errorf("node %d did not host member %d of the store:\n%s", i, i, n.stderr)
+		}
 	}
 }
 

@@ -30,7 +30,7 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	schedName, fromScheduler, err := applyScheduler(c, log)
+	schedName, fromScheduler, storeHosts, err := applyScheduler(c, log)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -43,6 +43,9 @@ func launchAction(c *cli.Context, opts Options) error {
 		return usageError("%v", err)
 	}
 	rdzv, round := plan.rdzv, plan.round
+	if plan.elastic != nil {
+		plan.elastic.StoreHosts = storeHosts
+	}
 	if plan.elastic != nil && !c.Bool(fDryRun) {
 		if opts.Elastic == nil {
 			return execCompanion("--rdzv-backend=" + plan.elastic.Backend)

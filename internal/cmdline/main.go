@@ -70,6 +70,10 @@ type ElasticSpec struct {
 	MaxRestarts  int
 	// LocalAddr is --local-addr, or "" for the host's name.
 	LocalAddr string
+	// StoreHosts are hosts for the embedded store's members, from the
+	// scheduler (the first three of a Slurm job's), when --rdzv-conf
+	// store_hosts gives none.
+	StoreHosts []string
 	// Log receives progress and warnings.
 	Log logrus.FieldLogger
 }

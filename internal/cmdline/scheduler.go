@@ -19,20 +19,20 @@ import (
 // --dry-run. --standalone is a single-node job of its own: no scheduler
 // values apply. With --nproc-per-node=gpu or auto, the scheduler's count
 // of this node's GPUs is the answer.
-func applyScheduler(c *cli.Context, log *logrus.Logger) (name string, settings []launcher.SchedulerSetting, err error) {
+func applyScheduler(c *cli.Context, log *logrus.Logger) (name string, settings []launcher.SchedulerSetting, storeHosts []string, err error) {
 	if c.Bool(fStandalone) {
-		return "", nil, nil
+		return "", nil, nil, nil
 	}
 	det, err := scheduler.Detect(c.String(fScheduler), os.Getenv, c.IsSet)
 	if err != nil {
-		return "", nil, fmt.Errorf("%v (--scheduler=none ignores the scheduler's environment)", err)
+		return "", nil, nil, fmt.Errorf("%v (--scheduler=none ignores the scheduler's environment)", err)
 	}
 	var applied []string
 	for _, st := range det.Settings {
 		s := launcher.SchedulerSetting{Flag: st.Flag, Value: st.Value, Source: st.Source, Overridden: c.IsSet(st.Flag)}
 		if !s.Overridden {
 			if err := c.Set(st.Flag, st.Value); err != nil {
-				return "", nil, fmt.Errorf("--%s=%s from %s: %w", st.Flag, st.Value, st.Source, err)
+				return "", nil, nil, fmt.Errorf("--%s=%s from %s: %w", st.Flag, st.Value, st.Source, err)
 			}
 			applied = append(applied, "--"+st.Flag+"="+st.Value)
 		}
@@ -41,14 +41,28 @@ func applyScheduler(c *cli.Context, log *logrus.Logger) (name string, settings [
 	if n := det.GPUsOnNode; n > 0 {
 		if v := c.String(fNprocPerNode); v == "gpu" || v == "auto" {
 			if err := c.Set(fNprocPerNode, strconv.Itoa(n)); err != nil {
-				return "", nil, err
+				return "", nil, nil, err
 			}
 			settings = append(settings, launcher.SchedulerSetting{Flag: fNprocPerNode, Value: strconv.Itoa(n), Source: det.GPUsSource + " (for --nproc-per-node=" + v + ")"})
 			applied = append(applied, "--"+fNprocPerNode+"="+strconv.Itoa(n))
 		}
 	}
+	// The store's members on the first three hosts, where the store is
+	// the one the scheduler's values chose (the embedded one at the first
+	// host) and the user names no members.
+	if len(det.StoreHosts) > 0 {
+		conf, _ := launcher.ParseKeyValues(fRdzvConf, c.String(fRdzvConf))
+		ep, fromScheduler := det.Value(fRdzvEndpoint)
+		st := launcher.SchedulerSetting{Flag: fRdzvConf, Value: "store_hosts=" + strings.Join(det.StoreHosts, "+"), Source: det.StoreSource}
+		st.Overridden = conf["store_hosts"] != "" || !fromScheduler || c.String(fRdzvEndpoint) != ep || c.String(fRdzvBackend) == "static"
+		if !st.Overridden {
+			storeHosts = det.StoreHosts
+			applied = append(applied, "--rdzv-conf "+st.Value)
+		}
+		settings = append(settings, st)
+	}
 	if len(applied) > 0 {
 		log.Infof("%s: %s (from the environment; --dry-run shows where each came from)", det.Scheduler, strings.Join(applied, " "))
 	}
-	return det.Scheduler, settings, nil
+	return det.Scheduler, settings, storeHosts, nil
 }

@@ -56,6 +56,12 @@ type Detection struct {
 	Settings []Setting `json:"settings,omitempty"`
 	// Hosts is the job's host list in node-rank order (Slurm).
 	Hosts []string `json:"hosts,omitempty"`
+	// StoreHosts are the hosts of the embedded store's three members, the
+	// first three of Hosts, when the job has three nodes or more: a store
+	// that survives the loss of any one of them.
+	StoreHosts []string `json:"store_hosts,omitempty"`
+	// StoreSource says where StoreHosts came from.
+	StoreSource string `json:"store_source,omitempty"`
 	// GPUsOnNode is the number of GPUs the scheduler gave this node, 0 if
 	// it did not say; --nproc-per-node=gpu or auto use it.
 	GPUsOnNode int `json:"gpus_on_node,omitempty"`
@@ -181,6 +187,10 @@ func detectSlurm(getenv func(string) string, given func(string) bool) (Detection
 		add("rdzv-backend", "c10d", "a Slurm job on several nodes: the embedded store")
 		add("rdzv-endpoint", fmt.Sprintf("%s:%d", d.Hosts[0], StorePort(runID)), firstHost+", port derived from the job id")
 		add("master-addr", d.Hosts[0], firstHost)
+	}
+	if nodes >= 3 {
+		d.StoreHosts = append([]string(nil), d.Hosts[:3]...)
+		d.StoreSource = fmt.Sprintf("the first three hosts of %s=%s", listVar, list)
 	}
 	add("rdzv-id", runID, runSource)
 	if name, nameVar := first(getenv, "SLURMD_NODENAME"); nameVar != "" {

@@ -73,8 +73,10 @@ type ServerConfig struct {
 	Cluster []string
 	Member  int
 
-	// peerTLS is the member's peer TLS, made by StartServer.
-	peerTLS transport.TLSInfo
+	// peerTLS is the member's peer TLS and authToken etcd's auth token
+	// setting, made by StartServer.
+	peerTLS   transport.TLSInfo
+	authToken string
 }
 
 // clustered reports whether cfg is a member of a store of several.
@@ -140,6 +142,7 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	ec.InitialClusterToken = "gorun-" + hex.EncodeToString(cfg.Token.Derive("gorun etcd cluster token v1")[:8])
 	ec.ClusterState = embed.ClusterStateFlagNew
 	ec.PeerTLSInfo = cfg.peerTLS
+	ec.AuthToken = cfg.authToken
 	return ec
 }
 
@@ -232,6 +235,15 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		if cfg.peerTLS, err = peerTLS(cfg.Token, s.runDir, host); err != nil {
 			return nil, err
 		}
+		// etcd's simple auth tokens are one member's own: a client that
+		// logged in at one member is refused by another (a watch fails
+		// with "invalid auth token"). Signed tokens (JWT, under a key the
+		// members derive from the job token) are good at every member.
+		key := filepath.Join(s.runDir, "jwt.key")
+		if err := os.WriteFile(key, cfg.Token.Derive("gorun etcd jwt v1"), 0o600); err != nil {
+			return nil, fmt.Errorf("embedded etcd: %w", err)
+		}
+		cfg.authToken = "jwt,priv-key=" + key + ",sign-method=HS256,ttl=1h"
 	}
 	// The client port is bound now and opened once authentication is on.
 	socket := filepath.Join(s.runDir, "client.sock")

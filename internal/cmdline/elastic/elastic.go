@@ -64,7 +64,7 @@ type conf struct {
 
 // knownKeys are the --rdzv-conf keys gorun reads; torchrun's others are
 // accepted with a warning.
-var knownKeys = []string{"last_call_timeout", "join_timeout", "lease_ttl", "connect_timeout", "is_host", "etcd_prefix", "cacert", "cert", "key", "user", "password", "token_file"}
+var knownKeys = []string{"last_call_timeout", "join_timeout", "lease_ttl", "connect_timeout", "is_host", "etcd_prefix", "cacert", "cert", "key", "user", "password", "token_file", "store_hosts"}
 
 // secretEnv lists the environment alternatives of --rdzv-conf keys, so
 // that secrets stay off the command line.
@@ -154,8 +154,25 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		}
 	}
 
+	var members []storeMember
+	if embedded {
+		_, epPort, _ := net.SplitHostPort(endpoints[0])
+		port, _ := strconv.Atoi(epPort)
+		if members, err = storeMembers(spec.Conf, spec, port); err != nil {
+			return nil, nil, usage(err)
+		}
+	} else if spec.Conf["store_hosts"] != "" {
+		log.Warnf("--rdzv-conf store_hosts is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", spec.Backend)
+	}
+	member := -1
 	host := embedded && isLocal(endpoints[0], spec.LocalAddr)
-	if embedded && c.isHost != nil {
+	if members != nil {
+		// Every node knows every member; a member's node hosts it.
+		member = memberIndex(members, spec.LocalAddr)
+		host = member >= 0
+		endpoints = strings.Split(clients(members), ",")
+	}
+	if embedded && c.isHost != nil && (members == nil || !*c.isHost) {
 		host = *c.isHost
 	}
 	// Several agents on one host (a multi-node job tried on one machine):
@@ -165,7 +182,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		log.Infof("the store's port %s is taken on this host: another agent hosts the job's store; joining it as a client", endpoints[0])
 		host = false
 	}
-	if host && c.isHost == nil && portTaken(endpoints[0]) {
+	if host && members == nil && c.isHost == nil && portTaken(endpoints[0]) {
 		taken()
 	}
 	token, err := jobToken(ctx, c, embedded, host, spec.MaxNodes, log)
@@ -174,17 +191,13 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	}
 	var server *etcdrdzv.Server
 	if host {
-		server, err = etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{ClientAddr: endpoints[0], Token: token, AuthPrefix: c.prefix,
-			CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile})
-		switch {
-		case err != nil && c.isHost == nil && errors.Is(err, syscall.EADDRINUSE):
-			taken() // another agent bound it first
-		case err != nil:
-			return nil, nil, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoints[0], err)
+		var lost bool
+		if server, lost, err = hostStore(ctx, c, token, endpoints[0], members, member, log); err != nil {
+			return nil, nil, err
 		}
-	}
-	if server != nil {
-		log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoints[0], map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""])
+		if lost {
+			taken()
+		}
 	}
 	if embedded && c.user == "" {
 		// The embedded store's job user; its password comes from the token.
@@ -223,7 +236,10 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		return nil, nil, err
 	}
 	h := &hosted{Rendezvous: r, cli: cli, server: server}
-	if embedded && server == nil {
+	switch {
+	case embedded && members != nil:
+		h.hint = "a majority of the nodes hosting the embedded store's members (" + clients(members) + ") may have exited"
+	case embedded && server == nil:
 		h.hint = "the node hosting the embedded store at " + endpoints[0] + " may have exited"
 	}
 	return h, func() {

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// freePortPair returns a port p such that p and p+1 are free on each of
+// the hosts 127.0.0.[1-n] now: a store member's client and peer ports.
+func freePortPair(t *testing.T, n int) int {
+	t.Helper()
+	for range 1000 {
+		p := 20000 + rand.IntN(20000)
+		free := true
+		for i := 1; i <= n && free; i++ {
+			for _, port := range []int{p, p + 1} {
+				ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%d", i, port))
+				if err != nil {
+					free = false
+					break
+				}
+				ln.Close()
+			}
+		}
+		if free {
+			return p
+		}
+	}
+	t.Fatal("no free pair of ports")
+	return 0
+}
+
+// storeHostsConf is --rdzv-conf for a store of members on 127.0.0.[1-n].
+func storeHostsConf(n int, extra string) string {
+	var hosts []string
+	for i := 1; i <= n; i++ {
+		hosts = append(hosts, "127.0.0."+strconv.Itoa(i))
+	}
+	return "--rdzv-conf=store_hosts=" + strings.Join(hosts, "+") + "," + extra
+}
+
+// TestStoreSurvivesItsFirstHost: three nodes, the embedded store's three
+// members on them. SIGKILL of the agent on the node that hosts member 0
+// (the endpoint's host, which was the whole store before) leaves a 2-node
+// job: the other two re-form without it and complete.
+func TestStoreSurvivesItsFirstHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := freePortPair(t, 3)
+	ep := fmt.Sprintf("127.0.0.1:%d", port)
+	// The 3-node round runs until it is stopped; the 2-node one completes.
+	script := startWorker(t, `[ "$WORLD_SIZE" = 3 ] && exec sleep 300
+exit 0`)
+	conf := storeHostsConf(3, "lease_ttl=2,last_call_timeout=1")
+	nodes := startNodes(t, 3, func(i int) []string {
+		return append(elasticArgs(ep, "ha", i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, n := range nodes {
+				t.Logf("node %d:\n%s", i, n.stderr)
+			}
+		}
+	})
+	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	for i, n := range nodes {
+		if want := fmt.Sprintf("member %d of the job's store serves", i); !strings.Contains(n.stderr.String(), want) {
+			t.Fatalf("node %d does not host member %d:\n%s", i, i, n.stderr)
+		}
+	}
+	if err := nodes[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, nodes[0].cmd)
+	for i, n := range nodes[1:] {
+		if code := waitExit(t, n.cmd); code != 0 {
+			t.Fatalf("node %d exit %d after losing node 0 and its member\n%s", i+1, code, n.stderr)
+		}
+	}
+	got := starts(dir)
+	twoNode := 0
+	for k, n := range got {
+		if strings.HasPrefix(k, "0.2.") || strings.HasPrefix(k, "1.2.") {
+			twoNode += n
+		}
+	}
+	if twoNode != 2 {
+		t.Errorf("starts %v; want ranks 0 and 1 of a 2-node world once each", got)
+	}
+}

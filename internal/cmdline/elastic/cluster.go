@@ -1,0 +1,119 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gorun-dev/gorun/internal/cmdline"
+	"github.com/gorun-dev/gorun/rendezvous"
+	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
+)
+
+// storeHostsEnv lists the embedded store's member hosts, separated by
+// commas (--rdzv-conf store_hosts separates them with '+', as its own
+// pairs are separated by commas).
+const storeHostsEnv = "GORUN_RDZV_STORE_HOSTS"
+
+// storeMember is one member of the job's embedded store: the address its
+// clients use, and its peers' (the next port).
+type storeMember struct{ client, peer string }
+
+// storeMembers reads the embedded store's members: --rdzv-conf
+// store_hosts=h1+h2+h3, GORUN_RDZV_STORE_HOSTS=h1,h2,h3, else the
+// scheduler's hosts (spec.StoreHosts). Each is a host or host:port, the
+// port defaulting to defPort (the endpoint's); the peers listen on the
+// port after it. nil means a store of one member, at the endpoint.
+func storeMembers(kv map[string]string, spec cmdline.ElasticSpec, defPort int) ([]storeMember, error) {
+	var hosts []string
+	source := "--rdzv-conf store_hosts"
+	switch {
+	case kv["store_hosts"] != "":
+		hosts = strings.FieldsFunc(kv["store_hosts"], func(r rune) bool { return r == '+' || r == ';' || r == ' ' })
+	case os.Getenv(storeHostsEnv) != "":
+		hosts, source = strings.Split(os.Getenv(storeHostsEnv), ","), storeHostsEnv
+	case len(spec.StoreHosts) > 0:
+		hosts, source = spec.StoreHosts, "the scheduler's host list"
+	default:
+		return nil, nil
+	}
+	if n := len(hosts); n < 3 || n%2 == 0 || n > 7 {
+		return nil, fmt.Errorf("%s: %d hosts; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them; 1 or 2 survive none)", source, n)
+	}
+	members := make([]storeMember, len(hosts))
+	seen := map[string]bool{}
+	for i, h := range hosts {
+		host, port, err := rendezvous.SplitEndpoint(strings.TrimSpace(h), defPort)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+		if port >= 65535 {
+			return nil, fmt.Errorf("%s: %q: the port after %d (the members' peer port) does not exist", source, h, port)
+		}
+		client := net.JoinHostPort(host, strconv.Itoa(port))
+		if seen[client] {
+			return nil, fmt.Errorf("%s: %s twice", source, client)
+		}
+		seen[client] = true
+		members[i] = storeMember{client: client, peer: net.JoinHostPort(host, strconv.Itoa(port+1))}
+	}
+	return members, nil
+}
+
+// memberIndex returns the member this node hosts, -1 for none.
+func memberIndex(members []storeMember, localAddr string) int {
+	for i, m := range members {
+		if isLocal(m.client, localAddr) {
+			return i
+		}
+	}
+	return -1
+}
+
+// hostStore starts this node's part of the embedded store: the single
+// member at endpoint, or member `member` of members. A single member
+// whose port another agent on this host has bound is left to that agent
+// (taken is true) unless is_host=true insisted.
+func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint string, members []storeMember, member int, log logrus.FieldLogger) (server *etcdrdzv.Server, taken bool, err error) {
+	cfg := etcdrdzv.ServerConfig{ClientAddr: endpoint, Token: token, AuthPrefix: c.prefix,
+		CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile}
+	if members != nil {
+		cfg.ClientAddr, cfg.Member, cfg.ReadyTimeout = members[member].client, member, c.connect
+		for _, m := range members {
+			cfg.Cluster = append(cfg.Cluster, m.peer)
+		}
+		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, cfg.ClientAddr, len(members), clients(members))
+	}
+	server, err = etcdrdzv.StartServer(ctx, cfg)
+	switch {
+	case err != nil && members == nil && c.isHost == nil && errors.Is(err, syscall.EADDRINUSE):
+		return nil, true, nil // another agent bound it first
+	case err != nil && members == nil:
+		return nil, false, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoint, err)
+	case err != nil:
+		return nil, false, fmt.Errorf("host member %d of the embedded store at %s: %w", member, cfg.ClientAddr, err)
+	}
+	tlsNote := map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""]
+	if members == nil {
+		log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoint, tlsNote)
+	} else {
+		log.Infof("member %d of the job's store serves at %s (authentication on%s; peers over mutual TLS)", member, cfg.ClientAddr, tlsNote)
+	}
+	return server, false, nil
+}
+
+// clients lists the members' client addresses.
+func clients(members []storeMember) string {
+	var out []string
+	for _, m := range members {
+		out = append(out, m.client)
+	}
+	return strings.Join(out, ",")
+}
