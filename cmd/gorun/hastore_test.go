@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/gorun-dev/gorun/internal/nettest"
+	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
 // freePortPair returns a port p such that p and p+1 are free on each of
@@ -91,4 +96,62 @@ exit 0`)
 	if twoNode != 2 {
 		t.Errorf("starts %v; want ranks 0 and 1 of a 2-node world once each", got)
 	}
+}
+
+// TestStoreSurvivesACutOfItsFirstHost: three hosts (network namespaces),
+// the store's three members on them. Cutting the network of the host of
+// member 0 leaves the other two a majority: they re-form without it and
+// complete. Healed, the cut host's agent ends too.
+func TestStoreSurvivesACutOfItsFirstHost(t *testing.T) {
+	t.Parallel()
+	hosts := nettest.NewHosts(t, 3)
+	dir := t.TempDir()
+	const port = 29400 // each host has its own addresses: nothing else binds there
+	ep := fmt.Sprintf("%s:%d", hosts.Addr(0), port)
+	script := startWorker(t, `[ "$WORLD_SIZE" = 3 ] && exec sleep 300
+exit 0`)
+	members := hosts.Addr(0) + "+" + hosts.Addr(1) + "+" + hosts.Addr(2)
+	var nodes []*node
+	for i := range 3 {
+		args := []string{gorunBin, "--rdzv-backend=c10d", "--rdzv-endpoint=" + ep, "--rdzv-id=cut", "--local-addr=" + hosts.Addr(i),
+			"--log-level=debug", "--nnodes=2:3", "--max-restarts=1",
+			"--rdzv-conf=store_hosts=" + members + ",lease_ttl=5,last_call_timeout=1,connect_timeout=10",
+			"--no-python", script, dir}
+		cmd := hosts.Command(context.Background(), i, args...)
+		cmd.Env = testEnv()
+		stdout, stderr := &proctest.Buffer{}, &proctest.Buffer{}
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		nodes = append(nodes, &node{cmd, stdout, stderr})
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, n := range nodes {
+				t.Logf("node %d:\n%s", i, n.stderr)
+			}
+		}
+	})
+	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	hosts.Cut(t, 0)
+	for i, n := range nodes[1:] {
+		if code := waitExit(t, n.cmd); code != 0 {
+			t.Fatalf("node %d exit %d after the cut of node 0\n%s", i+1, code, n.stderr)
+		}
+	}
+	got := starts(dir)
+	twoNode := 0
+	for k, n := range got {
+		if strings.HasPrefix(k, "0.2.") || strings.HasPrefix(k, "1.2.") {
+			twoNode += n
+		}
+	}
+	if twoNode != 2 {
+		t.Errorf("starts %v; want ranks 0 and 1 of a 2-node world once each", got)
+	}
+	hosts.Heal(t, 0)
+	waitExit(t, nodes[0].cmd) // any verdict, but an end: its store's majority is gone
 }

@@ -31,6 +31,11 @@ const (
 	// of several members: a lost leader is replaced within about a second.
 	ClusterTickMs     = 50
 	ClusterElectionMs = 500
+	// ClientKeepAliveTime and ClientKeepAliveTimeout are the gRPC pings a
+	// client of the embedded store may send (the store allows them): a
+	// member cut off the network is dropped by its clients within their sum.
+	ClientKeepAliveTime    = time.Second
+	ClientKeepAliveTimeout = time.Second
 )
 
 // ServerConfig configures an embedded etcd server.
@@ -124,6 +129,9 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	// millisecond of the store's CPU instead of 30 ms (a 1024-node job
 	// logged in for 30 s at bcrypt's default cost, 10).
 	ec.BcryptCost = bcryptMinCost
+	// Clients ping as often as ClientKeepAliveTime (etcd refuses pings
+	// more often than every 5 s by default).
+	ec.GRPCKeepAliveMinTime = ClientKeepAliveTime / 2
 	if !cfg.clustered() {
 		peer := url.URL{Scheme: "http", Host: cfg.PeerAddr}
 		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}

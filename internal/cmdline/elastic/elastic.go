@@ -219,6 +219,16 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	ccfg := clientv3.Config{
 		Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
 		Username: c.user, Password: c.password, Logger: zap.NewNop(),
+		// A member cut off the network answers nothing and resets nothing:
+		// without pings a client keeps sending it requests (and its lease's
+		// keep-alives) until they time out, and the lease ends. Pinged, its
+		// connection is dropped within a few seconds and the others serve.
+		// etcd refuses pings more often than every 5 s unless told (the
+		// embedded store is).
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+	}
+	if embedded {
+		ccfg.DialKeepAliveTime, ccfg.DialKeepAliveTimeout = etcdrdzv.ClientKeepAliveTime, etcdrdzv.ClientKeepAliveTimeout
 	}
 	cfg := etcdrdzv.Config{
 		Shape: etcdrdzv.Shape{RunID: spec.RunID, Role: spec.Role, NprocPerNode: spec.NprocPerNode,
