@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -253,6 +254,11 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 		cfg.authToken = "jwt,priv-key=" + key + ",sign-method=HS256,ttl=1h"
 	}
+	// Each client costs this process three descriptors (its connection,
+	// and both ends of the socket it is forwarded to): a store of a few
+	// thousand nodes needs more than a shell's usual soft limit, and etcd
+	// exits when it runs out.
+	raiseFileLimit()
 	// The client port is bound now and opened once authentication is on.
 	socket := filepath.Join(s.runDir, "client.sock")
 	if s.port, err = bindClientPort(cfg.ClientAddr, socket); err != nil {
@@ -335,4 +341,14 @@ func (s *Server) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// raiseFileLimit raises this process's soft limit on open files to its
+// hard limit.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
 }

@@ -51,6 +51,8 @@ func (e *Elastic) BenchRendezvousCommand() *cli.Command {
 					if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
 						return cli.Exit(err.Error(), 1)
 					}
+				} else if res.Skipped != "" {
+					fmt.Fprintf(c.App.Writer, "%d agents: not run: %s\n", res.Agents, res.Skipped)
 				} else {
 					fmt.Fprintf(c.App.Writer, "%d agents: %.3f s, floor %.3f s (%.2fx); logins %.3f s\n", res.Agents, res.Seconds, res.FloorSeconds, res.Seconds/res.FloorSeconds, res.LoginSeconds)
 				}
@@ -74,10 +76,14 @@ func markdown(results []rdzvbench.Result) string {
 		"Clients log in and connect before either clock starts (logins: every client logging in at once, timed apart); watches are opened inside both clocks (an agent has none before it starts).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version())
 	b.WriteString("| agents | rendezvous | floor | ratio | logins |\n|---|---|---|---|---|\n")
 	for _, r := range results {
+		if r.Skipped != "" {
+			fmt.Fprintf(&b, "| %d | not run: %s | | | |\n", r.Agents, r.Skipped)
+			continue
+		}
 		fmt.Fprintf(&b, "| %d | %.3f s | %.3f s | %.2fx | %.3f s |\n", r.Agents, r.Seconds, r.FloorSeconds, r.Seconds/r.FloorSeconds, r.LoginSeconds)
 	}
 	for _, r := range results {
-		if r.Agents == targetAgents {
+		if r.Agents == targetAgents && r.Skipped == "" {
 			ok := "met"
 			if r.Seconds > targetSeconds || r.Seconds > targetRatio*r.FloorSeconds {
 				ok = "NOT met"
