@@ -29,8 +29,10 @@ func TestKilledGorunLeavesNoDescendants(t *testing.T) {
 // is checked.
 func killGorunWithDescendants(t *testing.T, cgroup bool) {
 	dir := t.TempDir()
+	// The escaped process writes its own pid once it has its own session.
 	script := writeScript(t, `sleep 300 & echo $! > "$1/child.$RANK"
-setsid sleep 300 & echo $! > "$1/escaped.$RANK"
+setsid sh -c 'echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 300' sh "$1/escaped.$RANK" &
+while [ ! -s "$1/escaped.$RANK" ]; do sleep 0.01; done
 echo $$ > "$1/worker.$RANK"
 touch "$1/ready.$RANK"
 wait`)
@@ -43,6 +45,7 @@ wait`)
 	workers := proctest.PIDs(t, filepath.Join(dir, "worker.*"))
 	children := proctest.PIDs(t, filepath.Join(dir, "child.*"))
 	escaped := proctest.PIDs(t, filepath.Join(dir, "escaped.*"))
+	t.Cleanup(func() { killSleepers(escaped) })
 	inCgroup := cgroup
 	for _, pid := range escaped {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
@@ -67,11 +70,6 @@ wait`)
 		if cgroup {
 			t.Logf("NOT CHECKED: the setsid descendants %v are in no cgroup of the job (no writable cgroup v2 here); they may outlive gorun\n%s", escaped, stderr)
 		}
-		t.Cleanup(func() {
-			for _, pid := range escaped {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		})
 	}
 	assertAllGone(t, want)
 	if inCgroup {
@@ -125,17 +123,16 @@ func findCgroupMount() (string, error) {
 func TestNothingOutlivesAFinishedJob(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	script := writeScript(t, `setsid sleep 300 & echo $! > "$1/escaped.$RANK"`)
+	script := writeScript(t, `setsid sh -c 'echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 300' sh "$1/escaped.$RANK" &
+while [ ! -s "$1/escaped.$RANK" ]; do sleep 0.01; done`)
 	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--no-python", script, dir)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	escaped := proctest.PIDs(t, filepath.Join(dir, "escaped.*"))
+	t.Cleanup(func() { killSleepers(escaped) })
 	if _, err := makeTestCgroup(); err != nil {
 		t.Logf("NOT CHECKED: no writable cgroup v2 here (%v); the setsid descendants %v may outlive gorun", err, escaped)
-		for _, pid := range escaped {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
 		return
 	}
 	assertAllGone(t, escaped)
@@ -158,4 +155,15 @@ func makeTestCgroup() (string, error) {
 		return "", err
 	}
 	return dir, os.Remove(dir)
+}
+
+// killSleepers kills those of pids that are still this test's `sleep 300`
+// (a pid that ended may be another program's by now): a failed test
+// leaves no process behind.
+func killSleepers(pids []int) {
+	for _, pid := range pids {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && string(b) == "sleep\x00300\x00" {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
