@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/gorun-dev/gorun/internal/cgroup"
 )
 
 // TestSweepJobCgroups: the cgroup of a gorun that is gone is removed (and
 // what it still holds ended); the cgroup of a live pid is kept.
 func TestSweepJobCgroups(t *testing.T) {
-	own, err := ownCgroup()
+	own, err := cgroup.Own()
 	if err != nil {
 		t.Skipf("SKIPPED: no cgroup v2 here: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/cgroup"
 	"github.com/gorun-dev/gorun/internal/private"
 )
 
@@ -35,7 +36,7 @@ func (a *Agent) startSweep(ctx context.Context) {
 		defer close(s.done)
 		removed, err := sweepTempDirs(ctx, os.TempDir())
 		sweepDumpFolders(ctx, private.FlightRecorderBase(), os.TempDir())
-		if own, cerr := ownCgroup(); cerr == nil {
+		if own, cerr := cgroup.Own(); cerr == nil {
 			removed = append(removed, sweepJobCgroups(own)...)
 		}
 		for _, p := range removed {

@@ -64,13 +64,7 @@ exit 0`)
 	nodes := startNodes(t, 3, func(i int) []string {
 		return append(elasticArgs(ep, "ha", i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
 	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i, n := range nodes {
-				t.Logf("node %d:\n%s", i, n.stderr)
-			}
-		}
-	})
+	logNodesOnFailure(t, nodes)
 	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
 	for i, n := range nodes {
 		if want := fmt.Sprintf("member %d of the job's store serves", i); !strings.Contains(n.stderr.String(), want) {
@@ -86,16 +80,7 @@ exit 0`)
 			t.Fatalf("node %d exit %d after losing node 0 and its member\n%s", i+1, code, n.stderr)
 		}
 	}
-	got := starts(dir)
-	twoNode := 0
-	for k, n := range got {
-		if strings.HasPrefix(k, "0.2.") || strings.HasPrefix(k, "1.2.") {
-			twoNode += n
-		}
-	}
-	if twoNode != 2 {
-		t.Errorf("starts %v; want ranks 0 and 1 of a 2-node world once each", got)
-	}
+	checkTwoNodeRound(t, dir)
 }
 
 // TestStoreSurvivesACutOfItsFirstHost: three hosts (network namespaces),
@@ -128,13 +113,7 @@ exit 0`)
 		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 		nodes = append(nodes, &node{cmd, stdout, stderr})
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i, n := range nodes {
-				t.Logf("node %d:\n%s", i, n.stderr)
-			}
-		}
-	})
+	logNodesOnFailure(t, nodes)
 	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
 	hosts.Cut(t, 0)
 	for i, n := range nodes[1:] {
@@ -142,6 +121,15 @@ exit 0`)
 			t.Fatalf("node %d exit %d after the cut of node 0\n%s", i+1, code, n.stderr)
 		}
 	}
+	checkTwoNodeRound(t, dir)
+	hosts.Heal(t, 0)
+	waitExit(t, nodes[0].cmd) // any verdict, but an end: its store's majority is gone
+}
+
+// checkTwoNodeRound checks that ranks 0 and 1 of a 2-node world started
+// once each (at whatever restart count): the survivors re-formed.
+func checkTwoNodeRound(t *testing.T, dir string) {
+	t.Helper()
 	got := starts(dir)
 	twoNode := 0
 	for k, n := range got {
@@ -152,6 +140,15 @@ exit 0`)
 	if twoNode != 2 {
 		t.Errorf("starts %v; want ranks 0 and 1 of a 2-node world once each", got)
 	}
-	hosts.Heal(t, 0)
-	waitExit(t, nodes[0].cmd) // any verdict, but an end: its store's majority is gone
+}
+
+// logNodesOnFailure logs every node's stderr if the test fails.
+func logNodesOnFailure(t *testing.T, nodes []*node) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, n := range nodes {
+				t.Logf("node %d:\n%s", i, n.stderr)
+			}
+		}
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gorun-dev/gorun/internal/cgroup"
 	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
@@ -27,7 +27,7 @@ func TestKilledGorunLeavesNoDescendants(t *testing.T) {
 // killGorunWithDescendants runs the test with or without the job's cgroup
 // (GORUN_JOB_CGROUP=0): without it, only the guardian's process-group kill
 // is checked.
-func killGorunWithDescendants(t *testing.T, cgroup bool) {
+func killGorunWithDescendants(t *testing.T, useCgroup bool) {
 	dir := t.TempDir()
 	// The escaped process writes its own pid once it has its own session.
 	script := writeScript(t, `sleep 300 & echo $! > "$1/child.$RANK"
@@ -37,7 +37,7 @@ echo $$ > "$1/worker.$RANK"
 touch "$1/ready.$RANK"
 wait`)
 	env := testEnv()
-	if !cgroup {
+	if !useCgroup {
 		env = testEnv("GORUN_JOB_CGROUP=0")
 	}
 	cmd, _, stderr := startGorun(t, env, "--nproc-per-node=2", "--no-python", script, dir)
@@ -46,7 +46,7 @@ wait`)
 	children := proctest.PIDs(t, filepath.Join(dir, "child.*"))
 	escaped := proctest.PIDs(t, filepath.Join(dir, "escaped.*"))
 	t.Cleanup(func() { killSleepers(escaped) })
-	inCgroup := cgroup
+	inCgroup := useCgroup
 	for _, pid := range escaped {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 		if err != nil || !strings.Contains(string(b), "/gorun-") {
@@ -67,54 +67,21 @@ wait`)
 	if inCgroup {
 		want = append(want, escaped...)
 	} else {
-		if cgroup {
+		if useCgroup {
 			t.Logf("NOT CHECKED: the setsid descendants %v are in no cgroup of the job (no writable cgroup v2 here); they may outlive gorun\n%s", escaped, stderr)
 		}
 	}
 	assertAllGone(t, want)
 	if inCgroup {
 		proctest.WaitFor(t, "the job's cgroup to be removed", 30e9, func() bool {
-			b, _ := os.ReadFile("/proc/self/cgroup")
-			own := strings.TrimPrefix(strings.TrimSpace(lastLine(string(b))), "0::")
-			matches, _ := filepath.Glob(filepath.Join(cgroupMount(t), own, "gorun-"+strconv.Itoa(cmd.Process.Pid)+"-*"))
+			own, err := cgroup.Own()
+			if err != nil {
+				t.Fatal(err)
+			}
+			matches, _ := filepath.Glob(filepath.Join(own, "gorun-"+strconv.Itoa(cmd.Process.Pid)+"-*"))
 			return len(matches) == 0
 		})
 	}
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	for _, l := range lines {
-		if strings.HasPrefix(l, "0::") {
-			return l
-		}
-	}
-	return lines[len(lines)-1]
-}
-
-// cgroupMount is where cgroup v2 is mounted.
-func cgroupMount(t *testing.T) string {
-	m, err := findCgroupMount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func findCgroupMount() (string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) && f[i+1] == "cgroup2" {
-				return f[4], nil
-			}
-		}
-	}
-	return "", errors.New("no cgroup v2 mount")
 }
 
 // TestNothingOutlivesAFinishedJob: a worker that leaves a process behind
@@ -141,16 +108,11 @@ while [ ! -s "$1/escaped.$RANK" ]; do sleep 0.01; done`)
 // makeTestCgroup tells whether this machine lets the tests' user make a
 // cgroup v2 below its own, as gorun does for a job.
 func makeTestCgroup() (string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
+	own, err := cgroup.Own()
 	if err != nil {
 		return "", err
 	}
-	own := strings.TrimPrefix(lastLine(string(b)), "0::")
-	mount, err := findCgroupMount()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(mount, own, "gorun-test-"+strconv.Itoa(os.Getpid()))
+	dir := filepath.Join(own, "gorun-test-"+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
 		return "", err
 	}

@@ -258,7 +258,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// and both ends of the socket it is forwarded to): a store of a few
 	// thousand nodes needs more than a shell's usual soft limit, and etcd
 	// exits when it runs out.
-	raiseFileLimit()
+	RaiseFileLimit()
 	// The client port is bound now and opened once authentication is on.
 	socket := filepath.Join(s.runDir, "client.sock")
 	if s.port, err = bindClientPort(cfg.ClientAddr, socket); err != nil {
@@ -343,12 +343,17 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// raiseFileLimit raises this process's soft limit on open files to its
-// hard limit.
-func raiseFileLimit() {
+// RaiseFileLimit raises this process's soft limit on open files to its
+// hard limit and returns the soft limit now in force (0 if unknown).
+func RaiseFileLimit() uint64 {
 	var l syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
-		l.Cur = l.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return 0
 	}
+	if l.Cur < l.Max {
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: l.Max, Max: l.Max}) != nil {
+			return l.Cur
+		}
+	}
+	return l.Max
 }

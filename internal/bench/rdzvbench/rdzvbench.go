@@ -217,23 +217,14 @@ func measureRendezvous(ctx context.Context, clients []*clientv3.Client) (time.Du
 
 // raiseFileLimit lifts the soft limit on open files to the hard one: every
 // agent's client holds a socket, and so does the server's end.
-// raiseFileLimit raises the soft limit on open files as far as it may go
+// raiseFileLimit raises the limit on open files as far as it may go
 // (root may raise the hard limit too) and returns it.
 func raiseFileLimit() uint64 {
+	const want = 1 << 20
 	var l syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
-		return 0
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Max < want &&
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}) == nil {
+		return want
 	}
-	if want := uint64(1 << 20); l.Max < want {
-		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}) == nil {
-			return want
-		}
-	}
-	if l.Cur < l.Max {
-		l.Cur = l.Max
-		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
-			return l.Cur
-		}
-	}
-	return l.Max
+	return etcdrdzv.RaiseFileLimit()
 }

@@ -89,7 +89,7 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 		for _, m := range members {
 			cfg.Cluster = append(cfg.Cluster, m.peer)
 		}
-		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, cfg.ClientAddr, len(members), clients(members))
+		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, cfg.ClientAddr, len(members), strings.Join(clients(members), ","))
 	}
 	server, err = etcdrdzv.StartServer(ctx, cfg)
 	switch {
@@ -110,10 +110,10 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 }
 
 // clients lists the members' client addresses.
-func clients(members []storeMember) string {
+func clients(members []storeMember) []string {
 	var out []string
 	for _, m := range members {
 		out = append(out, m.client)
 	}
-	return strings.Join(out, ",")
+	return out
 }

@@ -170,7 +170,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		// Every node knows every member; a member's node hosts it.
 		member = memberIndex(members, spec.LocalAddr)
 		host = member >= 0
-		endpoints = strings.Split(clients(members), ",")
+		endpoints = clients(members)
 	}
 	if embedded && c.isHost != nil && (members == nil || !*c.isHost) {
 		host = *c.isHost
@@ -248,7 +248,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	h := &hosted{Rendezvous: r, cli: cli, server: server}
 	switch {
 	case embedded && members != nil:
-		h.hint = "a majority of the nodes hosting the embedded store's members (" + clients(members) + ") may have exited"
+		h.hint = "a majority of the nodes hosting the embedded store's members (" + strings.Join(clients(members), ",") + ") may have exited"
 	case embedded && server == nil:
 		h.hint = "the node hosting the embedded store at " + endpoints[0] + " may have exited"
 	}
