@@ -195,3 +195,23 @@ func sweepOne(path string) (bool, error) {
 	}
 	return true, nil
 }
+
+// TempDir is a private temporary folder (mode 0700) that this process
+// holds locked until Remove: if the process is killed first, the next
+// gorun of the same user sweeps it.
+type TempDir struct{ d *tempDir }
+
+// NewTempDir makes a TempDir named gorun-<what>-* in the temporary folder.
+func NewTempDir(what string) (*TempDir, error) {
+	d, err := makeTempDir("", tempPrefix+what+"-")
+	if err != nil {
+		return nil, err
+	}
+	return &TempDir{d}, nil
+}
+
+// Path is the folder's path.
+func (t *TempDir) Path() string { return t.d.path }
+
+// Remove deletes the folder and drops its lock.
+func (t *TempDir) Remove() error { return t.d.remove() }

@@ -83,6 +83,74 @@ exit 0`)
 	checkTwoNodeRound(t, dir)
 }
 
+// memberPid is the pid of the store member that node's log last said
+// serves, 0 if none.
+func memberPid(n *node) int {
+	log := n.stderr.String()
+	i := strings.LastIndex(log, "of the job's store serves at ")
+	if i < 0 {
+		return 0
+	}
+	rest := log[i:]
+	j := strings.Index(rest, "(pid ")
+	if j < 0 {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimRight(strings.Fields(rest[j+len("(pid "):])[0], ";"))
+	return pid
+}
+
+// TestStoreMemberKilledComesBack: the store's members run apart from the
+// agents. SIGKILL of a member's process alone does not stop the job (nor
+// end its round, the leader's included): its agent starts it again from
+// its data and it rejoins the store as the same member. Each member in
+// turn; then, when the agent hosting member 1 is killed, members 0 and 2
+// are still a majority, and the two nodes left re-form and complete.
+func TestStoreMemberKilledComesBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := freePortPair(t, 3)
+	ep := fmt.Sprintf("127.0.0.1:%d", port)
+	script := startWorker(t, `[ "$WORLD_SIZE" = 3 ] && exec sleep 300
+exit 0`)
+	conf := storeHostsConf(3, "lease_ttl=2,last_call_timeout=1")
+	nodes := startNodes(t, 3, func(i int) []string {
+		return append(elasticArgs(ep, "member", i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
+	})
+	logNodesOnFailure(t, nodes)
+	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	// One member after the other, so that the leader's is killed too.
+	for i, n := range nodes {
+		first := memberPid(n)
+		if first == 0 {
+			t.Fatalf("node %d does not say its member's pid:\n%s", i, n.stderr)
+		}
+		if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("member %d started again", i), func() bool {
+			pid := memberPid(n)
+			return pid != 0 && pid != first
+		})
+		if want := fmt.Sprintf("member %d of the job's store was killed (killed); starting it again", i); !strings.Contains(n.stderr.String(), want) {
+			t.Fatalf("node %d does not say its member was killed:\n%s", i, n.stderr)
+		}
+	}
+	if got := starts(dir); len(got) != 3 {
+		t.Fatalf("starts %v after the members' kills; want the 3-node round only (the job goes on)", got)
+	}
+	if err := nodes[1].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, nodes[1].cmd)
+	for _, i := range []int{0, 2} {
+		if code := waitExit(t, nodes[i].cmd); code != 0 {
+			t.Fatalf("node %d exit %d after losing node 1\n%s", i, code, nodes[i].stderr)
+		}
+	}
+	checkTwoNodeRound(t, dir)
+}
+
 // TestStoreSurvivesACutOfItsFirstHost: three hosts (network namespaces),
 // the store's three members on them. Cutting the network of the host of
 // member 0 leaves the other two a majority: they re-form without it and

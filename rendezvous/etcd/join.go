@@ -2,11 +2,13 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -420,7 +422,41 @@ func (j *joiner) report() {
 // watchErr explains why a watch ended.
 func watchErr(wr clientv3.WatchResponse, ok bool) error {
 	if !ok {
-		return fmt.Errorf("watch closed")
+		return fmt.Errorf("%w closed", errWatchBroken)
 	}
-	return fmt.Errorf("watch: %w", wr.Err())
+	return fmt.Errorf("%w: %w", errWatchBroken, wr.Err())
+}
+
+// errWatchBroken: a watch ended without its context (the member serving
+// it lost its leader, or went away). The store may still be whole: a
+// caller that still holds its lease watches again.
+var errWatchBroken = errors.New("watch")
+
+// Watches broken while the lease holds are set up again after
+// rewatchDelay, doubling up to rewatchMaxDelay.
+const (
+	rewatchDelay    = 50 * time.Millisecond
+	rewatchMaxDelay = time.Second
+)
+
+// retryBrokenWatch runs do until it returns something other than a broken
+// watch, or ctx (which ends with the lease) ends. do must be safe to run
+// again: it reads the state it needs afresh.
+func retryBrokenWatch[T any](ctx context.Context, log logrus.FieldLogger, what string, do func() (T, error)) (T, error) {
+	delay := rewatchDelay
+	for {
+		v, err := do()
+		if err == nil || !errors.Is(err, errWatchBroken) || ctx.Err() != nil {
+			return v, err
+		}
+		log.Debugf("%s: %v; watching again", what, err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		}
+		delay = min(2*delay, rewatchMaxDelay)
+	}
 }

@@ -25,7 +25,12 @@ func (r *Rendezvous) Watch(ctx context.Context, round rendezvous.Round) <-chan r
 		defer close(out)
 		lctx, cancel, lease := r.whileLeased(ctx)
 		defer cancel()
-		ev, err := r.watchRound(lctx, round.Number)
+		// A broken watch (a leader change in a store of several members)
+		// does not end the round while the lease holds: the round's state
+		// is read again and the watches replay what they missed.
+		ev, err := retryBrokenWatch(lctx, r.cfg.Log, fmt.Sprintf("round %d", round.Number), func() (rendezvous.Event, error) {
+			return r.watchRound(lctx, round.Number)
+		})
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -217,7 +222,9 @@ func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error 
 	t := round.Number
 	wctx, cancel, lease := r.whileLeased(ctx)
 	defer cancel()
-	err := r.succeed(wctx, t, round.GroupWorldSize, lease.id)
+	_, err := retryBrokenWatch(wctx, r.cfg.Log, fmt.Sprintf("round %d's outcome", t), func() (struct{}, error) {
+		return struct{}{}, r.succeed(wctx, t, round.GroupWorldSize, lease.id)
+	})
 	if err != nil && lease.lost() && ctx.Err() == nil {
 		return fmt.Errorf("rendezvous: this node's lease ended while waiting for the job's outcome: etcd at %s unreachable", strings.Join(r.cli.Endpoints(), ","))
 	}

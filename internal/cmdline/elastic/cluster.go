@@ -77,36 +77,35 @@ func memberIndex(members []storeMember, localAddr string) int {
 	return -1
 }
 
+// storeServer is this node's part of the embedded store.
+type storeServer interface{ Close() error }
+
 // hostStore starts this node's part of the embedded store: the single
-// member at endpoint, or member `member` of members. A single member
-// whose port another agent on this host has bound is left to that agent
-// (taken is true) unless is_host=true insisted.
-func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint string, members []storeMember, member int, log logrus.FieldLogger) (server *etcdrdzv.Server, taken bool, err error) {
+// member at endpoint, in this process, or member `member` of members, in
+// a companion process (startMember). A single member whose port another
+// agent on this host has bound is left to that agent (taken is true)
+// unless is_host=true insisted.
+func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint string, members []storeMember, member int, log logrus.FieldLogger) (server storeServer, taken bool, err error) {
+	tlsNote := map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""]
+	if members != nil {
+		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, members[member].client, len(members), strings.Join(clients(members), ","))
+		m, err := startMember(ctx, c, token, members, member, log)
+		if err != nil {
+			return nil, false, err
+		}
+		return m, false, nil
+	}
 	cfg := etcdrdzv.ServerConfig{ClientAddr: endpoint, Token: token, AuthPrefix: c.prefix,
 		CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile}
-	if members != nil {
-		cfg.ClientAddr, cfg.Member, cfg.ReadyTimeout = members[member].client, member, c.connect
-		for _, m := range members {
-			cfg.Cluster = append(cfg.Cluster, m.peer)
-		}
-		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, cfg.ClientAddr, len(members), strings.Join(clients(members), ","))
-	}
-	server, err = etcdrdzv.StartServer(ctx, cfg)
+	s, err := etcdrdzv.StartServer(ctx, cfg)
 	switch {
-	case err != nil && members == nil && c.isHost == nil && errors.Is(err, syscall.EADDRINUSE):
+	case err != nil && c.isHost == nil && errors.Is(err, syscall.EADDRINUSE):
 		return nil, true, nil // another agent bound it first
-	case err != nil && members == nil:
-		return nil, false, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoint, err)
 	case err != nil:
-		return nil, false, fmt.Errorf("host member %d of the embedded store at %s: %w", member, cfg.ClientAddr, err)
+		return nil, false, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoint, err)
 	}
-	tlsNote := map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""]
-	if members == nil {
-		log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoint, tlsNote)
-	} else {
-		log.Infof("member %d of the job's store serves at %s (authentication on%s; peers over mutual TLS)", member, cfg.ClientAddr, tlsNote)
-	}
-	return server, false, nil
+	log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoint, tlsNote)
+	return s, false, nil
 }
 
 // clients lists the members' client addresses.

@@ -189,7 +189,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	if err != nil {
 		return nil, nil, err
 	}
-	var server *etcdrdzv.Server
+	var server storeServer
 	if host {
 		var lost bool
 		if server, lost, err = hostStore(ctx, c, token, endpoints[0], members, member, log); err != nil {
@@ -372,7 +372,7 @@ func isLocal(endpoint, localAddr string) bool {
 type hosted struct {
 	*etcdrdzv.Rendezvous
 	cli    *clientv3.Client
-	server *etcdrdzv.Server
+	server storeServer
 	// hint explains a lost store on the nodes that do not host it.
 	hint string
 }

@@ -2,7 +2,9 @@ package elastic
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"os/signal"
 	"syscall"
 
@@ -29,6 +31,10 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			&cli.StringFlag{Name: "cert", Usage: "TLS certificate of the client port (with --key)"},
 			&cli.StringFlag{Name: "key", Usage: "TLS key of the client port"},
 			&cli.StringFlag{Name: "cacert", Usage: "CA that clients' certificates must be signed by (mutual TLS)"},
+			&cli.StringFlag{Name: "cluster", Usage: "the peer addresses host:port of a store of 3, 5 or 7 members, in the same order on every member (each member serves clients at its --listen; peers authenticate each other with the token)"},
+			&cli.IntFlag{Name: "member", Value: -1, Usage: "this member's place (from 0) in --cluster"},
+			&cli.DurationFlag{Name: "ready-timeout", Value: etcdrdzv.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
+			&cli.BoolFlag{Name: "token-stdin", Usage: "read the jobs' token from standard input (how an agent hands it to the store member it runs)"},
 		},
 		Action: func(c *cli.Context) error {
 			switch c.String("log-level") {
@@ -39,6 +45,21 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			if (c.String("cert") == "") != (c.String("key") == "") {
 				return cli.Exit("--cert and --key go together", 2)
 			}
+			var cluster []string
+			if v := c.String("cluster"); v != "" {
+				cluster = strings.Split(v, ",")
+				if n := len(cluster); n < 3 || n%2 == 0 || n > 7 {
+					return cli.Exit(fmt.Sprintf("--cluster: %d members; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them)", n), 2)
+				}
+				if m := c.Int("member"); m < 0 || m >= len(cluster) {
+					return cli.Exit(fmt.Sprintf("--member=%d: want this member's place in --cluster, 0 to %d", m, len(cluster)-1), 2)
+				}
+				if c.Bool("no-auth") {
+					return cli.Exit("--cluster needs the jobs' token (its members authenticate each other with it): drop --no-auth", 2)
+				}
+			} else if c.IsSet("member") {
+				return cli.Exit("--member is a place in --cluster: give --cluster too", 2)
+			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			var token etcdrdzv.Token
@@ -46,13 +67,23 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			if !c.Bool("no-auth") {
 				var err error
 				kc := conf{tokenFile: c.String("token-file"), token: os.Getenv(tokenEnv)}
+				if c.Bool("token-stdin") {
+					b, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<16))
+					if err != nil {
+						return cli.Exit("gorun store: --token-stdin: "+err.Error(), 2)
+					}
+					kc.tokenFile, kc.token = "", string(b)
+				}
 				password = os.Getenv(passwordEnv)
+				if cluster != nil && kc.tokenFile == "" && kc.token == "" {
+					return cli.Exit("gorun store: --cluster needs the jobs' token, the same on every member (--token-file PATH, GORUN_RDZV_TOKEN or --token-stdin)", 2)
+				}
 				if kc.tokenFile == "" && kc.token == "" && password == "" {
 					return cli.Exit("gorun store: give the jobs' token (--token-file PATH, created when absent, or GORUN_RDZV_TOKEN), or --no-auth to serve anyone who reaches the port", 2)
 				}
 				log := logrus.New()
 				log.SetOutput(c.App.ErrWriter)
-				if password != "" {
+				if password != "" && cluster == nil {
 					// the launcher's --standalone store: the password itself
 				} else if token, err = jobToken(ctx, kc, true, true, 1, log); err != nil {
 					return cli.Exit("gorun store: "+err.Error(), 2)
@@ -63,6 +94,7 @@ func (e *Elastic) StoreCommand() *cli.Command {
 				Dir: c.String("data-dir"), LogLevel: c.String("log-level"),
 				Token: token, Password: password, AuthPrefix: c.String("prefix"),
 				CertFile: c.String("cert"), KeyFile: c.String("key"), TrustedCAFile: c.String("cacert"),
+				Cluster: cluster, Member: c.Int("member"), ReadyTimeout: c.Duration("ready-timeout"),
 			})
 			if ctx.Err() != nil {
 				return nil // stopped while starting
@@ -71,7 +103,12 @@ func (e *Elastic) StoreCommand() *cli.Command {
 				return cli.Exit(err.Error(), 1)
 			}
 			defer s.Close()
-			fmt.Fprintf(c.App.Writer, "gorun store: etcd serving at %v; stop with Ctrl-C\n", s.Endpoints())
+			if cluster != nil {
+				// One line, which an agent running this member waits for.
+				fmt.Fprintf(c.App.Writer, "gorun store: member %d of %d serving at %v; stop with Ctrl-C\n", c.Int("member"), len(cluster), s.Endpoints())
+			} else {
+				fmt.Fprintf(c.App.Writer, "gorun store: etcd serving at %v; stop with Ctrl-C\n", s.Endpoints())
+			}
 			select {
 			case <-ctx.Done():
 				return nil

@@ -1,0 +1,248 @@
+package elastic
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gorun-dev/gorun/launcher"
+	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
+)
+
+// memberStopTimeout bounds a member's clean stop (etcd hands its
+// leadership over first) before it is killed.
+const memberStopTimeout = 10 * time.Second
+
+// Restarts of a member that died of a signal are spaced from
+// memberRestartDelay, doubling up to memberRestartMaxDelay.
+const (
+	memberRestartDelay    = 100 * time.Millisecond
+	memberRestartMaxDelay = 5 * time.Second
+)
+
+// memberProcess is this node's member of the job's store of several
+// members, run as a companion process (`gorun-etcd store --cluster
+// --member`) so that the store and the agent fail apart: a member killed
+// on its own (SIGKILL, the kernel's OOM killer) is started again by the
+// agent from its data folder and rejoins the store as the same member,
+// while the agent and its workers go on as clients of the others. The
+// member dies with the agent (parent-death signal); the folder is the
+// agent's locked temporary one, swept by the next gorun if the agent is
+// killed.
+type memberProcess struct {
+	argv   []string
+	token  etcdrdzv.Token
+	index  int
+	dir    *launcher.TempDir
+	log    logrus.FieldLogger
+	stderr io.Writer
+
+	mu       sync.Mutex
+	pid      int
+	stopping bool
+	stop     chan struct{} // closed by Close
+	done     chan struct{} // closed when the supervisor has returned
+}
+
+// startMember starts member index of the store whose members are members
+// and returns once it serves (a majority of the members run), it fails,
+// or ctx ends.
+func startMember(ctx context.Context, c conf, token etcdrdzv.Token, members []storeMember, index int, log logrus.FieldLogger) (*memberProcess, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("host member %d of the embedded store: this program's path: %w", index, err)
+	}
+	dir, err := launcher.NewTempDir("store-member")
+	if err != nil {
+		return nil, fmt.Errorf("host member %d of the embedded store: data folder: %w", index, err)
+	}
+	var peers []string
+	for _, m := range members {
+		peers = append(peers, m.peer)
+	}
+	argv := []string{exe, "store", "--listen", members[index].client, "--cluster", strings.Join(peers, ","),
+		"--member", strconv.Itoa(index), "--data-dir", dir.Path(), "--log-level", "panic", "--token-stdin",
+		"--ready-timeout", c.connect.String(), "--prefix", c.prefix}
+	if c.tls.CertFile != "" {
+		argv = append(argv, "--cert", c.tls.CertFile, "--key", c.tls.KeyFile)
+		if c.tls.TrustedCAFile != "" {
+			argv = append(argv, "--cacert", c.tls.TrustedCAFile)
+		}
+	}
+	m := &memberProcess{argv: argv, token: token, index: index, dir: dir, log: log, stderr: os.Stderr,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go m.supervise(ready)
+	select {
+	case err = <-ready:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("host member %d of the embedded store at %s: %w", index, members[index].client, err)
+	}
+	return m, nil
+}
+
+// supervise runs the member until Close, starting it again, from its
+// data, whenever a signal killed it. The first start's outcome goes to
+// ready: nil once it serves, else why it did not.
+func (m *memberProcess) supervise(ready chan<- error) {
+	defer close(m.done)
+	delay := memberRestartDelay
+	for attempt := 0; ; attempt++ {
+		served, status, err := m.runOnce(ready)
+		ready = nil // only the first start reports there
+		m.mu.Lock()
+		stopping := m.stopping
+		m.mu.Unlock()
+		if stopping {
+			return
+		}
+		switch {
+		case err != nil:
+			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, err)
+			return
+		case !status.Signaled():
+			m.log.Errorf("member %d of the job's store exited with code %d; this node goes on as a client of the other members", m.index, status.ExitStatus())
+			return
+		}
+		m.log.Warnf("member %d of the job's store was killed (%v); starting it again from its data in %s", m.index, status.Signal(), m.dir.Path())
+		if served {
+			delay = memberRestartDelay
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-m.stop:
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, memberRestartMaxDelay)
+	}
+}
+
+// runOnce starts the member and waits for it to end. served says whether
+// it said it serves; err is a failure to start it at all. A non-nil ready
+// gets the outcome of the start.
+func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall.WaitStatus, err error) {
+	// The parent-death signal comes when the forking thread ends: this
+	// goroutine keeps its thread until the member has been reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd := exec.Command(m.argv[0], m.argv[1:]...)
+	cmd.Env = withoutKeys(os.Environ(), tokenEnv, secretEnv["token_file"], passwordEnv)
+	cmd.Stdin = strings.NewReader(string(m.token))
+	cmd.Stderr = m.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return false, 0, err
+	}
+	// Its own process group: a Ctrl-C at the terminal reaches the agent,
+	// which stops the member after the workers.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		return false, 0, nil
+	}
+	err = cmd.Start()
+	if err == nil {
+		m.pid = cmd.Process.Pid
+	}
+	m.mu.Unlock()
+	if err != nil {
+		if ready != nil {
+			ready <- err
+		}
+		return false, 0, err
+	}
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if !served && strings.HasPrefix(lines.Text(), "gorun store: member ") {
+			served = true
+			m.log.Infof("member %d of the job's store serves at %s (pid %d; authentication on; peers over mutual TLS)", m.index, m.argv[3], cmd.Process.Pid)
+			if ready != nil {
+				ready <- nil
+				ready = nil
+			}
+		}
+	}
+	_ = cmd.Wait()
+	m.mu.Lock()
+	m.pid = 0
+	m.mu.Unlock()
+	status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ready != nil {
+		ready <- fmt.Errorf("the store member exited before it served (%v; its errors are above)", cmd.ProcessState)
+	}
+	return served, status, nil
+}
+
+// Close stops the member (SIGTERM: etcd hands its leadership over; SIGKILL
+// after memberStopTimeout) and removes its data. It is safe to call more
+// than once.
+func (m *memberProcess) Close() error {
+	m.mu.Lock()
+	already := m.stopping
+	m.stopping = true
+	pid := m.pid
+	m.mu.Unlock()
+	if !already {
+		close(m.stop)
+		if pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+	t := time.NewTimer(memberStopTimeout)
+	defer t.Stop()
+	select {
+	case <-m.done:
+	case <-t.C:
+		m.mu.Lock()
+		if m.pid > 0 {
+			_ = syscall.Kill(m.pid, syscall.SIGKILL)
+		}
+		m.mu.Unlock()
+		<-m.done
+	}
+	if already {
+		return nil
+	}
+	if err := m.dir.Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("member %d of the job's store: remove its data: %w", m.index, err)
+	}
+	return nil
+}
+
+// withoutKeys is env without the variables named keys.
+func withoutKeys(env []string, keys ...string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		keep := true
+		for _, k := range keys {
+			if name == k {
+				keep = false
+				break
+			}
+		}
+		if keep {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
