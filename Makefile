@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PYTHON   ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test test-gpu demo demo-torch bench bench-launch bench-rendezvous bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
+.PHONY: all build test test-gpu chaos demo demo-torch bench bench-launch bench-rendezvous bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
 
 all: build
 
@@ -27,6 +27,11 @@ build: bin/gorun bin/gorun-etcd bin/hello bin/ddp ## build bin/gorun, bin/gorun-
 
 test: build ## unit and integration tests, with the race detector
 	$(GO) test -race -count=1 ./...
+
+SEED   ?= 1
+ROUNDS ?= 20
+chaos: ## the chaos suite: ROUNDS jobs on 3 network-namespace hosts, faults drawn from SEED (root; make chaos SEED=1 ROUNDS=20)
+	$(GO) test -count=1 -timeout 30m -run '^TestChaos$$' -v ./internal/chaos/ -args -chaos.seed=$(SEED) -chaos.rounds=$(ROUNDS)
 
 test-gpu: build ## tests that need an NVIDIA GPU (PyTorch DDP over NCCL; gorun's NCCL binding on the real library)
 	GORUN_TEST_GPU=1 GORUN_TEST_PYTHON=$(PYTHON) $(GO) test -count=1 -run 'GPU' -v ./cmd/gorun/ ./comm/nccl/

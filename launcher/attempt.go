@@ -347,6 +347,7 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 // finish waits for the workers' output to be copied, then closes pipes
 // and files. Call it once every worker has exited.
 func (att *attempt) finish() {
+	att.group.killLeftovers()
 	drained := make(chan struct{})
 	go func() {
 		att.pumps.Wait()

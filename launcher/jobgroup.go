@@ -209,6 +209,45 @@ func (g *jobGroup) close() {
 	// here would add its work to a short job's end.
 }
 
+// killLeftovers kills what the workers left in the job's cgroup once they
+// have all exited: descendants that left their process groups (setsid),
+// which would otherwise hold the workers' output open and outlive the
+// attempt into the next one. It does nothing without a cgroup (those
+// descendants then go when the job ends or gorun dies). Each is killed by
+// its pid, read from the cgroup (only this job's processes are there):
+// cgroup.kill would also kill the next attempt's workers, cloned into the
+// cgroup while the killed ones are still exiting.
+func (g *jobGroup) killLeftovers() {
+	if g == nil || g.cgroup == "" {
+		return
+	}
+	killed := map[int]bool{}
+	// A leftover may fork while it is being killed: read again until no
+	// new pid shows up.
+	for range 10 {
+		procs, err := os.ReadFile(filepath.Join(g.cgroup, "cgroup.procs"))
+		if err != nil {
+			g.log.Warnf("end the processes the workers left behind: %v", err)
+			return
+		}
+		found := false
+		for _, f := range strings.Fields(string(procs)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || killed[pid] {
+				continue
+			}
+			found, killed[pid] = true, true
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if !found {
+			break
+		}
+	}
+	if len(killed) > 0 {
+		g.log.Infof("ended %d processes the workers left behind (they had left the workers' process groups)", len(killed))
+	}
+}
+
 // cgroupEmptyTimeout bounds how long removeCgroup waits for the cgroup
 // to empty.
 const cgroupEmptyTimeout = 2 * time.Second

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -178,12 +180,41 @@ func (h *Handler) handle(f Failure) {
 	}
 }
 
+// StopDumpGrace bounds the wait for the other ranks' dumps once the
+// process is asked to stop (SIGTERM, SIGINT: its agent ends the round).
+// The ranks still alive got the same request and dumped at their
+// failure; a rank that was killed never will.
+const StopDumpGrace = time.Second
+
 // awaitDumps says this rank's dump is written and waits (until ctx ends)
-// for every rank's.
+// for every rank's. Asked to stop while it waits, it waits StopDumpGrace
+// more at most: the process ends right after (TearsDown), so it takes
+// those signals for the wait's length alone.
 func (h *Handler) awaitDumps(ctx context.Context) {
 	if err := h.Signal.Set(ctx, DumpedKey+strconv.Itoa(h.Rank), "1"); err != nil || !h.WaitForDumps || !h.Mode.TearsDown() {
 		return
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stop)
+	waited := make(chan struct{})
+	defer close(waited)
+	go func() {
+		select {
+		case sig := <-stop:
+			fmt.Fprintf(h.Log, "gorun watchdog: rank %d asked to stop (%v): waiting at most %v more for the other ranks' dumps\n", h.Rank, sig, StopDumpGrace)
+			t := time.NewTimer(StopDumpGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancel()
+			case <-waited:
+			}
+		case <-waited:
+		}
+	}()
 	for r := range h.WorldSize {
 		if _, err := h.Signal.Get(ctx, DumpedKey+strconv.Itoa(r)); err != nil {
 			fmt.Fprintf(h.Log, "gorun watchdog: rank %d did not dump its flight recorder: %v\n", r, err)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -227,4 +228,43 @@ func TestHandlerModes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	WatchSignal(ctx, newMemStore(), self)
+}
+
+// gatedStore is a memStore that says when a Get of key begins.
+type gatedStore struct {
+	*memStore
+	key     string
+	waiting chan struct{}
+	once    sync.Once
+}
+
+func (s *gatedStore) Get(ctx context.Context, k string) (string, error) {
+	if k == s.key {
+		s.once.Do(func() { close(s.waiting) })
+	}
+	return s.memStore.Get(ctx, k)
+}
+
+// TestStopCutsTheDumpWait: a rank that waits for a dump that never comes
+// (rank 1 was killed) and is then asked to stop (SIGTERM, as its agent
+// does when the round ends) waits StopDumpGrace more, not DumpWait.
+func TestStopCutsTheDumpWait(t *testing.T) {
+	st := &gatedStore{memStore: newMemStore(), key: DumpedKey + "1", waiting: make(chan struct{})}
+	var log strings.Builder
+	exit := make(chan int, 1)
+	h := &Handler{Rank: 0, WorldSize: 2, WaitForDumps: true, DumpWait: time.Hour, Recorder: NewRecorder(5), DumpDir: t.TempDir(),
+		Mode: TearDown, Signal: st, Abort: func() {}, Exit: func(code int) { exit <- code }, Log: &log}
+	go h.Handle(Failure{Kind: KindError, Rank: 0, Op: "all_reduce", Err: "peer closed"})
+	<-st.waiting // signal.Notify is in place before this Get
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exit:
+	case <-time.After(time.Minute):
+		t.Fatal("still waiting for rank 1's dump a minute after SIGTERM")
+	}
+	if !strings.Contains(log.String(), "rank 0 asked to stop (terminated): waiting at most 1s more") {
+		t.Errorf("log %q", log.String())
+	}
 }

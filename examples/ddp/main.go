@@ -9,7 +9,8 @@
 //
 // Fault injection for the watchdog: --hang-rank R --hang-step S makes
 // rank R stop calling collectives at step S; --collective-timeout bounds
-// each collective.
+// each collective. --step-time paces the steps as a real model's compute
+// would (fault drills, the chaos suite).
 package main
 
 import (
@@ -43,24 +44,25 @@ func main() {
 	hangRank := flag.Int("hang-rank", -1, "rank that stops calling collectives (fault injection; -1: none)")
 	hangStep := flag.Int("hang-step", 0, "step at which --hang-rank stops")
 	timeout := flag.Duration("collective-timeout", 0, "bound of each collective (0: "+comm.TimeoutEnv+", else 10m)")
+	stepTime := flag.Duration("step-time", 0, "time each step takes at least (a real model's compute; 0: as fast as it goes)")
 	flag.Parse()
 	if err := world.Check(*backend); err != nil {
 		fmt.Fprintln(os.Stderr, "ddp: --backend:", err)
 		os.Exit(2)
 	}
-	if *steps < 1 || *timeout < 0 {
-		fmt.Fprintln(os.Stderr, "ddp: --steps must be at least 1 and --collective-timeout not negative")
+	if *steps < 1 || *timeout < 0 || *stepTime < 0 {
+		fmt.Fprintln(os.Stderr, "ddp: --steps must be at least 1, --collective-timeout and --step-time not negative")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := train(ctx, *backend, *steps, float32(*lr), *hangRank, *hangStep, *timeout); err != nil {
+	if err := train(ctx, *backend, *steps, float32(*lr), *hangRank, *hangStep, *timeout, *stepTime); err != nil {
 		fmt.Fprintln(os.Stderr, "ddp:", err)
 		os.Exit(1)
 	}
 }
 
-func train(ctx context.Context, backend string, steps int, lr float32, hangRank, hangStep int, timeout time.Duration) error {
+func train(ctx context.Context, backend string, steps int, lr float32, hangRank, hangStep int, timeout, stepTime time.Duration) error {
 	env, err := world.Open(ctx, backend, comm.Options{Timeout: timeout})
 	if err != nil {
 		return err
@@ -84,6 +86,15 @@ func train(ctx context.Context, backend string, steps int, lr float32, hangRank,
 	defer lossBuf.Release()
 	lossHost := make([]float64, 1)
 	for step := range steps {
+		if stepTime > 0 {
+			t := time.NewTimer(stepTime)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
 		if rank == hangRank && step == hangStep {
 			fmt.Fprintf(os.Stderr, "rank %d: hanging at step %d (fault injection)\n", rank, step)
 			<-ctx.Done()
@@ -170,7 +181,7 @@ func train(ctx context.Context, backend string, steps int, lr float32, hangRank,
 		return errors.New("the loss is NaN")
 	}
 	if rank == 0 {
-		fmt.Printf("final loss=%.6f checksum=%.6f\n", final, checksum)
+		fmt.Printf("final loss=%.6f checksum=%.6f world=%d\n", final, checksum, world)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ the @record decorator writes the exception to TORCHELASTIC_ERROR_FILE.
 """
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -29,6 +30,8 @@ def parse_args():
     p.add_argument("--fail-always", action="store_true",
                    help="raise on every attempt, not only the first")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    p.add_argument("--step-time", type=float, default=0.0,
+                   help="seconds each step takes at least (a real model's compute; fault drills)")
     return p.parse_args()
 
 
@@ -57,6 +60,8 @@ def main():
     gen = torch.Generator(device="cpu").manual_seed(1000 + rank)
 
     for step in range(args.steps):
+        if args.step_time > 0:
+            time.sleep(args.step_time)
         if rank == args.fail_rank and (attempt == 0 or args.fail_always) and step == args.steps // 2:
             raise RuntimeError(f"deliberate failure on rank {rank} at step {step}")
         x = torch.randn(args.batch, 16, generator=gen).to(device)
@@ -76,6 +81,7 @@ def main():
         print(f"parameters identical on all {world} ranks: {same}", flush=True)
         if not same:
             raise RuntimeError("DDP replicas diverged")
+        print(f"final loss={loss.item():.6f} checksum={flat.sum().item():.6f} world={world}", flush=True)
     dist.destroy_process_group()
 
 

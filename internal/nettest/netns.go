@@ -78,8 +78,14 @@ func (h *Hosts) Namespace(i int) string { return fmt.Sprintf("gorun-%s-%d", h.id
 func (h *Hosts) bridge() string    { return "grb" + h.id }
 func (h *Hosts) link(i int) string { return fmt.Sprintf("grv%s%d", h.id, i) }
 
-// Command is argv run on host i.
+// Command is argv run on host i: in its network namespace and nothing
+// else. nsenter (util-linux) enters that namespace alone; `ip netns exec`,
+// used where nsenter is missing, also mounts a /sys of its own, which
+// hides the cgroup file system (gorun then has no job cgroup there).
 func (h *Hosts) Command(ctx context.Context, i int, argv ...string) *exec.Cmd {
+	if nsenter, err := exec.LookPath("nsenter"); err == nil {
+		return exec.CommandContext(ctx, nsenter, append([]string{"--net=/run/netns/" + h.Namespace(i), "--"}, argv...)...)
+	}
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Namespace(i)}, argv...)...)
 }
 

@@ -1,0 +1,112 @@
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/internal/leakcheck"
+)
+
+// make chaos sets these; without them, TestChaosShort runs the short
+// version that make test runs.
+var (
+	seed   = flag.Uint64("chaos.seed", 0, "the suite's seed (0: GORUN_CHAOS_SEED, else 1)")
+	rounds = flag.Int("chaos.rounds", 0, "jobs of the full suite (0: the short version only)")
+	faults = flag.Int("chaos.faults", 2, "faults per job of the full suite")
+)
+
+// bins holds gorun (with gorun-etcd beside it) and examples/ddp, built
+// for the run.
+var bins string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "gorun-chaos-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins = dir
+	for _, b := range [][2]string{{"gorun", "../../cmd/gorun"}, {"gorun-etcd", "../../cmd/gorun-etcd"}, {"ddp", "../../examples/ddp"}} {
+		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", filepath.Join(dir, b[0]), b[1])
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", b[1], err)
+			os.Exit(1)
+		}
+	}
+	code := leakcheck.Main(m, 5*time.Second)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// config is the suite's configuration for this run.
+func config(t *testing.T, rounds, faults int) Config {
+	s := *seed
+	if s == 0 {
+		s = 1
+		if v := os.Getenv("GORUN_CHAOS_SEED"); v != "" {
+			var err error
+			if s, err = strconv.ParseUint(v, 10, 64); err != nil {
+				t.Fatalf("GORUN_CHAOS_SEED=%q: want a number", v)
+			}
+		}
+	}
+	cfg := Config{Seed: s, Rounds: rounds, FaultsPerRound: faults,
+		Gorun: filepath.Join(bins, "gorun"), DDP: filepath.Join(bins, "ddp"), Logf: t.Logf, Verbose: os.Getenv("GORUN_CHAOS_VERBOSE") == "1"}
+	py := os.Getenv("GORUN_TEST_PYTHON")
+	if py == "" {
+		py = "/usr/bin/python3"
+	}
+	if err := exec.Command(py, "-c", "import torch.distributed").Run(); err != nil {
+		t.Logf("NOTE: no PyTorch at %s (%v): every round runs bin/ddp", py, err)
+	} else {
+		cfg.Python, cfg.TrainScript, cfg.TorchEvery = py, "../../examples/pytorch/train_ddp.py", 4
+	}
+	return cfg
+}
+
+// check fails t on anything the report found wrong.
+func check(t *testing.T, rep *Report, err error) {
+	t.Helper()
+	if rep != nil {
+		fmt.Printf("\n%s\n%s\n", rep.Rounds(), rep.Table())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.Problems() {
+		t.Error(p)
+	}
+}
+
+// TestChaosShort is the short version of the suite, part of make test:
+// one job of bin/ddp, three faults (the seed's first ones).
+func TestChaosShort(t *testing.T) {
+	if *rounds > 0 {
+		t.Skip("the full suite runs instead (-chaos.rounds)")
+	}
+	cfg := config(t, 1, 3)
+	cfg.Python = ""
+	rep, err := Run(context.Background(), t, cfg)
+	check(t, rep, err)
+}
+
+// TestChaos is the full suite: make chaos SEED=1 ROUNDS=20.
+func TestChaos(t *testing.T) {
+	if *rounds == 0 {
+		t.Skip("the full suite runs with make chaos (-chaos.rounds N)")
+	}
+	rep, err := Run(context.Background(), t, config(t, *rounds, *faults))
+	check(t, rep, err)
+	if rep != nil && len(rep.Problems()) == 0 {
+		t.Logf("seed %d: %d jobs, all clean", rep.Seed, len(rep.rounds))
+	}
+}

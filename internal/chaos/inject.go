@@ -1,0 +1,173 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// errJobOver: the job ended before the fault could be injected.
+var errJobOver = errors.New("the job ended first")
+
+// trainWithin bounds the wait for the job to train (again) before a
+// fault, and recoverWithin the wait for training again after one.
+const (
+	trainWithin   = 90 * time.Second
+	recoverWithin = 90 * time.Second
+	// settled: no worker has started for this long (a round's starts come
+	// together).
+	settled = time.Second
+)
+
+// inject waits until the job trains, then for f.after, and injects f
+// into one of the nodes not lost; it then waits for training again.
+func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, agents []*agent, lost map[int]bool, ev *events, dir string) (faultResult, error) {
+	over := func() bool {
+		for _, a := range agents {
+			select {
+			case <-a.done:
+			default:
+				return false
+			}
+		}
+		return true
+	}
+	// Training: a step after the latest worker start, which is a while
+	// ago.
+	trains := func() bool {
+		lines := ev.snapshot()
+		s := lastMatch(lines, startLine)
+		return !s.IsZero() && time.Since(s) > settled && !firstAfter(lines, s, stepLine).IsZero()
+	}
+	if !poll(trainWithin, func() bool { return over() || trains() }) {
+		return faultResult{}, fmt.Errorf("the job did not train within %v before a %s", trainWithin, f.kind)
+	}
+	if over() || !wait(ctx, f.after) || over() {
+		return faultResult{}, errJobOver
+	}
+	var alive []int
+	for i := range agents {
+		if lost[i] {
+			continue
+		}
+		if _, err := workerPid(dir, i, agents[i]); f.kind == WorkerKill && err != nil {
+			continue // a node waiting to join has no worker
+		}
+		alive = append(alive, i)
+	}
+	if len(alive) == 0 {
+		return faultResult{}, fmt.Errorf("no node to inject a %s into", f.kind)
+	}
+	node := alive[rng.IntN(len(alive))]
+	fr := faultResult{kind: f.kind, node: node, at: time.Now()}
+	healed := fr.at
+	a := agents[node]
+	switch f.kind {
+	case WorkerKill:
+		pid, err := workerPid(dir, node, a)
+		if err != nil {
+			return fr, err
+		}
+		fr.target = "worker pid " + strconv.Itoa(pid)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fr, fmt.Errorf("kill worker %d: %w", pid, err)
+		}
+	case AgentKill:
+		fr.target = "agent pid " + strconv.Itoa(a.cmd.Process.Pid)
+		a.killed, lost[node] = true, true
+		if err := a.cmd.Process.Kill(); err != nil {
+			return fr, fmt.Errorf("kill agent: %w", err)
+		}
+	case AgentStop:
+		pid := a.cmd.Process.Pid
+		fr.target = "agent pid " + strconv.Itoa(pid)
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return fr, fmt.Errorf("stop agent: %w", err)
+		}
+		wait(ctx, holdFor) // the fault itself: stopped longer than the lease
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			return fr, fmt.Errorf("continue agent: %w", err)
+		}
+		healed = time.Now()
+	case NetCut:
+		fr.target = "host " + rn.hosts.Addr(node)
+		rn.hosts.Cut(rn.tb, node)
+		wait(ctx, holdFor) // the fault itself: cut for longer than the lease
+		rn.hosts.Heal(rn.tb, node)
+		healed = time.Now()
+	case MemberKill:
+		pid := memberPid(ev.snapshot(), node)
+		if pid == 0 || !isMarked(pid, []byte(markEnv+"="+markOf(a)+"\x00")) {
+			return fr, fmt.Errorf("node %d's store member: no live pid in its log (%d)", node, pid)
+		}
+		fr.target = "member pid " + strconv.Itoa(pid)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fr, fmt.Errorf("kill member %d: %w", pid, err)
+		}
+	}
+	// Training again: once an agent stops its workers, the first step of
+	// the first workers started after the fault; if none stops them
+	// within detectWithin of the fault's end, the first step after it
+	// (the job went on).
+	poll(recoverWithin, func() bool {
+		lines := ev.snapshot()
+		s := firstAfter(lines, fr.at, startLine)
+		if !s.IsZero() || !firstStderrAfter(lines, fr.at, stopLine).IsZero() {
+			fr.interrupted = true
+			if t := firstAfter(lines, s, stepLine); !s.IsZero() && !t.IsZero() {
+				fr.recovered, fr.ok = t.Sub(fr.at), true
+				return true
+			}
+		} else if time.Since(healed) > detectWithin {
+			if t := firstAfter(lines, fr.at, stepLine); !t.IsZero() {
+				fr.recovered, fr.ok = t.Sub(fr.at), true
+				return true
+			}
+		}
+		return over()
+	})
+	return fr, nil
+}
+
+// workerPid is the pid of local rank 0 on node, which its wrapper wrote;
+// it must be a live process of the round.
+func workerPid(dir string, node int, a *agent) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "worker."+strconv.Itoa(node)+".0"))
+	if err != nil {
+		return 0, fmt.Errorf("node %d's worker: %w", node, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || !isMarked(pid, []byte(markEnv+"="+markOf(a)+"\x00")) {
+		return 0, fmt.Errorf("node %d's worker: %q is no live worker of the round", node, b)
+	}
+	return pid, nil
+}
+
+// markOf is the round's mark in the agent's environment.
+func markOf(a *agent) string {
+	for _, kv := range a.cmd.Env {
+		if v, ok := strings.CutPrefix(kv, markEnv+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// wait waits for d or ctx, and says whether d passed.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
