@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -219,4 +221,47 @@ func logNodesOnFailure(t *testing.T, nodes []*node) {
 			}
 		}
 	})
+}
+
+// TestStoreHostComesBack: the agent hosting member 0 is SIGKILLed (its
+// member's data goes with it) and started again on the same host: the
+// survivors went on without it, and the new agent joins the job as a
+// client of the other members (a member that starts afresh cannot rejoin
+// a store that has moved on); the job, scaled up to 3 nodes again,
+// completes.
+func TestStoreHostComesBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := freePortPair(t, 3)
+	ep := fmt.Sprintf("127.0.0.1:%d", port)
+	// Rounds run until they are stopped, but for a 3-node one once node 0
+	// is back.
+	script := startWorker(t, `[ -e "$1/back" ] && [ "$WORLD_SIZE" = 3 ] && exit 0
+exec sleep 300`)
+	conf := storeHostsConf(3, "lease_ttl=2,last_call_timeout=1")
+	args := func(i int) []string {
+		return append(elasticArgs(ep, "back", i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
+	}
+	nodes := startNodes(t, 3, args)
+	logNodesOnFailure(t, nodes)
+	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	if err := nodes[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, nodes[0].cmd)
+	waitFor(t, "a 2-node round", func() bool {
+		got := starts(dir)
+		return got["0.2.0"]+got["1.2.0"]+got["0.2.1"]+got["1.2.1"] > 0
+	})
+	if err := os.WriteFile(filepath.Join(dir, "back"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, _, stderr := startGorun(t, testEnv(), args(0)...)
+	back := &node{cmd, nil, stderr}
+	logNodesOnFailure(t, []*node{back})
+	for i, n := range []*node{back, nodes[1], nodes[2]} {
+		if code := waitExit(t, n.cmd); code != 0 {
+			t.Fatalf("node %d exit %d\n%s", i, code, n.stderr)
+		}
+	}
 }

@@ -73,9 +73,9 @@ const (
 	leaseTTL     = 2 * time.Second
 	lastCall     = time.Second
 	holdFor      = leaseTTL + 1500*time.Millisecond // SIGSTOP and network cut
-	ddpSteps     = 40
+	ddpSteps     = 60
 	stepTime     = 100 * time.Millisecond
-	torchSteps   = 30
+	torchSteps   = 40
 	maxRestarts  = 3
 	roundTimeout = 3 * time.Minute
 	// detectWithin bounds how long after a fault (or its heal) a new round

@@ -81,14 +81,18 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 		}
 	case AgentKill:
 		fr.target = "agent pid " + strconv.Itoa(a.cmd.Process.Pid)
-		a.killed, lost[node] = true, true
-		if err := a.cmd.Process.Kill(); err != nil {
+		if err := a.cmd.Process.Kill(); errors.Is(err, os.ErrProcessDone) {
+			return fr, errJobOver
+		} else if err != nil {
 			return fr, fmt.Errorf("kill agent: %w", err)
 		}
+		a.killed, lost[node] = true, true
 	case AgentStop:
 		pid := a.cmd.Process.Pid
 		fr.target = "agent pid " + strconv.Itoa(pid)
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); errors.Is(err, syscall.ESRCH) {
+			return fr, errJobOver
+		} else if err != nil {
 			return fr, fmt.Errorf("stop agent: %w", err)
 		}
 		wait(ctx, holdFor) // the fault itself: stopped longer than the lease

@@ -119,6 +119,9 @@ func (rn *runner) runRound(ctx context.Context, r int, p roundPlan) (res roundRe
 	lost := map[int]bool{}
 	for _, f := range p.faults {
 		fr, err := rn.inject(ctx, f, rng, agents, lost, ev, dir)
+		if errors.Is(err, errJobOver) {
+			break // the job ended before this fault: it is not counted
+		}
 		if err != nil {
 			res.verdict = "WRONG: " + err.Error()
 			break
@@ -192,15 +195,26 @@ func (rn *runner) judge(res *roundResult, w Workload, agents []*agent, ev *event
 			res.verdict = fmt.Sprintf("completed (%d agents exited non-zero)", failed)
 		}
 	default:
-		// A failure must come with the agents' verdict: gorun's failure
-		// summary or a rendezvous error, on stderr.
-		for _, l := range lines {
-			if l.stderr && strings.Contains(l.text, "gorun: error") {
-				res.verdict = "failed: " + l.text
+		// A failure must come with each agent's verdict: the last line it
+		// wrote of its own ("gorun: ..."), a warning being none.
+		for i, a := range agents {
+			if a.killed {
+				continue
+			}
+			why := ""
+			for _, l := range lines {
+				if l.node == i && l.stderr && strings.HasPrefix(l.text, "gorun: ") && !strings.HasPrefix(l.text, "gorun: warning") {
+					why = l.text
+				}
+			}
+			if why == "" {
+				res.verdict = fmt.Sprintf("WRONG: node %d failed (exit %d) without saying why", i, a.code)
 				return
 			}
+			if res.verdict == "" {
+				res.verdict = "failed: " + why
+			}
 		}
-		res.verdict = fmt.Sprintf("WRONG: every agent failed (exits %v) without saying why", res.exits)
 	}
 }
 

@@ -430,3 +430,30 @@ func TestLargeRoundCloses(t *testing.T) {
 	}
 	checkRanks(t, nextAll(t, as, 1), 1)
 }
+
+// TestSucceedAfterTheLeaseEnded: a node whose lease ended while its
+// workers finished (it was stopped, or cut off, for longer than the TTL)
+// reports their success under a new lease, and the job succeeds: the
+// round was still the current one.
+func TestSucceedAfterTheLeaseEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	as := mustAgents(t, 2, Config{Shape: shape(t.Name(), 2, 2, 1)})
+	rounds := nextAll(t, as, 1)
+	errs := make(chan error, 2)
+	go func() { errs <- as[0].r.Succeed(ctx, rounds[0]) }()
+	old := as[1].r.lease.Load()
+	if _, err := as[1].cli.Revoke(ctx, old.id); err != nil {
+		t.Fatal(err)
+	}
+	<-old.done
+	go func() { errs <- as[1].r.Succeed(ctx, rounds[1]) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("Succeed = %v; want nil", err)
+		}
+	}
+	if as[1].r.lease.Load() == old {
+		t.Error("the node reported under its ended lease")
+	}
+}

@@ -220,15 +220,31 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 // join the next one), ErrJobFailed when the job failed elsewhere.
 func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error {
 	t := round.Number
-	wctx, cancel, lease := r.whileLeased(ctx)
-	defer cancel()
-	_, err := retryBrokenWatch(wctx, r.cfg.Log, fmt.Sprintf("round %d's outcome", t), func() (struct{}, error) {
-		return struct{}{}, r.succeed(wctx, t, round.GroupWorldSize, lease.id)
-	})
-	if err != nil && lease.lost() && ctx.Err() == nil {
-		return fmt.Errorf("rendezvous: this node's lease ended while waiting for the job's outcome: etcd at %s unreachable", strings.Join(r.cli.Endpoints(), ","))
+	for renewed := false; ; renewed = true {
+		if r.lease.Load().lost() {
+			// The workers succeeded while this node was cut off or stopped
+			// for longer than the lease: the round may still be the
+			// current one (nobody watched it end), and then its success
+			// is this node's to report, under a new lease. Ended, the
+			// report is refused and the node joins the next round.
+			if err := r.openLease(ctx); err != nil {
+				return fmt.Errorf("rendezvous: report this node's success: %w", err)
+			}
+			r.cfg.Log.Warnf("rendezvous %s: this node's lease ended while its workers finished (etcd unreachable for longer than %v); reporting their success under a new one", r.cfg.Shape.RunID, r.cfg.LeaseTTL)
+		}
+		wctx, cancel, lease := r.whileLeased(ctx)
+		_, err := retryBrokenWatch(wctx, r.cfg.Log, fmt.Sprintf("round %d's outcome", t), func() (struct{}, error) {
+			return struct{}{}, r.succeed(wctx, t, round.GroupWorldSize, lease.id)
+		})
+		cancel()
+		if err != nil && lease.lost() && ctx.Err() == nil {
+			if !renewed {
+				continue
+			}
+			return fmt.Errorf("rendezvous: this node's lease ended while waiting for the job's outcome: etcd at %s unreachable", strings.Join(r.cli.Endpoints(), ","))
+		}
+		return err
 	}
-	return err
 }
 
 func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3.LeaseID) error {

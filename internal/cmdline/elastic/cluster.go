@@ -90,8 +90,16 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 	if members != nil {
 		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, members[member].client, len(members), strings.Join(clients(members), ","))
 		m, err := startMember(ctx, c, token, members, member, log)
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
 			return nil, false, err
+		case err != nil:
+			// A node that comes back after its agent was lost finds its
+			// member's place taken by the one it had ("already
+			// bootstrapped"): the store went on without it. The others
+			// still serve, and the node is a client of them.
+			log.Warnf("%v: joining the job as a client of the other members", err)
+			return nil, false, nil
 		}
 		return m, false, nil
 	}

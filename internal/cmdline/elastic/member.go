@@ -105,12 +105,13 @@ func (m *memberProcess) supervise(ready chan<- error) {
 	delay := memberRestartDelay
 	for attempt := 0; ; attempt++ {
 		served, status, err := m.runOnce(ready)
+		first := ready != nil
 		ready = nil // only the first start reports there
 		m.mu.Lock()
 		stopping := m.stopping
 		m.mu.Unlock()
-		if stopping {
-			return
+		if stopping || (first && !served) {
+			return // a first start that failed is startMember's to report
 		}
 		switch {
 		case err != nil:
