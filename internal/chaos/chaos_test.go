@@ -20,6 +20,7 @@ var (
 	seed   = flag.Uint64("chaos.seed", 0, "the suite's seed (0: GORUN_CHAOS_SEED, else 1)")
 	rounds = flag.Int("chaos.rounds", 0, "jobs of the full suite (0: the short version only)")
 	faults = flag.Int("chaos.faults", 2, "faults per job of the full suite")
+	torch  = flag.Int("chaos.torch-every", 4, "every Nth job of the full suite runs the PyTorch example (0: none)")
 )
 
 // bins holds gorun (with gorun-etcd beside it) and examples/ddp, built
@@ -68,7 +69,7 @@ func config(t *testing.T, rounds, faults int) Config {
 	if err := exec.Command(py, "-c", "import torch.distributed").Run(); err != nil {
 		t.Logf("NOTE: no PyTorch at %s (%v): every round runs bin/ddp", py, err)
 	} else {
-		cfg.Python, cfg.TrainScript, cfg.TorchEvery = py, "../../examples/pytorch/train_ddp.py", 4
+		cfg.Python, cfg.TrainScript, cfg.TorchEvery = py, "../../examples/pytorch/train_ddp.py", *torch
 	}
 	return cfg
 }

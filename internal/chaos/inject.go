@@ -107,9 +107,26 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 		rn.hosts.Heal(rn.tb, node)
 		healed = time.Now()
 	case MemberKill:
-		pid := memberPid(ev.snapshot(), node)
-		if pid == 0 || !isMarked(pid, []byte(markEnv+"="+markOf(a)+"\x00")) {
+		// A member killed before may be on its way back: its new pid
+		// comes once it serves again.
+		pid := 0
+		live := func() bool {
+			pid = memberPid(ev.snapshot(), node)
+			return pid != 0 && isMarked(pid, []byte(markEnv+"="+markOf(a)+"\x00"))
+		}
+		gone := func() bool {
+			select {
+			case <-a.done:
+				return true // this node's agent ended, and its member with it
+			default:
+				return over()
+			}
+		}
+		if !poll(10*time.Second, func() bool { return gone() || live() }) {
 			return fr, fmt.Errorf("node %d's store member: no live pid in its log (%d)", node, pid)
+		}
+		if gone() || !live() {
+			return fr, errJobOver
 		}
 		fr.target = "member pid " + strconv.Itoa(pid)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {

@@ -155,7 +155,7 @@ func (rn *runner) runRound(ctx context.Context, r int, p roundPlan) (res roundRe
 		a.out.Close()
 		a.err.Close()
 	}
-	if rn.cfg.Verbose || !strings.HasPrefix(res.verdict, "completed") && !strings.HasPrefix(res.verdict, "failed") {
+	if rn.cfg.Verbose || !strings.HasPrefix(res.verdict, "completed") {
 		for i := range agents {
 			rn.cfg.Logf("round %d, node %d:\n%s", r, i, transcript(ev.snapshot(), i))
 		}
@@ -242,7 +242,10 @@ func (rn *runner) startAgent(ctx context.Context, i int, mark, dir string, w Wor
 	cmd := h.Command(context.Background(), i, args...)
 	cmd.Env = append(agentEnv(), markEnv+"="+mark, "GORUN_CHAOS_NODE="+strconv.Itoa(i), "GORUN_CHAOS_DIR="+dir,
 		"GORUN_RDZV_TOKEN="+strings.Repeat(fmt.Sprintf("%016x", rn.cfg.Seed), 2)+"chaos"+mark)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, for the faults; dead with the suite should
+	// the suite be killed (best effort: the signal comes when the thread
+	// that started it ends).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	a := &agent{cmd: cmd, done: make(chan struct{})}
 	var w1, w2 *os.File
 	var err error
