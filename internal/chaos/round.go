@@ -240,7 +240,10 @@ func (rn *runner) startAgent(ctx context.Context, i int, mark, dir string, w Wor
 		args = append(args[:3], append([]string{"--nproc-per-node=2"}, args[3:]...)...)
 	}
 	cmd := h.Command(context.Background(), i, args...)
-	cmd.Env = append(agentEnv(), markEnv+"="+mark, "GORUN_CHAOS_NODE="+strconv.Itoa(i), "GORUN_CHAOS_DIR="+dir,
+	// Gloo takes the address of the host's name, which every namespace
+	// shares: its own interface instead, as on a cluster whose host names
+	// resolve elsewhere.
+	cmd.Env = append(agentEnv(), "GLOO_SOCKET_IFNAME=eth0", markEnv+"="+mark, "GORUN_CHAOS_NODE="+strconv.Itoa(i), "GORUN_CHAOS_DIR="+dir,
 		"GORUN_RDZV_TOKEN="+strings.Repeat(fmt.Sprintf("%016x", rn.cfg.Seed), 2)+"chaos"+mark)
 	// Its own process group, for the faults; dead with the suite should
 	// the suite be killed (best effort: the signal comes when the thread
