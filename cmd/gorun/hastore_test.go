@@ -50,24 +50,32 @@ func storeHostsConf(n int, extra string) string {
 	return "--rdzv-conf=store_hosts=" + strings.Join(hosts, "+") + "," + extra
 }
 
+// haJob starts the three nodes of job run (127.0.0.[1-3], each hosting a
+// member of the store), whose workers run script with the job's folder,
+// and waits for its first 3-node round. args is node i's command line.
+func haJob(t *testing.T, run, script string) (dir string, nodes []*node, args func(i int) []string) {
+	t.Helper()
+	dir = t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePortPair(t, 3))
+	conf := storeHostsConf(3, "lease_ttl=2,last_call_timeout=1")
+	args = func(i int) []string {
+		return append(elasticArgs(ep, run, i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
+	}
+	nodes = startNodes(t, 3, args)
+	logNodesOnFailure(t, nodes)
+	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	return dir, nodes, args
+}
+
 // TestStoreSurvivesItsFirstHost: three nodes, the embedded store's three
 // members on them. SIGKILL of the agent on the node that hosts member 0
 // (the endpoint's host, which was the whole store before) leaves a 2-node
 // job: the other two re-form without it and complete.
 func TestStoreSurvivesItsFirstHost(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	port := freePortPair(t, 3)
-	ep := fmt.Sprintf("127.0.0.1:%d", port)
 	// The 3-node round runs until it is stopped; the 2-node one completes.
-	script := startWorker(t, `[ "$WORLD_SIZE" = 3 ] && exec sleep 300
-exit 0`)
-	conf := storeHostsConf(3, "lease_ttl=2,last_call_timeout=1")
-	nodes := startNodes(t, 3, func(i int) []string {
-		return append(elasticArgs(ep, "ha", i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
-	})
-	logNodesOnFailure(t, nodes)
-	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	dir, nodes, _ := haJob(t, "ha", startWorker(t, `[ "$WORLD_SIZE" = 3 ] && exec sleep 300
+exit 0`))
 	for i, n := range nodes {
 		if want := fmt.Sprintf("member %d of the job's store serves", i); !strings.Contains(n.stderr.String(), want) {
 			t.Fatalf("node %d does not host member %d:\n%s", i, i, n.stderr)
@@ -87,20 +95,7 @@ exit 0`)
 
 // memberPid is the pid of the store member that node's log last said
 // serves, 0 if none.
-func memberPid(n *node) int {
-	log := n.stderr.String()
-	i := strings.LastIndex(log, "of the job's store serves at ")
-	if i < 0 {
-		return 0
-	}
-	rest := log[i:]
-	j := strings.Index(rest, "(pid ")
-	if j < 0 {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimRight(strings.Fields(rest[j+len("(pid "):])[0], ";"))
-	return pid
-}
+func memberPid(n *node) int { return proctest.StoreMemberPid(n.stderr.String()) }
 
 // TestStoreMemberKilledComesBack: the store's members run apart from the
 // agents. SIGKILL of a member's process alone does not stop the job (nor
@@ -110,17 +105,8 @@ func memberPid(n *node) int {
 // are still a majority, and the two nodes left re-form and complete.
 func TestStoreMemberKilledComesBack(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	port := freePortPair(t, 3)
-	ep := fmt.Sprintf("127.0.0.1:%d", port)
-	script := startWorker(t, `[ "$WORLD_SIZE" = 3 ] && exec sleep 300
-exit 0`)
-	conf := storeHostsConf(3, "lease_ttl=2,last_call_timeout=1")
-	nodes := startNodes(t, 3, func(i int) []string {
-		return append(elasticArgs(ep, "member", i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
-	})
-	logNodesOnFailure(t, nodes)
-	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	dir, nodes, _ := haJob(t, "member", startWorker(t, `[ "$WORLD_SIZE" = 3 ] && exec sleep 300
+exit 0`))
 	// One member after the other, so that the leader's is killed too.
 	for i, n := range nodes {
 		first := memberPid(n)
@@ -231,20 +217,10 @@ func logNodesOnFailure(t *testing.T, nodes []*node) {
 // completes.
 func TestStoreHostComesBack(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	port := freePortPair(t, 3)
-	ep := fmt.Sprintf("127.0.0.1:%d", port)
 	// Rounds run until they are stopped, but for a 3-node one once node 0
 	// is back.
-	script := startWorker(t, `[ -e "$1/back" ] && [ "$WORLD_SIZE" = 3 ] && exit 0
-exec sleep 300`)
-	conf := storeHostsConf(3, "lease_ttl=2,last_call_timeout=1")
-	args := func(i int) []string {
-		return append(elasticArgs(ep, "back", i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
-	}
-	nodes := startNodes(t, 3, args)
-	logNodesOnFailure(t, nodes)
-	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
+	dir, nodes, args := haJob(t, "back", startWorker(t, `[ -e "$1/back" ] && [ "$WORLD_SIZE" = 3 ] && exit 0
+exec sleep 300`))
 	if err := nodes[0].cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

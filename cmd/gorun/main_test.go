@@ -63,24 +63,9 @@ type result struct {
 // testEnv is the environment of gorun in tests: the test's own, without
 // variables that would change gorun's defaults.
 func testEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		// A scheduler's variables (the machine running the tests may be a
-		// Slurm node or a pod) would change the job's shape.
-		if strings.HasPrefix(k, "SLURM_") || k == "SLURMD_NODENAME" || k == "KUBERNETES_SERVICE_HOST" || k == "JOB_COMPLETION_INDEX" ||
-			k == "MASTER_ADDR" || k == "MASTER_PORT" {
-			continue
-		}
-		if strings.HasPrefix(k, "PET_") || strings.HasPrefix(k, "GORUN_") || k == "OMP_NUM_THREADS" ||
-			k == "PYTORCH_CUDA_ALLOC_CONF" || k == "MULTI_STREAM_MEMORY_REUSE" || k == "PYTHON_EXEC" || k == "LOGLEVEL" {
-			continue
-		}
-		env = append(env, kv)
-	}
 	// Every test job shares this token: nodes of a multi-node test job
 	// must hold the same one (docs/security.md).
-	env = append(env, "GORUN_RDZV_TOKEN="+testToken)
+	env := append(proctest.GorunEnv(), "GORUN_RDZV_TOKEN="+testToken)
 	return append(env, extra...)
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
 // line is one line an agent wrote, with when it was read.
@@ -114,22 +116,16 @@ func finals(lines []line) []final {
 	return out
 }
 
-// memberPid is the pid of node's store member, as its agent last said
-// ("(pid N;"), 0 if it has not.
+// memberPid is the pid of node's store member, as its agent last said,
+// 0 if it has not.
 func memberPid(lines []line, node int) int {
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := lines[i]
-		if l.node != node || !l.stderr || !strings.Contains(l.text, "of the job's store serves at") {
-			continue
+	var log strings.Builder
+	for _, l := range lines {
+		if l.node == node && l.stderr {
+			log.WriteString(l.text + "\n")
 		}
-		_, rest, ok := strings.Cut(l.text, "(pid ")
-		if !ok {
-			return 0
-		}
-		pid, _ := strconv.Atoi(strings.TrimRight(strings.Fields(rest)[0], ";"))
-		return pid
 	}
-	return 0
+	return proctest.StoreMemberPid(log.String())
 }
 
 // transcript is every line of node, for a failure's report.

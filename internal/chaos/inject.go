@@ -112,7 +112,7 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 		pid := 0
 		live := func() bool {
 			pid = memberPid(ev.snapshot(), node)
-			return pid != 0 && isMarked(pid, []byte(markEnv+"="+markOf(a)+"\x00"))
+			return pid != 0 && isMarked(pid, a.mark)
 		}
 		gone := func() bool {
 			select {
@@ -165,20 +165,10 @@ func workerPid(dir string, node int, a *agent) (int, error) {
 		return 0, fmt.Errorf("node %d's worker: %w", node, err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || !isMarked(pid, []byte(markEnv+"="+markOf(a)+"\x00")) {
+	if err != nil || !isMarked(pid, a.mark) {
 		return 0, fmt.Errorf("node %d's worker: %q is no live worker of the round", node, b)
 	}
 	return pid, nil
-}
-
-// markOf is the round's mark in the agent's environment.
-func markOf(a *agent) string {
-	for _, kv := range a.cmd.Env {
-		if v, ok := strings.CutPrefix(kv, markEnv+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // wait waits for d or ctx, and says whether d passed.

@@ -21,14 +21,13 @@ func marked(mark string) []int {
 	if err != nil {
 		return nil
 	}
-	want := []byte(markEnv + "=" + mark + "\x00")
 	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if isMarked(pid, want) {
+		if isMarked(pid, mark) {
 			out = append(out, pid)
 		}
 	}
@@ -36,8 +35,9 @@ func marked(mark string) []int {
 }
 
 // isMarked reports whether pid is a live (not zombie) process whose
-// environment holds want.
-func isMarked(pid int, want []byte) bool {
+// environment holds mark.
+func isMarked(pid int, mark string) bool {
+	want := []byte(markEnv + "=" + mark + "\x00")
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil || !bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) {
 		return false

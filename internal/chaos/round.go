@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/nettest"
+	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
 // nodes is the number of hosts, and of agents, in every round.
@@ -29,6 +30,7 @@ const storePort = 29400
 // agent is one node's gorun.
 type agent struct {
 	cmd      *exec.Cmd
+	mark     string   // the round's mark (markEnv) in its environment
 	out, err *os.File // our ends of its stdout and stderr
 	done     chan struct{}
 	code     int  // exit code, 128+signal when killed
@@ -226,19 +228,16 @@ func (rn *runner) startAgent(ctx context.Context, i int, mark, dir string, w Wor
 	if err := os.WriteFile(script, []byte(workerScript), 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{rn.cfg.Gorun, "--rdzv-backend=c10d", fmt.Sprintf("--rdzv-endpoint=%s:%d", h.Addr(0), storePort),
-		"--rdzv-id=chaos-" + mark, "--local-addr=" + h.Addr(i), "--nnodes=2:3", "--max-restarts=" + strconv.Itoa(maxRestarts),
+	nproc, program := "2", []string{rn.cfg.DDP, "--steps", strconv.Itoa(ddpSteps), "--step-time", stepTime.String()}
+	if w == TorchDDP {
+		nproc, program = "1", []string{rn.cfg.Python, "-u", rn.cfg.TrainScript, "--steps", strconv.Itoa(torchSteps),
+			"--step-time", strconv.FormatFloat(stepTime.Seconds(), 'f', 3, 64)}
+	}
+	args := append([]string{rn.cfg.Gorun, "--rdzv-backend=c10d", fmt.Sprintf("--rdzv-endpoint=%s:%d", h.Addr(0), storePort),
+		"--nproc-per-node=" + nproc, "--rdzv-id=chaos-" + mark, "--local-addr=" + h.Addr(i), "--nnodes=2:3", "--max-restarts=" + strconv.Itoa(maxRestarts),
 		fmt.Sprintf("--rdzv-conf=store_hosts=%s,lease_ttl=%d,last_call_timeout=%d,connect_timeout=30,join_timeout=60",
 			members, int(leaseTTL/time.Second), int(lastCall/time.Second)),
-		"--no-python", script}
-	if w == TorchDDP {
-		args = append(args, rn.cfg.Python, "-u", rn.cfg.TrainScript, "--steps", strconv.Itoa(torchSteps),
-			"--step-time", strconv.FormatFloat(stepTime.Seconds(), 'f', 3, 64))
-		args = append(args[:3], append([]string{"--nproc-per-node=1"}, args[3:]...)...)
-	} else {
-		args = append(args, rn.cfg.DDP, "--steps", strconv.Itoa(ddpSteps), "--step-time", stepTime.String())
-		args = append(args[:3], append([]string{"--nproc-per-node=2"}, args[3:]...)...)
-	}
+		"--no-python", script}, program...)
 	cmd := h.Command(context.Background(), i, args...)
 	// Gloo takes the address of the host's name, which every namespace
 	// shares: its own interface instead, as on a cluster whose host names
@@ -249,7 +248,7 @@ func (rn *runner) startAgent(ctx context.Context, i int, mark, dir string, w Wor
 	// the suite be killed (best effort: the signal comes when the thread
 	// that started it ends).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	a := &agent{cmd: cmd, done: make(chan struct{})}
+	a := &agent{cmd: cmd, mark: mark, done: make(chan struct{})}
 	var w1, w2 *os.File
 	var err error
 	if a.out, w1, err = os.Pipe(); err != nil {
@@ -283,20 +282,8 @@ func (rn *runner) startAgent(ctx context.Context, i int, mark, dir string, w Wor
 }
 
 // agentEnv is this process's environment without what would change the
-// job's shape or gorun's defaults.
-func agentEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "PET_") || strings.HasPrefix(k, "GORUN_") ||
-			k == "SLURMD_NODENAME" || k == "KUBERNETES_SERVICE_HOST" || k == "JOB_COMPLETION_INDEX" ||
-			k == "MASTER_ADDR" || k == "MASTER_PORT" || k == "OMP_NUM_THREADS" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, "OMP_NUM_THREADS=1")
-}
+// job's shape or gorun's defaults, with one thread per worker.
+func agentEnv() []string { return append(proctest.GorunEnv(), "OMP_NUM_THREADS=1") }
 
 // poll calls cond every 20 ms until it holds or within passes, and says
 // whether it held.

@@ -98,3 +98,44 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// GorunEnv is this process's environment without the variables that
+// would change a gorun job's shape or defaults: a scheduler's (the
+// machine running the tests may be a Slurm node or a pod), torchrun's
+// PET_*, gorun's own, and the worker settings gorun fills in.
+func GorunEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "SLURM_") || k == "SLURMD_NODENAME" || k == "KUBERNETES_SERVICE_HOST" || k == "JOB_COMPLETION_INDEX" ||
+			k == "MASTER_ADDR" || k == "MASTER_PORT" {
+			continue
+		}
+		if strings.HasPrefix(k, "PET_") || strings.HasPrefix(k, "GORUN_") || k == "OMP_NUM_THREADS" ||
+			k == "PYTORCH_CUDA_ALLOC_CONF" || k == "MULTI_STREAM_MEMORY_REUSE" || k == "PYTHON_EXEC" || k == "LOGLEVEL" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// StoreMemberPid is the pid of the store member that an agent's log last
+// said serves ("member N of the job's store serves at ... (pid P; ..."),
+// 0 if none.
+func StoreMemberPid(log string) int {
+	i := strings.LastIndex(log, "of the job's store serves at ")
+	if i < 0 {
+		return 0
+	}
+	_, rest, ok := strings.Cut(log[i:], "(pid ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimRight(f[0], ";"))
+	return pid
+}

@@ -86,7 +86,6 @@ type storeServer interface{ Close() error }
 // agent on this host has bound is left to that agent (taken is true)
 // unless is_host=true insisted.
 func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint string, members []storeMember, member int, log logrus.FieldLogger) (server storeServer, taken bool, err error) {
-	tlsNote := map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""]
 	if members != nil {
 		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, members[member].client, len(members), strings.Join(clients(members), ","))
 		m, err := startMember(ctx, c, token, members, member, log)
@@ -112,6 +111,7 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 	case err != nil:
 		return nil, false, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoint, err)
 	}
+	tlsNote := map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""]
 	log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoint, tlsNote)
 	return s, false, nil
 }
