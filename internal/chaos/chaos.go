@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -38,6 +39,26 @@ const (
 // Kinds lists every kind, in the report's order.
 var Kinds = []Kind{WorkerKill, AgentKill, AgentStop, NetCut, MemberKill}
 
+// kindNames are the kinds' names on the command line.
+var kindNames = map[string]Kind{"worker": WorkerKill, "agent": AgentKill, "stop": AgentStop, "cut": NetCut, "member": MemberKill}
+
+// ParseKinds reads a comma-separated list of fault names (worker, agent,
+// stop, cut, member); "" or "all" is every kind.
+func ParseKinds(s string) ([]Kind, error) {
+	if s == "" || s == "all" {
+		return nil, nil
+	}
+	var out []Kind
+	for _, name := range strings.Split(s, ",") {
+		k, ok := kindNames[strings.TrimSpace(name)]
+		if !ok {
+			return nil, fmt.Errorf("chaos: fault %q: want worker, agent, stop, cut or member (or all)", name)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
 // Workload is the training job of a round.
 type Workload string
 
@@ -54,6 +75,8 @@ type Config struct {
 	Seed uint64
 	// Rounds is the number of jobs; FaultsPerRound the faults in each.
 	Rounds, FaultsPerRound int
+	// Kinds are the faults drawn (nil: every kind, Kinds).
+	Kinds []Kind
 	// Gorun is the gorun binary (gorun-etcd beside it); DDP examples/ddp's.
 	Gorun, DDP string
 	// Python and TrainScript run the PyTorch example; with Python empty
@@ -102,9 +125,13 @@ type roundPlan struct {
 func plan(cfg Config) []roundPlan {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6368616f73))
 	n := cfg.Rounds * cfg.FaultsPerRound
+	drawn := cfg.Kinds
+	if len(drawn) == 0 {
+		drawn = Kinds
+	}
 	kinds := make([]Kind, n)
 	for i := range kinds {
-		kinds[i] = Kinds[i%len(Kinds)]
+		kinds[i] = drawn[i%len(drawn)]
 	}
 	rng.Shuffle(n, func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	per := cfg.FaultsPerRound
@@ -127,7 +154,10 @@ func plan(cfg Config) []roundPlan {
 				break
 			}
 			if !swapped {
-				kinds[i] = MemberKill // too few rounds to spread them
+				kinds[i] = drawn[0] // too few rounds to spread them
+				if kinds[i] == AgentKill {
+					kinds[i] = MemberKill
+				}
 			}
 		}
 	}

@@ -20,6 +20,7 @@ var (
 	seed   = flag.Uint64("chaos.seed", 0, "the suite's seed (0: GORUN_CHAOS_SEED, else 1)")
 	rounds = flag.Int("chaos.rounds", 0, "jobs of the full suite (0: the short version only)")
 	faults = flag.Int("chaos.faults", 2, "faults per job of the full suite")
+	kinds  = flag.String("chaos.kinds", "all", "faults of the full suite: a comma-separated list of worker, agent, stop, cut, member")
 	torch  = flag.Int("chaos.torch-every", 4, "every Nth job of the full suite runs the PyTorch example (0: none)")
 )
 
@@ -105,7 +106,12 @@ func TestChaos(t *testing.T) {
 	if *rounds == 0 {
 		t.Skip("the full suite runs with make chaos (-chaos.rounds N)")
 	}
-	rep, err := Run(context.Background(), t, config(t, *rounds, *faults))
+	cfg := config(t, *rounds, *faults)
+	var err error
+	if cfg.Kinds, err = ParseKinds(*kinds); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), t, cfg)
 	check(t, rep, err)
 	if rep != nil && len(rep.Problems()) == 0 {
 		t.Logf("seed %d: %d jobs, all clean", rep.Seed, len(rep.rounds))

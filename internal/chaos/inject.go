@@ -53,17 +53,24 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 		return faultResult{}, errJobOver
 	}
 	var alive []int
-	for i := range agents {
-		if lost[i] {
-			continue
+	targets := func() bool {
+		alive = alive[:0]
+		for i := range agents {
+			if lost[i] {
+				continue
+			}
+			if _, err := workerPid(dir, i, agents[i]); f.kind == WorkerKill && err != nil {
+				continue // between attempts, or waiting to join: no worker
+			}
+			alive = append(alive, i)
 		}
-		if _, err := workerPid(dir, i, agents[i]); f.kind == WorkerKill && err != nil {
-			continue // a node waiting to join has no worker
-		}
-		alive = append(alive, i)
+		return len(alive) > 0
 	}
-	if len(alive) == 0 {
-		return faultResult{}, fmt.Errorf("no node to inject a %s into", f.kind)
+	if !poll(trainWithin, func() bool { return over() || targets() }) {
+		return faultResult{}, fmt.Errorf("no node to inject a %s into within %v", f.kind, trainWithin)
+	}
+	if over() {
+		return faultResult{}, errJobOver
 	}
 	node := alive[rng.IntN(len(alive))]
 	fr := faultResult{kind: f.kind, node: node, at: time.Now()}

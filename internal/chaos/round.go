@@ -138,6 +138,13 @@ func (rn *runner) runRound(ctx context.Context, r int, p roundPlan) (res roundRe
 			if res.verdict == "" {
 				res.verdict = fmt.Sprintf("WRONG: node %d's agent still running after %v", i, roundTimeout)
 			}
+			// Where it is stuck: Go prints every goroutine on SIGABRT (gorun
+			// forwards SIGQUIT to its workers).
+			_ = a.cmd.Process.Signal(syscall.SIGABRT)
+			select {
+			case <-a.done:
+			case <-time.After(5 * time.Second):
+			}
 			killMarked(mark)
 			<-a.done
 		}
@@ -242,7 +249,7 @@ func (rn *runner) startAgent(ctx context.Context, i int, mark, dir string, w Wor
 	// Gloo takes the address of the host's name, which every namespace
 	// shares: its own interface instead, as on a cluster whose host names
 	// resolve elsewhere.
-	cmd.Env = append(agentEnv(), "GLOO_SOCKET_IFNAME=eth0", markEnv+"="+mark, "GORUN_CHAOS_NODE="+strconv.Itoa(i), "GORUN_CHAOS_DIR="+dir,
+	cmd.Env = append(agentEnv(), "GLOO_SOCKET_IFNAME=eth0", "GOTRACEBACK=all", markEnv+"="+mark, "GORUN_CHAOS_NODE="+strconv.Itoa(i), "GORUN_CHAOS_DIR="+dir,
 		"GORUN_RDZV_TOKEN="+strings.Repeat(fmt.Sprintf("%016x", rn.cfg.Seed), 2)+"chaos"+mark)
 	// Its own process group, for the faults; dead with the suite should
 	// the suite be killed (best effort: the signal comes when the thread

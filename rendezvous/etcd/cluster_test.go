@@ -11,6 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // freeAddrs returns n host:port addresses free on 127.0.0.1 now.
@@ -133,5 +135,41 @@ func TestClusterRefusesAStranger(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a client without the job's certificate at the peer port: %v; want a TLS refusal", err)
+	}
+}
+
+// TestFailEndsWithoutAMajority: a node reports its workers' failure to a
+// member whose peers are gone: the member cannot answer (no leader), and
+// Fail returns an error once the store may no longer stay unreachable,
+// instead of waiting forever (a hang the chaos suite found).
+func TestFailEndsWithoutAMajority(t *testing.T) {
+	token := Token("gorun-cluster-test-token-0123456789")
+	servers, errs, clients := startCluster(t, []Token{token, token, token}, 30*time.Second)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: clients[2:], DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Username: EtcdUser, Password: token.EtcdPassword()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	r, err := New(ctx, cli, Config{Shape: shape(t.Name(), 1, 1, 1), NodeRank: -1, Addr: "127.0.0.1", Log: testLog(t), Token: token, UnreachableTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	round, err := r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[0].Close()
+	servers[1].Close()
+	start := time.Now()
+	if _, err := r.Fail(ctx, round, "rank 0 failed", true); err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "did not answer within 3s") {
+		t.Fatalf("Fail = %v after %v; want it to give up after the unreachable timeout", err, time.Since(start))
 	}
 }

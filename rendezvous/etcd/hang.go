@@ -37,9 +37,13 @@ func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round
 	}
 	watch := r.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(put.Header.Revision+1))
 	for {
-		// Read under the caller's context: once wait is over, one last
-		// read returns what came in.
-		resp, err := r.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		// Read under a context of its own: once wait is over, one last
+		// read returns what came in. Bounded: a linearizable read at a
+		// member that cannot reach the others' consensus waits forever
+		// (found by the chaos suite, after a SIGSTOP of this agent).
+		rctx, rcancel := context.WithTimeout(ctx, callTimeout)
+		resp, err := r.cli.Get(rctx, prefix, clientv3.WithPrefix())
+		rcancel()
 		if err != nil {
 			return nil, err
 		}

@@ -178,40 +178,57 @@ func (r *Rendezvous) endRound(ctx context.Context, t int, reason string) {
 func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason string, retriable bool) (bool, error) {
 	t := round.Number
 	reason = clip(reason)
+	// Each call is bounded and tried again while etcd may stay
+	// unreachable (UnreachableTimeout): a call at a member that cannot
+	// reach the others' consensus would otherwise wait forever.
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.UnreachableTimeout)
+	defer cancel()
 	for {
-		c, _, err := r.readControl(ctx)
-		if err != nil {
-			return false, err
-		}
+		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+		restart, done, err := r.failOnce(cctx, t, reason, retriable)
+		ccancel()
 		switch {
-		case c.outcome != "":
-			return false, outcomeErr(c.outcome)
-		case c.round > t:
-			return true, nil // the round already ended; its restart is counted
-		}
-		fence := []clientv3.Cmp{
-			r.is(r.k.round(), strconv.Itoa(t)),
-			r.is(r.k.restarts(), strconv.Itoa(c.restarts)),
-		}
-		var then []clientv3.Op
-		restart := retriable && c.restarts < r.cfg.Shape.MaxRestarts
-		if restart {
-			then = []clientv3.Op{
-				r.put(r.k.round(), strconv.Itoa(t+1)),
-				r.put(r.k.restarts(), strconv.Itoa(c.restarts+1)),
-				r.put(r.k.end(t), failurePrefix+reason),
-			}
-		} else {
-			then = []clientv3.Op{r.put(r.k.outcome(), "failed: "+reason)}
-		}
-		resp, err := r.cli.Txn(ctx).If(fence...).Then(then...).Commit()
-		if err != nil {
-			return false, err
-		}
-		if resp.Succeeded {
-			return restart, nil
+		case done:
+			return restart, err
+		case ctx.Err() != nil:
+			return false, fmt.Errorf("rendezvous: report the failure: etcd at %s did not answer within %v: %w", strings.Join(r.cli.Endpoints(), ","), r.cfg.UnreachableTimeout, err)
 		}
 	}
+}
+
+// failOnce is one try of Fail under ctx, a call's deadline; done is false
+// when it should be tried again (the deadline passed, or the fence moved).
+func (r *Rendezvous) failOnce(ctx context.Context, t int, reason string, retriable bool) (restart, done bool, err error) {
+	c, _, err := r.readControl(ctx)
+	if err != nil {
+		return false, ctx.Err() == nil, err
+	}
+	switch {
+	case c.outcome != "":
+		return false, true, outcomeErr(c.outcome)
+	case c.round > t:
+		return true, true, nil // the round already ended; its restart is counted
+	}
+	fence := []clientv3.Cmp{
+		r.is(r.k.round(), strconv.Itoa(t)),
+		r.is(r.k.restarts(), strconv.Itoa(c.restarts)),
+	}
+	var then []clientv3.Op
+	restart = retriable && c.restarts < r.cfg.Shape.MaxRestarts
+	if restart {
+		then = []clientv3.Op{
+			r.put(r.k.round(), strconv.Itoa(t+1)),
+			r.put(r.k.restarts(), strconv.Itoa(c.restarts+1)),
+			r.put(r.k.end(t), failurePrefix+reason),
+		}
+	} else {
+		then = []clientv3.Op{r.put(r.k.outcome(), "failed: "+reason)}
+	}
+	resp, err := r.cli.Txn(ctx).If(fence...).Then(then...).Commit()
+	if err != nil {
+		return false, ctx.Err() == nil, err
+	}
+	return restart, resp.Succeeded, nil
 }
 
 // Succeed reports that this node's workers all succeeded in round and
