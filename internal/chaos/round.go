@@ -164,7 +164,7 @@ func (rn *runner) runRound(ctx context.Context, r int, p roundPlan) (res roundRe
 		a.out.Close()
 		a.err.Close()
 	}
-	if rn.cfg.Verbose || !strings.HasPrefix(res.verdict, "completed") {
+	if rn.cfg.Verbose || res.verdict != "completed" {
 		for i := range agents {
 			rn.cfg.Logf("round %d, node %d:\n%s", r, i, transcript(ev.snapshot(), i))
 		}
