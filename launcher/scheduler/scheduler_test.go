@@ -112,7 +112,8 @@ func TestStorePort(t *testing.T) {
 	if len(seen) < 190 {
 		t.Errorf("200 job ids gave %d ports: too many collisions", len(seen))
 	}
-	if StorePort("4242.0") != StorePort("4242.0") || StorePort("4242.0") == StorePort("4242.1") {
+	first, again, step := StorePort("4242.0"), StorePort("4242.0"), StorePort("4242.1")
+	if first != again || first == step {
 		t.Error("the port must follow the job and step ids")
 	}
 }
