@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Errors returned by the backends can be tested against these values with
@@ -91,6 +92,10 @@ type Round struct {
 	// StoreUser and StorePassword, when set, log in to the store at
 	// StoreEndpoints (GORUN_STORE_USER, GORUN_STORE_PASSWORD).
 	StoreUser, StorePassword string
+	// SpareSince, when set, is when this node began to wait as a hot
+	// spare before this round took it in (the round before was as large
+	// as the job's layout allows).
+	SpareSince time.Time
 }
 
 // Event tells a running node that its round must end for a reason outside

@@ -187,6 +187,9 @@ func (k *checker) batch() {
 		return
 	}
 	dp := s.DP()
+	if dp < 1 || s.MicroBatch < 1 {
+		return // a world smaller than TP x PP x CP: the world rule says so
+	}
 	if c.NumMicroBatches != nil && s.GlobalBatch%(s.MicroBatch*dp) == 0 && *c.NumMicroBatches != s.MicroBatches() {
 		k.fail("microbatches-mismatch", fmt.Sprintf("num_microbatches %d, but global_batch_size %d / (micro_batch_size %d x dp %d) gives %d", *c.NumMicroBatches, s.GlobalBatch, s.MicroBatch, dp, s.MicroBatches()),
 			"num_microbatches", *c.NumMicroBatches)

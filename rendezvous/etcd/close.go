@@ -59,19 +59,22 @@ func (j *joiner) applyJoin(ev *clientv3.Event) {
 // joinedCount is the number of nodes the round would admit.
 func (j *joiner) joinedCount() int { return len(j.members) - j.duplicates }
 
-// maybeClose applies the closing rules: MaxNodes joined closes at once;
-// MinNodes joined starts the last call, and closes when it ends or when
-// every member of the previous round is back (a restart of the same
-// nodes need not wait).
+// maybeClose applies the closing rules: enough nodes for the largest
+// allowed size (MaxNodes, or the largest the --plan layout allows) closes
+// at once; enough for a smaller allowed size starts the last call, and
+// closes when it ends or when every member of the previous round is back
+// (a restart of the same nodes need not wait). The round runs with the
+// largest allowed size the joined nodes give; the others wait as spares.
 func (j *joiner) maybeClose(lastCallOver bool) error {
 	sh := j.r.cfg.Shape
 	n := j.joinedCount()
+	use := sh.usable(n)
 	switch {
-	case n >= sh.MaxNodes, n >= sh.MinNodes && (lastCallOver || j.previousAllBack()):
-		return j.close()
-	case n >= sh.MinNodes && j.lastCall == nil:
+	case use > 0 && use >= sh.largest(), use > 0 && (lastCallOver || j.previousAllBack()):
+		return j.close(use)
+	case use > 0 && j.lastCall == nil:
 		j.lastCall = time.NewTimer(j.r.cfg.LastCallTimeout)
-	case n < sh.MinNodes && j.lastCall != nil:
+	case use == 0 && j.lastCall != nil:
 		j.lastCall.Stop()
 		j.lastCall = nil
 	}
@@ -119,7 +122,7 @@ const rankBatch = 100
 // no record yet, and this node still the closer; the record's also requires
 // that no node joined after the closer's view (one range compare, not one
 // per member). A member that left just before is caught by Watch.
-func (j *joiner) close() error {
+func (j *joiner) close(size int) error {
 	r := j.r
 	nodes := make([]NodeRecord, 0, len(j.members))
 	for _, n := range j.members {
@@ -128,7 +131,7 @@ func (j *joiner) close() error {
 		}
 		nodes = append(nodes, n)
 	}
-	ordered := orderMembers(admit(nodes), r.cfg.Shape.MaxNodes)
+	ordered := orderMembers(admit(nodes), size)
 	fence := []clientv3.Cmp{
 		r.is(r.k.round(), strconv.Itoa(j.target)),
 		clientv3.Compare(clientv3.CreateRevision(r.k.closed(j.target)), "=", 0),

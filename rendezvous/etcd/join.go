@@ -124,6 +124,9 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 			r.endRound(ctx, target, fmt.Sprintf("node %s left round %d (its workers were stopped: it lost contact with etcd)", r.id, target))
 			return nil, 0, nil, errRetry
 		}
+		if rec := c.closed[target]; rec.Size >= r.cfg.Shape.largest() {
+			r.becameSpare(rec)
+		}
 		target++ // the round runs without us: wait to join the next one
 	}
 	resp, err = r.cli.Txn(ctx).
@@ -366,6 +369,7 @@ func (j *joiner) check() (joined, bool, error) {
 			if g, member := arrivalRank(rec.Arrivals, j.joinRev); member {
 				return joined{rec: rec, group: g, base: g * j.r.cfg.Shape.NprocPerNode}, true, nil
 			}
+			j.left(rec)
 			return joined{}, true, errRetry
 		}
 		// The member that reported the record has applied it: a local
@@ -394,6 +398,7 @@ func (j *joiner) check() (joined, bool, error) {
 			return joined{}, true, errRetry
 		}
 		// Closed without us (full, or we came too late): wait for the next.
+		j.left(rec)
 		return joined{}, true, errRetry
 	}
 	if c.round > j.target {
@@ -402,18 +407,45 @@ func (j *joiner) check() (joined, bool, error) {
 	return joined{}, false, nil
 }
 
+// left says that round rec closed without this node, which waits to join
+// the next one: as a hot spare when the round is as large as the job
+// allows.
+func (j *joiner) left(rec RoundRecord) {
+	r, sh := j.r, j.r.cfg.Shape
+	if rec.Size >= sh.largest() {
+		r.becameSpare(rec)
+		return
+	}
+	r.cfg.Log.Infof("rendezvous %s: round %d closed with %d nodes without this one; joining round %d", sh.RunID, rec.Round, rec.Size, rec.Round+1)
+}
+
+// becameSpare notes that this node waits as a hot spare while round rec
+// runs (once per Next).
+func (r *Rendezvous) becameSpare(rec RoundRecord) {
+	if !r.spareSince.IsZero() {
+		return
+	}
+	r.spareSince = time.Now()
+	sh := r.cfg.Shape
+	r.cfg.Log.Infof("rendezvous %s: round %d runs with %d nodes, the most the job allows%s; this node waits as a hot spare, and takes a lost node's place", sh.RunID, rec.Round, rec.Size, sh.sizesNote())
+}
+
 // report logs the wait at a modest rate.
 func (j *joiner) report() {
 	r, sh := j.r, j.r.cfg.Shape
 	switch {
 	case j.c.round < j.target:
+		if rec, ok := j.c.closed[j.c.round]; ok && rec.Size >= sh.largest() {
+			r.cfg.Log.Infof("rendezvous %s: round %d is running with %d nodes; this node waits as a hot spare", sh.RunID, j.c.round, rec.Size)
+			break
+		}
 		r.cfg.Log.Infof("rendezvous %s: round %d is running; waiting to join round %d", sh.RunID, j.c.round, j.target)
 	case j.closer:
 		ids := make([]string, 0, len(j.members))
 		for id := range j.members {
 			ids = append(ids, id)
 		}
-		r.cfg.Log.Infof("rendezvous %s: waiting for nodes: %d of min %d / max %d joined: %s", sh.RunID, len(ids), sh.MinNodes, sh.MaxNodes, strings.Join(ids, ", "))
+		r.cfg.Log.Infof("rendezvous %s: waiting for nodes: %d of min %d / max %d joined%s: %s", sh.RunID, len(ids), sh.MinNodes, sh.MaxNodes, sh.sizesNote(), strings.Join(ids, ", "))
 	default:
 		r.cfg.Log.Infof("rendezvous %s: waiting for round %d to close (counted by %s)", sh.RunID, j.target, j.closerID)
 	}

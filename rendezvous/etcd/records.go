@@ -19,6 +19,51 @@ type Shape struct {
 	MinNodes     int    `json:"min_nodes"`
 	MaxNodes     int    `json:"max_nodes"`
 	MaxRestarts  int    `json:"max_restarts"`
+	// Sizes, when set, are the only node counts a round may close with
+	// (ascending, within MinNodes..MaxNodes): the sizes at which the job's
+	// parallel layout is valid (gorun --plan). A round closes with the
+	// largest of them that the joined nodes allow; the nodes beyond it
+	// wait as hot spares. Nil: any count from MinNodes to MaxNodes.
+	Sizes []int `json:"sizes,omitempty"`
+}
+
+// usable returns the number of nodes a round of n joined nodes runs
+// with: the largest allowed size not above n, 0 if there is none.
+func (s Shape) usable(n int) int {
+	if s.Sizes == nil {
+		if n < s.MinNodes {
+			return 0
+		}
+		return min(n, s.MaxNodes)
+	}
+	best := 0
+	for _, v := range s.Sizes {
+		if v <= n && v >= s.MinNodes && v <= s.MaxNodes {
+			best = max(best, v)
+		}
+	}
+	return best
+}
+
+// sizesNote names the allowed sizes for a log line ("" without them).
+func (s Shape) sizesNote() string {
+	if s.Sizes == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (the --plan layout is valid at %v nodes)", s.Sizes)
+}
+
+// largest is the largest node count a round may close with.
+func (s Shape) largest() int { return s.usable(s.MaxNodes) }
+
+// smallest is the smallest node count a round may close with.
+func (s Shape) smallest() int {
+	for n := s.MinNodes; n <= s.MaxNodes; n++ {
+		if s.usable(n) == n {
+			return n
+		}
+	}
+	return 0
 }
 
 // Diff lists, in words, how other differs from s; empty if they agree.
@@ -35,6 +80,7 @@ func (s Shape) Diff(other Shape) []string {
 	add("--nnodes (min)", s.MinNodes, other.MinNodes)
 	add("--nnodes (max)", s.MaxNodes, other.MaxNodes)
 	add("--max-restarts", s.MaxRestarts, other.MaxRestarts)
+	add("node counts the --plan layout allows", fmt.Sprint(s.Sizes), fmt.Sprint(other.Sizes))
 	return d
 }
 

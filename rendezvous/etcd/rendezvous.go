@@ -105,6 +105,9 @@ type Rendezvous struct {
 	lastRound int
 	// joining is the round of the last join attempt (-1 before the first).
 	joining int
+	// spareSince is when this node began to wait as a hot spare in the
+	// current Next (zero when it has not).
+	spareSince time.Time
 	// shape is cfg.Shape as recorded in etcd.
 	shape string
 	// token is the job's secret (cfg.Token, or the one kept in etcd); g
@@ -149,6 +152,8 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 		return nil, fmt.Errorf("%w: --nnodes=%d:%d: want 0 < MIN <= MAX", ErrInvalidConfig, sh.MinNodes, sh.MaxNodes)
 	case cfg.NodeRank >= sh.MaxNodes:
 		return nil, fmt.Errorf("%w: --node-rank=%d: want below the maximum number of nodes, %d", ErrInvalidConfig, cfg.NodeRank, sh.MaxNodes)
+	case sh.Sizes != nil && sh.smallest() == 0:
+		return nil, fmt.Errorf("%w: --nnodes=%d:%d: no node count in that range gives a valid --plan layout (allowed: %v)", ErrInvalidConfig, sh.MinNodes, sh.MaxNodes, sh.Sizes)
 	case cfg.LeaseTTL < time.Second:
 		return nil, fmt.Errorf("%w: --rdzv-conf lease_ttl=%v: want at least 1s", ErrInvalidConfig, cfg.LeaseTTL)
 	}
@@ -305,6 +310,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 	if err != nil {
 		return rendezvous.Round{}, err
 	}
+	r.spareSince = time.Time{}
 	me := NodeRecord{ID: r.id, Addr: r.cfg.Addr, MasterPort: port, Nproc: node.LocalWorldSize, NodeRank: r.cfg.NodeRank, PrevRank: r.prevRank, PrevRound: r.lastRound}
 	jctx, cancel := context.WithTimeout(ctx, r.cfg.JoinTimeout)
 	defer cancel()
@@ -328,7 +334,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 			if lastErr != nil {
 				return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 			}
-			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d)%s", ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.MinNodes, r.joinedNodes(ctx))
+			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d%s)%s", ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.smallest(), r.cfg.Shape.sizesNote(), r.joinedNodes(ctx))
 		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, ErrShapeMismatch), errors.Is(err, ErrInvalidNode):
 			return rendezvous.Round{}, err
 		}
@@ -409,7 +415,7 @@ func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 		BaseRoleRank: res.base, RoleWorldSize: rec.WorldSize,
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
 		StoreEndpoints: r.cli.Endpoints(), StorePrefix: r.k.store(rec.Round),
-		JobSecret: r.WorkerSecret(),
+		JobSecret: r.WorkerSecret(), SpareSince: r.spareSince,
 	}
 }
 

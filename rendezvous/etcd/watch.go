@@ -15,8 +15,8 @@ import (
 
 // Watch reports, once, when the running round ends for a reason outside
 // this node: another node's workers failed (Failure true), a node was lost
-// or a node is waiting to join while the round is below MaxNodes (a
-// membership change), the job finished elsewhere, or this node's own lease
+// or nodes are waiting to join that allow a larger round (a membership
+// change; with --plan sizes, nodes that do not are hot spares), the job finished elsewhere, or this node's own lease
 // was lost. It also ends the round itself for a lost node or a waiting
 // one. The channel closes when ctx ends.
 func (r *Rendezvous) Watch(ctx context.Context, round rendezvous.Round) <-chan rendezvous.Event {
@@ -67,6 +67,8 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 	if ev, over := r.roundOver(ctx, c, t); over {
 		return ev, nil
 	}
+	// The nodes waiting to join the next round (spares, or new arrivals).
+	waiting := map[string]bool{}
 	for {
 		select {
 		case wr, ok := <-ctlWatch:
@@ -95,12 +97,19 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 				return rendezvous.Event{}, watchErr(wr, ok)
 			}
 			for _, ev := range wr.Events {
-				if ev.Type != clientv3.EventTypePut || rec.Size >= r.cfg.Shape.MaxNodes {
+				id := strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t+1))
+				if ev.Type != clientv3.EventTypePut {
+					delete(waiting, id)
 					continue
 				}
-				id := strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(t+1))
-				if _, err := r.openNode(ctx, ev.Kv, id); err == nil {
-					r.endRound(ctx, t, "node "+id+" is waiting to join")
+				if _, err := r.openNode(ctx, ev.Kv, id); err != nil {
+					continue
+				}
+				waiting[id] = true
+				// A bigger round only if the waiting nodes allow a larger
+				// size: with a --plan, the others are spares.
+				if grown := r.cfg.Shape.usable(rec.Size + len(waiting)); grown > rec.Size {
+					r.endRound(ctx, t, fmt.Sprintf("node %s is waiting to join (%d nodes can run as %d)", id, rec.Size+len(waiting), grown))
 				}
 			}
 		case <-ctx.Done():

@@ -1,0 +1,114 @@
+package etcd
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// TestShapeUsable: a round of n joined nodes runs with the largest
+// allowed size not above n.
+func TestShapeUsable(t *testing.T) {
+	for _, tt := range []struct {
+		name                  string
+		shape                 Shape
+		want                  []int // usable(0), usable(1), ...
+		largest, smallest     int
+	}{
+		{"no sizes", Shape{MinNodes: 2, MaxNodes: 4}, []int{0, 0, 2, 3, 4, 4}, 4, 2},
+		{"plan sizes", Shape{MinNodes: 1, MaxNodes: 4, Sizes: []int{2, 4}}, []int{0, 0, 2, 2, 4, 4}, 4, 2},
+		{"largest below max", Shape{MinNodes: 1, MaxNodes: 3, Sizes: []int{2}}, []int{0, 0, 2, 2, 2}, 2, 2},
+		{"sizes outside the range ignored", Shape{MinNodes: 2, MaxNodes: 3, Sizes: []int{1, 3, 5}}, []int{0, 0, 0, 3, 3, 3}, 3, 3},
+		{"none valid", Shape{MinNodes: 1, MaxNodes: 3, Sizes: []int{}}, []int{0, 0, 0, 0}, 0, 0},
+	} {
+		for n, want := range tt.want {
+			if got := tt.shape.usable(n); got != want {
+				t.Errorf("%s: usable(%d) = %d, want %d", tt.name, n, got, want)
+			}
+		}
+		if l, s := tt.shape.largest(), tt.shape.smallest(); l != tt.largest || s != tt.smallest {
+			t.Errorf("%s: largest %d smallest %d, want %d %d", tt.name, l, s, tt.largest, tt.smallest)
+		}
+	}
+	if _, err := New(context.Background(), nil, Config{Shape: Shape{RunID: "x", Role: "r", NprocPerNode: 1, MinNodes: 1, MaxNodes: 3, Sizes: []int{4}}}); err == nil || !strings.Contains(err.Error(), "no node count") {
+		t.Errorf("a shape with no valid size: %v", err)
+	}
+}
+
+// nextAsync runs Next on a in the background.
+func nextAsync(a *agent, nproc int) <-chan rendezvous.Round {
+	ch := make(chan rendezvous.Round, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := a.r.Next(ctx, rendezvous.Node{LocalWorldSize: nproc, Role: "default"})
+		if err != nil {
+			r.Number = -1
+		}
+		ch <- r
+	}()
+	return ch
+}
+
+// TestSpareReplacesALostNode: with a layout valid at 2 nodes only, a
+// third node waits as a spare (no round end for it), and takes the place
+// of a lost member: the next round has 2 nodes again, without waiting
+// for the last call.
+func TestSpareReplacesALostNode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sh := shape(t.Name(), 1, 3, 2)
+	sh.Sizes = []int{2}
+	// A last call this long would show: the spare closes the round at once.
+	cfg := Config{Shape: sh, LeaseTTL: time.Second, LastCallTimeout: time.Minute}
+	as := mustAgents(t, 3, cfg)
+	chans := []<-chan rendezvous.Round{nextAsync(as[0], 2), nextAsync(as[1], 2)}
+	first := []rendezvous.Round{<-chans[0], <-chans[1]}
+	checkRanks(t, first, 2)
+	spare := nextAsync(as[2], 2)
+	w0 := as[0].r.Watch(ctx, first[0])
+	// The spare must not end the round; the lost member does.
+	waitForKey(t, as[0], as[0].r.k.join(first[0].Number+1, as[2].r.ID()))
+	as[1].cli.Close()
+	ev := waitEvent(t, w0)
+	if ev.Failure || !strings.Contains(ev.Reason, as[1].r.ID()) || strings.Contains(ev.Reason, "waiting to join") {
+		t.Fatalf("event %+v; want the loss of %s", ev, as[1].r.ID())
+	}
+	start := time.Now()
+	again := []rendezvous.Round{<-nextAsync(as[0], 2), <-spare}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the spare's round took %v: it waited for the last call", took)
+	}
+	checkRanks(t, again, 2)
+	if again[0].GroupRank != 0 || again[1].GroupRank != 1 || again[0].Number != first[0].Number+1 {
+		t.Errorf("survivor rank %d, spare rank %d in round %d; want 0, 1 in round %d", again[0].GroupRank, again[1].GroupRank, again[0].Number, first[0].Number+1)
+	}
+	if again[1].SpareSince.IsZero() || !again[0].SpareSince.IsZero() {
+		t.Errorf("spare since %v, survivor %v: want only the spare's set", again[1].SpareSince, again[0].SpareSince)
+	}
+}
+
+// TestRoundGrowsOnlyToAValidSize: with sizes 2 and 4, a third node waits
+// (3 nodes run as 2), a fourth ends the round so that 4 run.
+func TestRoundGrowsOnlyToAValidSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sh := shape(t.Name(), 1, 4, 1)
+	sh.Sizes = []int{2, 4}
+	cfg := Config{Shape: sh, LastCallTimeout: 100 * time.Millisecond}
+	as := mustAgents(t, 4, cfg)
+	rounds := nextAll(t, as[:2], 1)
+	w0 := as[0].r.Watch(ctx, rounds[0])
+	third := nextAsync(as[2], 1)
+	waitForKey(t, as[0], as[0].r.k.join(rounds[0].Number+1, as[2].r.ID()))
+	fourth := nextAsync(as[3], 1)
+	ev := waitEvent(t, w0)
+	if ev.Failure || !strings.Contains(ev.Reason, "4 nodes can run as 4") {
+		t.Fatalf("event %+v; want a scale-up to 4 (not to 3)", ev)
+	}
+	all := append(nextAll(t, as[:2], 1), <-third, <-fourth)
+	checkRanks(t, all, 1)
+}
