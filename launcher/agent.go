@@ -49,6 +49,9 @@ type Result struct {
 	Signal syscall.Signal
 	// Failures are the last attempt's failures, root cause first.
 	Failures []Failure
+	// Preempted is true when the job stopped cleanly on a stop request
+	// (ExitCode is ExitPreempted).
+	Preempted bool
 }
 
 // Agent runs one node's workers: rendezvous, start, monitor, restart.
@@ -66,6 +69,11 @@ type Agent struct {
 	// delivers it) and closes it.
 	group      *jobGroup
 	groupReady chan *jobGroup
+	// pre is coordinated preemption (nil when --preempt-grace is 0).
+	pre *preemptor
+	// events is this node's timeline (goodput.go), kept in the run's
+	// folder with --log-dir.
+	events *EventLog
 }
 
 // NewAgent validates cfg and returns an agent. signals delivers the signals
@@ -118,6 +126,17 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	if layout.kept() {
 		cfg.Log.Infof("worker logs in %s", layout.root)
 	}
+	closeEvents := a.openEvents(layout)
+	res, err := a.run(ctx, layout)
+	a.events.Record(Event{Kind: EventExit, Code: res.ExitCode})
+	closeEvents()
+	a.writeReport()
+	return res, err
+}
+
+// run is Run once the run's folder exists.
+func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
+	cfg := &a.cfg
 	defer a.stopSweep()
 	// The job's cgroup and guardian are made while the rendezvous and
 	// the log folders are: the first workers' forks need them.
@@ -133,7 +152,15 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		a.group.close()
 		a.group = nil
 	}()
+	pctx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	a.pre = newPreemptor(pctx, cfg, a.rdzv, layout.stopFile(), layout.createStopFile)
+	if a.pre != nil {
+		a.pre.events = a.events
+	}
+	defer a.pre.wait()
 	shared, warnings := SharedEnv(cfg)
+	shared = append(shared, a.pre.env()...)
 	warnings = append(warnings, secretWarnings(cfg)...)
 	for _, w := range warnings {
 		cfg.Log.Warn(w)
@@ -150,7 +177,8 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	restarts := 0
 	for {
 		var round rendezvous.Round
-		sig, err := a.interruptible(ctx, func(ctx context.Context) error {
+		a.events.Record(Event{Kind: EventRendezvous})
+		sig, err := a.interruptible(ctx, true, func(ctx context.Context) error {
 			var err error
 			round, err = a.rdzv.Next(ctx, node)
 			return err
@@ -159,6 +187,9 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			return Result{ExitCode: 128 + int(sig), Signal: sig, Restarts: restarts}, nil
 		}
 		switch {
+		case errors.Is(err, errPreemptedIdle), errors.Is(err, rendezvous.ErrPreempted):
+			cfg.Log.Warnf("the job stopped on a stop request (%v): exiting %d (preempted)", err, ExitPreempted)
+			return Result{ExitCode: ExitPreempted, Restarts: restarts, Preempted: true}, nil
 		case errors.Is(err, rendezvous.ErrJobSucceeded):
 			cfg.Log.Infof("the job already succeeded on the other nodes")
 			return Result{Restarts: restarts}, nil
@@ -168,6 +199,9 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("join the next round: %w", err)
 		}
 		restarts = round.RestartCount
+		if !round.SpareSince.IsZero() {
+			a.events.Record(Event{Kind: EventRendezvous, Spare: true, Round: round.Number, Time: round.SpareSince})
+		}
 		res, again, err := a.runRound(ctx, round, layout, shared)
 		if !again || err != nil {
 			return res, err
@@ -223,17 +257,25 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		return res, false, err
 	}
 	a.group.startGuard() // the workers are forked: off the launch's path
+	a.events.Record(Event{Kind: EventSpawn, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
 	a.startSweep(ctx)
 	wctx, stopWatch := context.WithCancel(ctx)
+	att.pre = a.pre
 	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
 	stopWatch()
 	att.finish()
+	a.recordEnd(att, out)
 
 	res.Signal = out.signal
+	if a.pre.active() {
+		if done, ok := a.endPreempted(ctx, round, att, out, layout, res); ok {
+			return done, false, nil
+		}
+	}
 	switch out.kind {
 	case outcomeSucceeded:
 		var err error
-		sig, _ := a.interruptible(ctx, func(ctx context.Context) error {
+		sig, _ := a.interruptible(ctx, false, func(ctx context.Context) error {
 			err = a.rdzv.Succeed(ctx, round)
 			return err
 		})
@@ -277,6 +319,9 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		f := failures[0]
 		reason = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, describeExit(exitStatus{Code: f.ExitCode, Signal: f.Signal}))
 	}
+	if a.pre.active() && retriable {
+		retriable, why = false, "the job is stopping on a stop request ("+a.pre.req.Reason+")"
+	}
 	restart, err := a.rdzv.Fail(ctx, round, reason, retriable)
 	if err != nil {
 		cfg.Log.Errorf("report the failure to the rendezvous: %v", err)
@@ -287,6 +332,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 			res.ExitCode = failures[0].ExitCode
 			res.Failures = failures
 			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint, failures))
+			a.printShortReport()
 		}
 		a.reportHang(ctx, round, dumps)
 		if why == "" {
@@ -299,9 +345,14 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	cfg.Log.Warnf("worker group failed; restart %d of %d", attemptN+1, cfg.MaxRestarts)
 	if d := a.policy.Delay(attemptN); d > 0 {
 		cfg.Log.Infof("waiting %v before restarting (--restart-backoff)", d)
-		sig, err := a.interruptible(ctx, func(ctx context.Context) error { return sleep(ctx, d) })
+		sig, err := a.interruptible(ctx, true, func(ctx context.Context) error { return sleep(ctx, d) })
 		if sig != 0 {
 			res.ExitCode, res.Signal = 128+int(sig), sig
+			return res, false, nil
+		}
+		if errors.Is(err, errPreemptedIdle) {
+			cfg.Log.Warnf("stop requested during the restart backoff: exiting %d (preempted)", ExitPreempted)
+			res.ExitCode, res.Preempted = ExitPreempted, true
 			return res, false, nil
 		}
 		if err != nil {
@@ -315,21 +366,49 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 // interruptible runs fn, which runs while no worker does (a rendezvous, a
 // backoff), with a context that a stop signal cancels. It returns the stop
 // signal if one came; forward-only signals are dropped, as there is no
-// worker to forward them to.
-func (a *Agent) interruptible(ctx context.Context, fn func(context.Context) error) (syscall.Signal, error) {
+// worker to forward them to. With preemption on, a preempt signal is
+// recorded as the job's stop request; when preemptible, it and the
+// store's request also end fn, and errPreemptedIdle is returned (no
+// worker runs, so there is nothing to save); otherwise (the wait for the
+// job's outcome) fn goes on.
+func (a *Agent) interruptible(ctx context.Context, preemptible bool, fn func(context.Context) error) (syscall.Signal, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		got  syscall.Signal
-		wg   sync.WaitGroup
-		done = make(chan struct{})
+		got       syscall.Signal
+		preempted bool
+		wg        sync.WaitGroup
+		done      = make(chan struct{})
+		pre       = a.pre
 	)
+	var requests <-chan rendezvous.StopRequest
+	if preemptible {
+		requests = pre.storeRequests()
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for {
 			select {
+			case req, ok := <-requests:
+				requests = nil
+				if ok {
+					pre.fromStore(req)
+					preempted = true
+					cancel()
+					return
+				}
 			case s := <-a.signals:
+				if sig, ok := s.(syscall.Signal); ok && pre.isPreemptSignal(sig) {
+					pre.fromSignal(sig)
+					if preemptible {
+						<-pre.ready()
+						preempted = true
+						cancel()
+						return
+					}
+					continue
+				}
 				if sig, ok := s.(syscall.Signal); ok && slices.Contains(a.cfg.StopSignals, sig) {
 					got = sig
 					a.cfg.Log.Warnf("received %s: stopping", SignalName(sig))
@@ -346,6 +425,9 @@ func (a *Agent) interruptible(ctx context.Context, fn func(context.Context) erro
 	wg.Wait()
 	if got != 0 {
 		return got, nil
+	}
+	if preempted {
+		return 0, errPreemptedIdle
 	}
 	return 0, err
 }

@@ -145,33 +145,51 @@ trap 'echo TERM >> $DIR/got.$RANK; exit 0' TERM
 echo $$ > $DIR/ready.$RANK
 while :; do sleep 0.05 & wait $!; done`
 
+// TestAgentForwardsSignals: SIGUSR1 is forwarded; SIGTERM reaches the
+// workers too. With preemption on (the default) it is a stop request, and
+// workers that then exit 0 make the run preempted (exit 75); with
+// --preempt-grace=0 it stops them, exit 143.
 func TestAgentForwardsSignals(t *testing.T) {
 	t.Parallel()
-	cfg, _, _ := shellConfig(t, 2, readyScript)
-	dir := dirOf(cfg)
-	sigs := make(chan os.Signal, 2)
-	done := make(chan Result, 1)
-	go func() {
-		res, _ := runAgent(t, cfg, sigs)
-		done <- res
-	}()
-	waitFor(t, "workers ready", func() bool { return len(proctest.PIDs(t, filepath.Join(dir, "ready.*"))) == 2 })
-	sigs <- syscall.SIGUSR1
-	waitFor(t, "SIGUSR1 forwarded", func() bool {
-		a, _ := os.ReadFile(filepath.Join(dir, "got.0"))
-		b, _ := os.ReadFile(filepath.Join(dir, "got.1"))
-		return strings.Contains(string(a), "USR1") && strings.Contains(string(b), "USR1")
-	})
-	sigs <- syscall.SIGTERM
-	res := <-done
-	if res.ExitCode != 128+int(syscall.SIGTERM) || res.Signal != syscall.SIGTERM {
-		t.Fatalf("Run = %+v; want exit 143 for SIGTERM", res)
-	}
-	for r := range 2 {
-		got, _ := os.ReadFile(filepath.Join(dir, "got."+strconv.Itoa(r)))
-		if !strings.Contains(string(got), "TERM") {
-			t.Errorf("rank %d did not get SIGTERM: %q", r, got)
-		}
+	for _, tt := range []struct {
+		name      string
+		grace     time.Duration
+		code      int
+		preempted bool
+	}{
+		{"preemption", DefaultPreemptGrace, ExitPreempted, true},
+		{"no preemption", 0, 128 + int(syscall.SIGTERM), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, _, _ := shellConfig(t, 2, readyScript)
+			cfg.PreemptGrace = tt.grace
+			dir := dirOf(cfg)
+			sigs := make(chan os.Signal, 2)
+			done := make(chan Result, 1)
+			go func() {
+				res, _ := runAgent(t, cfg, sigs)
+				done <- res
+			}()
+			waitFor(t, "workers ready", func() bool { return len(proctest.PIDs(t, filepath.Join(dir, "ready.*"))) == 2 })
+			sigs <- syscall.SIGUSR1
+			waitFor(t, "SIGUSR1 forwarded", func() bool {
+				a, _ := os.ReadFile(filepath.Join(dir, "got.0"))
+				b, _ := os.ReadFile(filepath.Join(dir, "got.1"))
+				return strings.Contains(string(a), "USR1") && strings.Contains(string(b), "USR1")
+			})
+			sigs <- syscall.SIGTERM
+			res := <-done
+			if res.ExitCode != tt.code || res.Preempted != tt.preempted {
+				t.Fatalf("Run = %+v; want exit %d for SIGTERM", res, tt.code)
+			}
+			for r := range 2 {
+				got, _ := os.ReadFile(filepath.Join(dir, "got."+strconv.Itoa(r)))
+				if !strings.Contains(string(got), "TERM") {
+					t.Errorf("rank %d did not get SIGTERM: %q", r, got)
+				}
+			}
+		})
 	}
 }
 
@@ -202,22 +220,32 @@ func TestAgentStopTimeoutKills(t *testing.T) {
 	}
 }
 
+// TestAgentSecondSignalKillsAtOnce: a second stop signal kills at once.
+// With preemption on, the first SIGTERM is the stop request, the second
+// the stop, the third the kill.
 func TestAgentSecondSignalKillsAtOnce(t *testing.T) {
 	t.Parallel()
-	cfg, _, _ := shellConfig(t, 1, `trap '' TERM; echo $$ > $DIR/ready.$RANK; while :; do sleep 0.05; done`)
-	cfg.StopTimeout = time.Hour
-	dir := dirOf(cfg)
-	sigs := make(chan os.Signal, 2)
-	done := make(chan Result, 1)
-	go func() {
-		res, _ := runAgent(t, cfg, sigs)
-		done <- res
-	}()
-	waitFor(t, "worker ready", func() bool { return len(proctest.PIDs(t, filepath.Join(dir, "ready.*"))) == 1 })
-	sigs <- syscall.SIGTERM
-	sigs <- syscall.SIGTERM
-	if res := <-done; res.ExitCode != 143 {
-		t.Fatalf("Run = %+v; want exit 143", res)
+	for _, tt := range []struct {
+		grace time.Duration
+		sends int
+	}{{0, 2}, {DefaultPreemptGrace, 3}} {
+		cfg, _, _ := shellConfig(t, 1, `trap '' TERM; echo $$ > $DIR/ready.$RANK; while :; do sleep 0.05; done`)
+		cfg.StopTimeout = time.Hour
+		cfg.PreemptGrace = tt.grace
+		dir := dirOf(cfg)
+		sigs := make(chan os.Signal, 3)
+		done := make(chan Result, 1)
+		go func() {
+			res, _ := runAgent(t, cfg, sigs)
+			done <- res
+		}()
+		waitFor(t, "worker ready", func() bool { return len(proctest.PIDs(t, filepath.Join(dir, "ready.*"))) == 1 })
+		for range tt.sends {
+			sigs <- syscall.SIGTERM
+		}
+		if res := <-done; res.ExitCode != 143 {
+			t.Fatalf("grace %v: Run = %+v; want exit 143", tt.grace, res)
+		}
 	}
 }
 
@@ -343,21 +371,30 @@ func TestAgentStartError(t *testing.T) {
 	}
 }
 
+// TestAgentBackoffInterruptedBySignal: SIGTERM during the restart
+// backoff ends the run at once: preempted (no worker runs, nothing to
+// save), or 143 without preemption.
 func TestAgentBackoffInterruptedBySignal(t *testing.T) {
 	t.Parallel()
-	cfg, _, _ := shellConfig(t, 1, `echo x > $DIR/ran; exit 1`)
-	cfg.MaxRestarts = 1
-	cfg.RestartBackoff = time.Hour
-	cfg.RestartBackoffMax = time.Hour
-	sigs := make(chan os.Signal, 1)
-	done := make(chan Result, 1)
-	go func() {
-		res, _ := runAgent(t, cfg, sigs)
-		done <- res
-	}()
-	waitFor(t, "first attempt", func() bool { _, err := os.Stat(filepath.Join(dirOf(cfg), "ran")); return err == nil })
-	sigs <- syscall.SIGTERM
-	if res := <-done; res.ExitCode != 143 {
-		t.Fatalf("Run = %+v; want exit 143 during the backoff", res)
+	for _, tt := range []struct {
+		grace time.Duration
+		code  int
+	}{{DefaultPreemptGrace, ExitPreempted}, {0, 143}} {
+		cfg, _, _ := shellConfig(t, 1, `echo x > $DIR/ran; exit 1`)
+		cfg.MaxRestarts = 1
+		cfg.RestartBackoff = time.Hour
+		cfg.RestartBackoffMax = time.Hour
+		cfg.PreemptGrace = tt.grace
+		sigs := make(chan os.Signal, 1)
+		done := make(chan Result, 1)
+		go func() {
+			res, _ := runAgent(t, cfg, sigs)
+			done <- res
+		}()
+		waitFor(t, "first attempt", func() bool { _, err := os.Stat(filepath.Join(dirOf(cfg), "ran")); return err == nil })
+		sigs <- syscall.SIGTERM
+		if res := <-done; res.ExitCode != tt.code {
+			t.Fatalf("grace %v: Run = %+v; want exit %d during the backoff", tt.grace, res, tt.code)
+		}
 	}
 }

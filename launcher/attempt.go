@@ -41,6 +41,8 @@ type attempt struct {
 	byProc  map[*process]*worker
 	exited  chan *process
 	pumps   sync.WaitGroup
+	// pre is the agent's coordinated preemption (nil when off).
+	pre *preemptor
 }
 
 // outcomeKind says how an attempt ended.
@@ -52,10 +54,14 @@ const (
 	outcomeSignalled                      // the agent got a stop signal
 	outcomeInterrupted                    // the rendezvous ended the round
 	outcomeCancelled                      // the agent's context ended
+	outcomeStopDeadline                   // a stop request's grace period ended
 )
 
 type outcome struct {
-	kind     outcomeKind
+	kind outcomeKind
+	// stoppedBySignal: workers ended by the stop request's signal (a
+	// worker that does not handle it), not cleanly.
+	stoppedBySignal bool
 	failures []Failure
 	signal   syscall.Signal
 	event    rendezvous.Event
@@ -258,9 +264,25 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 		timer = time.NewTimer(cfg.StopTimeout)
 		grace = timer.C
 	}
+	var (
+		deadlineTimer *time.Timer
+		deadline      <-chan time.Time
+	)
+	told := func() {
+		att.pre.tell(att)
+		if deadlineTimer == nil {
+			deadlineTimer, deadline = att.pre.deadlineTimer()
+		}
+	}
+	if att.pre.active() {
+		told() // the request came before these workers started
+	}
 	defer func() {
 		if timer != nil {
 			timer.Stop()
+		}
+		if deadlineTimer != nil {
+			deadlineTimer.Stop()
 		}
 		if hangs != nil {
 			hangs.stop()
@@ -282,6 +304,10 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 			if st.Code == 0 || (stopping && st.Signal == sent && sent != syscall.SIGKILL) || (st.Signal == syscall.SIGKILL && w.stopKilled) {
 				continue
 			}
+			if att.pre != nil && att.pre.stoppedByIt(st) {
+				out.stoppedBySignal = true
+				continue
+			}
 			out.failures = append(out.failures, Failure{
 				LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.pid,
 				ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname, Hung: w.hung,
@@ -294,6 +320,10 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 		case s := <-signals:
 			sig, ok := s.(syscall.Signal)
 			if !ok {
+				continue
+			}
+			if att.pre.isPreemptSignal(sig) {
+				att.pre.fromSignal(sig)
 				continue
 			}
 			if !slices.Contains(cfg.StopSignals, sig) {
@@ -311,6 +341,24 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 				att.signalRunning(sig)
 			}
 			beginStop(sig)
+		case req, ok := <-att.pre.storeRequests():
+			if !ok {
+				att.pre.requests = nil
+				continue
+			}
+			if !stopping {
+				att.pre.fromStore(req)
+				told()
+			}
+		case <-att.pre.ready():
+			told()
+		case <-deadline:
+			deadline = nil
+			if !stopping {
+				out.kind = outcomeStopDeadline
+				cfg.Log.Errorf("the workers did not stop within --preempt-grace %v of the stop request: stopping them", att.pre.grace())
+				beginStop(syscall.SIGTERM)
+			}
 		case ev := <-events:
 			events = nil
 			if !stopping {

@@ -45,11 +45,11 @@ type WorkerSpec struct {
 
 // PlanWorkers returns the workers of one attempt: a round, the restart
 // count, and where each local rank writes its error file.
-// With a layout (cfg.Layout), each worker also gets the layout and its
+// With a plan (cfg.Plan), each worker also gets the layout and its
 // coordinates; a layout that does not fit the round's world size is an
 // error.
 func PlanWorkers(cfg *Config, shared []EnvVar, round rendezvous.Round, restartCount int, errorFile func(localRank int) string) ([]WorkerSpec, error) {
-	ranks, err := layoutRanks(cfg, round)
+	ranks, fit, err := layoutRanks(cfg, round)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func PlanWorkers(cfg *Config, shared []EnvVar, round rendezvous.Round, restartCo
 	specs := make([]WorkerSpec, cfg.NprocPerNode)
 	for lr := range specs {
 		ef := errorFile(lr)
-		added := append(rankEnv(cfg, round, restartCount, lr, ef), layoutEnv(ranks, round.BaseRank+lr)...)
+		added := append(rankEnv(cfg, round, restartCount, lr, ef), layoutEnv(ranks, fit, round.BaseRank+lr)...)
 		added = append(added, shared...)
 		specs[lr] = WorkerSpec{
 			LocalRank: lr,

@@ -10,7 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gorun-dev/gorun/rendezvous"
-	"github.com/gorun-dev/gorun/topology"
 )
 
 // Defaults of Config fields, named after the flags that set them.
@@ -106,10 +105,11 @@ type Config struct {
 	// Set it to share one secret with the job's other processes (the
 	// --standalone store).
 	JobSecret Secret
-	// Layout, when set, is the job's parallel layout (gorun --plan): each
-	// round's world size gives its data-parallel size, and every worker
+	// Plan, when set, is the job's parallel layout (gorun --plan) at each
+	// world size the job may run at: each round's world size gives its
+	// data-parallel size and micro-batches per step, and every worker
 	// gets the layout and its coordinates in GORUN_* variables.
-	Layout *topology.Layout
+	Plan *LayoutPlan
 
 	// MaxRestarts is the number of restarts after a worker failure.
 	MaxRestarts int
@@ -125,6 +125,10 @@ type Config struct {
 	// heartbeat for that long count as hung: gorun captures its stacks
 	// (SIGABRT for Python, SIGQUIT for Go) and stops the attempt.
 	HangTimeout time.Duration
+
+	// ReportFile, when set, receives the goodput report as JSON when the
+	// run ends (--report).
+	ReportFile string
 
 	// LogDir, when set, holds <run_id>/attempt_<n>/<local_rank>/ with the
 	// redirected streams and each worker's error.json.
@@ -149,6 +153,16 @@ type Config struct {
 	// ForwardSignals are only forwarded.
 	StopSignals    []syscall.Signal
 	ForwardSignals []syscall.Signal
+	// PreemptSignals ask the whole job to stop cleanly (a preemption, see
+	// preempt.go) when PreemptGrace is above 0; they take precedence over
+	// StopSignals and ForwardSignals. A second one stops at once.
+	PreemptSignals []syscall.Signal
+	// PreemptGrace bounds a clean stop: past it the workers are stopped
+	// as for a stop signal. 0 turns coordinated preemption off.
+	PreemptGrace time.Duration
+	// PreemptWorkerSignal is sent to every worker on a stop request,
+	// besides the stop file appearing; 0 sends none.
+	PreemptWorkerSignal syscall.Signal
 
 	// Environ is the launcher's environment, the base of every worker's.
 	Environ []string
@@ -169,21 +183,24 @@ func NewConfig() Config {
 		host = "localhost"
 	}
 	return Config{
-		Entrypoint:        Entrypoint{Python: []string{DefaultPython}},
-		NprocPerNode:      1,
-		Role:              DefaultRole,
-		RunID:             DefaultRunID,
-		RestartBackoffMax: DefaultRestartBackoffMax,
-		StopTimeout:       DefaultStopTimeout,
-		PrefixTemplate:    DefaultPrefixTemplate,
-		MemoryDefaults:    true,
-		StopSignals:       []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT},
-		ForwardSignals:    []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2},
-		Environ:           os.Environ(),
-		Hostname:          host,
-		Stdout:            os.Stdout,
-		Stderr:            os.Stderr,
-		Log:               logrus.StandardLogger(),
+		Entrypoint:          Entrypoint{Python: []string{DefaultPython}},
+		NprocPerNode:        1,
+		Role:                DefaultRole,
+		RunID:               DefaultRunID,
+		RestartBackoffMax:   DefaultRestartBackoffMax,
+		StopTimeout:         DefaultStopTimeout,
+		PrefixTemplate:      DefaultPrefixTemplate,
+		MemoryDefaults:      true,
+		StopSignals:         []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT},
+		ForwardSignals:      []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2},
+		PreemptSignals:      []syscall.Signal{syscall.SIGTERM},
+		PreemptGrace:        DefaultPreemptGrace,
+		PreemptWorkerSignal: syscall.SIGTERM,
+		Environ:             os.Environ(),
+		Hostname:            host,
+		Stdout:              os.Stdout,
+		Stderr:              os.Stderr,
+		Log:                 logrus.StandardLogger(),
 	}
 }
 
@@ -214,6 +231,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--restart-backoff-max: %v is below --restart-backoff %v", c.RestartBackoffMax, c.RestartBackoff)
 	case c.StopTimeout < 0:
 		return fmt.Errorf("--stop-timeout: %v, want 0 or more", c.StopTimeout)
+	case c.PreemptGrace < 0:
+		return fmt.Errorf("--preempt-grace: %v, want 0 (off) or more", c.PreemptGrace)
 	case c.HangTimeout < 0:
 		return fmt.Errorf("--hang-timeout: %v, want 0 (off) or more", c.HangTimeout)
 	case (c.Redirects.Any() || c.Tee.Any()) && c.LogDir == "":

@@ -23,7 +23,23 @@ type DryRunPlan struct {
 	Scheduler string `json:"scheduler,omitempty"`
 	// FromScheduler are the settings it gave, applied or not.
 	FromScheduler []SchedulerSetting `json:"from_scheduler,omitempty"`
-	Workers       []WorkerSpec       `json:"workers"`
+	// Sizes, with --plan, says at which node counts the layout is valid
+	// and what each becomes.
+	Sizes []DrySize `json:"sizes,omitempty"`
+	// Spare is true when this node would wait as a hot spare (its
+	// --node-rank is beyond the largest valid size): it starts no worker.
+	Spare   bool         `json:"spare,omitempty"`
+	Workers []WorkerSpec `json:"workers"`
+}
+
+// DrySize is the --plan layout at one node count.
+type DrySize struct {
+	Nodes        int      `json:"nodes"`
+	WorldSize    int      `json:"world_size"`
+	Valid        bool     `json:"valid"`
+	DP           int      `json:"dp,omitempty"`
+	MicroBatches int      `json:"num_microbatches,omitempty"`
+	Problems     []string `json:"problems,omitempty"`
 }
 
 // SchedulerSetting is a launch setting a cluster scheduler's environment
@@ -39,10 +55,11 @@ type SchedulerSetting struct {
 }
 
 // PlanDryRun returns the workers of the first attempt of cfg in round,
-// without creating or starting anything. A round with MasterPort 0 stands
+// without creating or starting anything; none when this node would be a
+// hot spare. A round with MasterPort 0 stands
 // for a port chosen at launch. The job secret is shown as
 // SecretPlaceholder: a dry run neither makes nor prints one.
-func PlanDryRun(cfg *Config, round rendezvous.Round) (DryRunPlan, error) {
+func PlanDryRun(cfg *Config, round rendezvous.Round, spare bool) (DryRunPlan, error) {
 	if err := rendezvous.ValidateRunID(cfg.RunID); err != nil {
 		return DryRunPlan{}, err
 	}
@@ -55,16 +72,26 @@ func PlanDryRun(cfg *Config, round rendezvous.Round) (DryRunPlan, error) {
 		}
 		return filepath.Join(cfg.LogDir, cfg.RunID, "attempt_0", strconv.Itoa(lr), "error.json")
 	}
-	workers, err := PlanWorkers(cfg, shared, round, 0, errorFile)
-	if err != nil {
-		return DryRunPlan{}, err
+	workers := []WorkerSpec{}
+	if !spare {
+		var err error
+		if workers, err = PlanWorkers(cfg, shared, round, 0, errorFile); err != nil {
+			return DryRunPlan{}, err
+		}
 	}
-	return DryRunPlan{
+	p := DryRunPlan{
 		RunID:              round.RunID,
 		MasterPortAtLaunch: round.MasterPort == 0,
 		Warnings:           warnings,
+		Spare:              spare,
 		Workers:            workers,
-	}, nil
+	}
+	if cfg.Plan != nil && len(cfg.Plan.Fits) > 1 {
+		for _, f := range cfg.Plan.Fits {
+			p.Sizes = append(p.Sizes, DrySize{Nodes: f.WorldSize / cfg.NprocPerNode, WorldSize: f.WorldSize, Valid: f.Valid, DP: f.DP, MicroBatches: f.MicroBatches, Problems: f.Problems})
+		}
+	}
+	return p, nil
 }
 
 // Write prints the plan as text, or as JSON when format is "json".
@@ -89,6 +116,19 @@ func (p DryRunPlan) Write(w io.Writer, format string) error {
 			}
 			fmt.Fprintf(&b, "  --%s=%s  from %s%s\n", st.Flag, st.Value, st.Source, note)
 		}
+	}
+	if len(p.Sizes) > 0 {
+		b.WriteString("\n--plan layout by number of nodes (rounds run at the largest valid size the joined nodes allow; the nodes beyond it wait as hot spares):\n")
+		for _, sz := range p.Sizes {
+			if sz.Valid {
+				fmt.Fprintf(&b, "  %d nodes, %d workers: valid, DP %d, %d micro-batches per step\n", sz.Nodes, sz.WorldSize, sz.DP, sz.MicroBatches)
+			} else {
+				fmt.Fprintf(&b, "  %d nodes, %d workers: not valid: %s\n", sz.Nodes, sz.WorldSize, strings.Join(sz.Problems, "; "))
+			}
+		}
+	}
+	if p.Spare {
+		b.WriteString("\nthis node's --node-rank is beyond the largest valid size: it would wait as a hot spare and start no worker until a node is lost\n")
 	}
 	for _, wk := range p.Workers {
 		fmt.Fprintf(&b, "\nrank %d (local rank %d)\n  command: %s\n  environment added by gorun:\n", wk.Rank, wk.LocalRank, shellJoin(wk.Argv))

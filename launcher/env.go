@@ -143,6 +143,7 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 	if cfg.HangTimeout > 0 {
 		vars = append(vars, EnvVar{EnvHeartbeatFile, filepath.Join(filepath.Dir(errorFile), "heartbeat")})
 	}
+	vars = append(vars, EnvVar{EnvProgressFile, filepath.Join(filepath.Dir(errorFile), ProgressFile)})
 	if round.JobSecret != "" {
 		vars = append(vars, EnvVar{EnvJobSecret, round.JobSecret})
 	}

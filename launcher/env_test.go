@@ -92,7 +92,7 @@ func TestPlanWorkersEnvironment(t *testing.T) {
 		"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2", "ROLE_WORLD_SIZE": "4",
 		"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234", "TORCHELASTIC_RESTART_COUNT": "2",
 		"TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_USE_AGENT_STORE": "False",
-		"TORCHELASTIC_ERROR_FILE": "/e/1",
+		"TORCHELASTIC_ERROR_FILE": "/e/1", "GORUN_PROGRESS_FILE": "/e/progress",
 	}
 	if got := envMap(specs[1].Added); !reflect.DeepEqual(got, want) {
 		t.Errorf("added env of local rank 1 =\n%v\nwant\n%v", got, want)

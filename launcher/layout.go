@@ -2,29 +2,73 @@ package launcher
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/topology"
 )
 
+// LayoutPlan is the job's parallel layout (gorun --plan) at every world
+// size the job may run at. TP, PP, VPP, CP and EP are the plan's at every
+// size; data parallelism and the micro-batches per step follow the size
+// (topology.FitSizes).
+type LayoutPlan struct {
+	// Path names the plan file, for messages.
+	Path string
+	// Fits holds each world size the job may run at, valid or not,
+	// ascending.
+	Fits []topology.SizeFit
+}
+
+// At returns the fit of world size w, or an error that says why the
+// layout does not fit it.
+func (p *LayoutPlan) At(w int) (topology.SizeFit, error) {
+	for _, f := range p.Fits {
+		if f.WorldSize != w {
+			continue
+		}
+		if !f.Valid {
+			return f, fmt.Errorf("the --plan %s layout is not valid for %d workers:\n  %s", p.Path, w, strings.Join(f.Problems, "\n  "))
+		}
+		return f, nil
+	}
+	return topology.SizeFit{}, fmt.Errorf("the --plan %s layout was not evaluated for %d workers", p.Path, w)
+}
+
+// ValidNodes returns the node counts, at nproc workers per node, at which
+// the layout is valid, ascending.
+func (p *LayoutPlan) ValidNodes(nproc int) []int {
+	var out []int
+	for _, f := range p.Fits {
+		if f.Valid && nproc > 0 && f.WorldSize%nproc == 0 {
+			out = append(out, f.WorldSize/nproc)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // layoutRanks lays out the job's ranks for a round's world size; nil
-// without a layout.
-func layoutRanks(cfg *Config, round rendezvous.Round) (*topology.Ranks, error) {
-	if cfg.Layout == nil {
-		return nil, nil
+// without a plan.
+func layoutRanks(cfg *Config, round rendezvous.Round) (*topology.Ranks, topology.SizeFit, error) {
+	if cfg.Plan == nil {
+		return nil, topology.SizeFit{}, nil
 	}
-	l := *cfg.Layout
-	l.World = round.WorldSize
-	r, err := topology.NewRanks(l)
+	fit, err := cfg.Plan.At(round.WorldSize)
 	if err != nil {
-		return nil, fmt.Errorf("the --plan layout does not fit round %d's %d workers: %w", round.Number, round.WorldSize, err)
+		return nil, fit, fmt.Errorf("round %d: %w", round.Number, err)
 	}
-	return r, nil
+	r, err := topology.NewRanks(fit.Layout)
+	if err != nil {
+		return nil, fit, fmt.Errorf("the --plan %s layout does not fit round %d's %d workers: %w", cfg.Plan.Path, round.Number, round.WorldSize, err)
+	}
+	return r, fit, nil
 }
 
 // layoutEnv is the layout and rank's coordinates in it, for the worker.
-func layoutEnv(r *topology.Ranks, rank int) []EnvVar {
+func layoutEnv(r *topology.Ranks, fit topology.SizeFit, rank int) []EnvVar {
 	if r == nil {
 		return nil
 	}
@@ -36,5 +80,7 @@ func layoutEnv(r *topology.Ranks, rank int) []EnvVar {
 		{"GORUN_ORDER", l.Order},
 		{"GORUN_TP_RANK", itoa(c.TP)}, {"GORUN_PP_RANK", itoa(c.PP)}, {"GORUN_DP_RANK", itoa(c.DP)}, {"GORUN_CP_RANK", itoa(c.CP)},
 		{"GORUN_EP_RANK", itoa(c.EP)}, {"GORUN_EXPT_TP_RANK", itoa(c.ExpertTP)}, {"GORUN_EXPT_DP_RANK", itoa(c.ExpertDP)},
+		{"GORUN_MICRO_BATCH_SIZE", itoa(fit.MicroBatchSize)}, {"GORUN_GLOBAL_BATCH_SIZE", itoa(fit.GlobalBatchSize)},
+		{"GORUN_NUM_MICROBATCHES", itoa(fit.MicroBatches)},
 	}
 }

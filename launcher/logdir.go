@@ -224,3 +224,17 @@ func (l *logLayout) close() error {
 	}
 	return l.temp.remove()
 }
+
+// stopFile is the path of the run's stop file (GORUN_STOP_FILE).
+func (l *logLayout) stopFile() string { return filepath.Join(l.root, stopFileName) }
+
+// createStopFile creates the run's stop file with content (mode 0600);
+// os.ErrExist when it is there already.
+func (l *logLayout) createStopFile(content string) error {
+	f, err := l.dir.OpenFile(stopFileName, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	return errors.Join(err, f.Close())
+}

@@ -25,7 +25,21 @@ var (
 	ErrJobSucceeded = errors.New("rendezvous: job already succeeded")
 	// ErrRoundEnded: the round ended; the node must join the next one.
 	ErrRoundEnded = errors.New("rendezvous: round ended")
+	// ErrPreempted: the job stopped cleanly on a stop request (every
+	// member's workers exited 0 after it).
+	ErrPreempted = errors.New("rendezvous: job preempted")
 )
+
+// StopRequest is a job-wide request to stop (a preemption): every node's
+// workers are told, agree on a step to stop at, save and exit 0 within
+// the grace period.
+type StopRequest struct {
+	// Reason says who asked and why, for the logs.
+	Reason string `json:"reason"`
+	// Grace, when set, bounds the stop; zero: each agent's
+	// --preempt-grace.
+	Grace time.Duration `json:"grace,omitempty"`
+}
 
 // Node describes the node that joins a round.
 type Node struct {

@@ -9,6 +9,12 @@ rank prints its loss; rank 0 checks at the end that the parameters are the
 same on every rank (what DDP guarantees). --fail-rank makes one rank raise
 an exception on the first attempt, to show restarts and the failure report;
 the @record decorator writes the exception to TORCHELASTIC_ERROR_FILE.
+
+--checkpoint DIR resumes from DIR (model, optimizer, each rank's data
+generator, next step; one file ckpt-rank<R>.pt per rank) and saves there
+when gorun asks the job to stop (gorun_preempt: every rank stops after the
+same step), then exits 0: a resumed run ends with the same final line as
+an uninterrupted one.
 """
 import argparse
 import os
@@ -18,6 +24,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from gorun_preempt import Preemption
 
 
 def parse_args():
@@ -32,6 +40,8 @@ def parse_args():
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
     p.add_argument("--step-time", type=float, default=0.0,
                    help="seconds each step takes at least (a real model's compute; fault drills)")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="resume from DIR if it holds a checkpoint; save there when gorun asks the job to stop")
     return p.parse_args()
 
 
@@ -54,12 +64,28 @@ def main():
 
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1).to(device)
-    ddp = DDP(model, device_ids=[local_rank] if backend == "nccl" else None)
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     true_w = torch.arange(16, dtype=torch.float32, device=device) / 16
     gen = torch.Generator(device="cpu").manual_seed(1000 + rank)
+    ckpt = os.path.join(args.checkpoint, f"ckpt-rank{rank}.pt") if args.checkpoint else None
+    state = torch.load(ckpt, map_location="cpu") if ckpt and os.path.exists(ckpt) else None
+    if state:
+        model.load_state_dict(state["model"])
+        gen.set_state(state["generator"])
+    ddp = DDP(model, device_ids=[local_rank] if backend == "nccl" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    start, last_loss = (state["step"], state["loss"]) if state else (0, float("nan"))
+    if state:
+        opt.load_state_dict(state["optimizer"])
+    # Every rank must resume at the same step (its own file each).
+    span = torch.tensor([start, -start], device=device)
+    dist.all_reduce(span, op=dist.ReduceOp.MAX)
+    if span[0].item() != -span[1].item():
+        raise RuntimeError(f"ranks resume at steps {-span[1].item()} to {span[0].item()}: checkpoints of different steps in {args.checkpoint}")
+    if state and rank == 0:
+        print(f"resumed at step {start}", flush=True)
+    stop = Preemption()
 
-    for step in range(args.steps):
+    for step in range(start, args.steps):
         if args.step_time > 0:
             time.sleep(args.step_time)
         if rank == args.fail_rank and (attempt == 0 or args.fail_always) and step == args.steps // 2:
@@ -70,7 +96,21 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        print(f"step {step} loss {loss.item():.4f}", flush=True)
+        last_loss = loss.item()
+        print(f"step {step} loss {last_loss:.4f}", flush=True)
+        # A collective at the same point of every step: all ranks stop
+        # after the same step. One after the last step is no stop.
+        if stop.should_stop(step) and step + 1 < args.steps:
+            print(f"rank {rank} stopping at step {step + 1}", flush=True)
+            if ckpt:
+                save(ckpt, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                            "generator": gen.get_state(), "step": step + 1, "loss": last_loss})
+            dist.barrier()  # every rank's file is complete
+            if rank == 0:
+                print(f"preempted: saved step {step + 1} to {args.checkpoint}" if ckpt else
+                      f"preempted at step {step + 1}: no --checkpoint, nothing saved", flush=True)
+            dist.destroy_process_group()
+            return
 
     # DDP keeps replicas identical: compare every rank's parameters.
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -81,8 +121,18 @@ def main():
         print(f"parameters identical on all {world} ranks: {same}", flush=True)
         if not same:
             raise RuntimeError("DDP replicas diverged")
-        print(f"final loss={loss.item():.6f} checksum={flat.sum().item():.6f} world={world}", flush=True)
+        print(f"final loss={last_loss:.6f} checksum={flat.sum().item():.6f} world={world}", flush=True)
     dist.destroy_process_group()
+
+
+def save(path, state):
+    """Write state to path atomically: a temporary file, synced, renamed."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

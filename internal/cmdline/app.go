@@ -9,7 +9,7 @@ import (
 
 // commandNames are the names of the subcommands newApp adds; a launch is
 // any command line whose first argument is not one of them.
-var commandNames = []string{"plan", "trace", "bench", "store"}
+var commandNames = []string{"plan", "trace", "bench", "store", "stop", "report"}
 
 // newApp builds the command line: the launch itself is the app's action;
 // other tools are subcommands (see bench.go, store.go).
@@ -26,7 +26,7 @@ func newApp(opts Options, args []string) *cli.App {
 	if isLaunch(args, flags) {
 		uncategorized(flags)
 	} else {
-		commands = []*cli.Command{planCommand(), traceCommand(), benchCommand(opts), storeCommand(opts)}
+		commands = []*cli.Command{planCommand(), traceCommand(), benchCommand(opts), storeCommand(opts), stopCommand(opts), reportCommand()}
 	}
 	return &cli.App{
 		Name:    "gorun",

@@ -47,6 +47,10 @@ const (
 
 	fPython           = "python"
 	fStopTimeout      = "stop-timeout"
+	fPreemptSignal    = "preempt-signal"
+	fPreemptGrace     = "preempt-grace"
+	fPreemptWorkerSig = "preempt-worker-signal"
+	fReport           = "report"
 	fHangTimeout      = "hang-timeout"
 	fBackoff          = "restart-backoff"
 	fBackoffMax       = "restart-backoff-max"
@@ -209,10 +213,14 @@ func launchFlags() []cli.Flag {
 		stop,
 		str(catRestarts, fHangTimeout, "0", "a worker without output or heartbeat (GORUN_HEARTBEAT_FILE) for this long is hung: gorun captures its stacks (Python: SIGABRT with PYTHONFAULTHANDLER=1; Go: SIGQUIT) and stops the attempt; a duration such as 5s or 10m; 0 is off", false),
 		str(catRestarts, fSignals, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "signals forwarded to the workers that then stop them (SIGUSR1/SIGUSR2 are always forwarded)", true),
+		str(catRestarts, fPreemptSignal, "SIGTERM", "signals that ask the whole job to stop cleanly (a preemption, e.g. SIGUSR1 for Slurm's --signal=B:USR1@120): every node's workers see GORUN_STOP_FILE appear, agree on a step, save and exit 0, and gorun exits 75; a second signal stops the workers at once", false),
+		str(catRestarts, fPreemptGrace, "60s", "how long a clean stop may take before the workers are stopped as for a stop signal (exit 143); 0 turns coordinated preemption off (SIGTERM then stops at once, as torchrun does)", false),
+		str(catRestarts, fPreemptWorkerSig, "SIGTERM", "signal sent to every worker on a stop request, besides GORUN_STOP_FILE appearing (GORUN_STOP_SIGNAL names it); none to send none", false),
 		float(catRestarts, fMonitorInterval, 0.1, "accepted for torchrun compatibility; gorun sees every exit at once and does not poll", true),
 
 		// Logging.
-		str(catLogging, fLogDir, "", "keep worker files in DIR/<run_id>/attempt_<n>/<local_rank>/", true),
+		str(catLogging, fLogDir, "", "keep worker files in DIR/<run_id>/attempt_<n>/<local_rank>/, and the run's timeline in DIR/<run_id>/events.jsonl (gorun report DIR)", true),
+		str(catLogging, fReport, "", "write the goodput report (where wall time went: rendezvous, start-up, productive, lost to failures, preemption) to FILE as JSON when gorun ends", false),
 		str(catLogging, fRedirects, "0", "send worker streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:2", true, "r"),
 		str(catLogging, fTee, "0", "send worker streams to files and the console, same values as --redirects", true, "t"),
 		str(catLogging, fLocalRanks, "", "local ranks whose output reaches the console, e.g. 0,3 (default: all)", true),

@@ -46,6 +46,25 @@ func launchAction(c *cli.Context, opts Options) error {
 	if plan.elastic != nil {
 		plan.elastic.StoreHosts = storeHosts
 	}
+	spare := false
+	if path := c.String(fPlan); path != "" {
+		lo, hi := round.GroupWorldSize, round.GroupWorldSize
+		if plan.elastic != nil {
+			lo, hi = plan.elastic.MinNodes, plan.elastic.MaxNodes
+		}
+		if cfg.Plan, err = planLayouts(path, cfg.NprocPerNode, lo, hi, log); err != nil {
+			return usageError("%v", err)
+		}
+		if plan.elastic != nil && lo != hi {
+			valid := cfg.Plan.ValidNodes(cfg.NprocPerNode)
+			plan.elastic.Sizes = valid
+			// A dry run shows the largest valid job; a node ranked beyond
+			// it would be a spare.
+			n := valid[len(valid)-1]
+			spare = round.GroupRank >= n
+			round.GroupWorldSize, round.WorldSize, round.RoleWorldSize = n, n*cfg.NprocPerNode, n*cfg.NprocPerNode
+		}
+	}
 	if plan.elastic != nil && !c.Bool(fDryRun) {
 		if opts.Elastic == nil {
 			return execCompanion("--rdzv-backend=" + plan.elastic.Backend)
@@ -63,11 +82,6 @@ func launchAction(c *cli.Context, opts Options) error {
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
-	}
-	if path := c.String(fPlan); path != "" {
-		if cfg.Layout, err = planLayout(path, cfg.NprocPerNode, round.WorldSize, log); err != nil {
-			return usageError("%v", err)
-		}
 	}
 	if plan.standalone != nil && !c.Bool(fDryRun) {
 		// One secret for the job: the store checks it, the workers
@@ -92,7 +106,7 @@ func launchAction(c *cli.Context, opts Options) error {
 		if format != "text" && format != "json" {
 			return usageError("--format=%q: want text or json", format)
 		}
-		dry, err := launcher.PlanDryRun(&cfg, round)
+		dry, err := launcher.PlanDryRun(&cfg, round, spare)
 		if err != nil {
 			return usageError("%v", err)
 		}
@@ -110,6 +124,11 @@ func launchAction(c *cli.Context, opts Options) error {
 	}
 	for _, s := range cfg.ForwardSignals {
 		subscribed = append(subscribed, s)
+	}
+	if cfg.PreemptGrace > 0 {
+		for _, s := range cfg.PreemptSignals {
+			subscribed = append(subscribed, s)
+		}
 	}
 	signal.Notify(sigs, subscribed...)
 	defer signal.Stop(sigs)
@@ -199,6 +218,16 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 			cfg.ForwardSignals = append(cfg.ForwardSignals, s)
 		}
 	}
+	if cfg.PreemptGrace, err = ParseSeconds(fPreemptGrace, c.String(fPreemptGrace)); err != nil {
+		return cfg, err
+	}
+	if cfg.PreemptSignals, err = launcher.ParseSignals(fPreemptSignal, c.String(fPreemptSignal)); err != nil {
+		return cfg, err
+	}
+	if cfg.PreemptWorkerSignal, err = parseWorkerSignal(c.String(fPreemptWorkerSig)); err != nil {
+		return cfg, err
+	}
+	cfg.ReportFile = c.String(fReport)
 
 	cfg.LogDir = c.String(fLogDir)
 	if cfg.Redirects, err = launcher.ParseStdSpec(fRedirects, c.String(fRedirects)); err != nil {
@@ -389,4 +418,19 @@ func newRunID() (string, error) {
 	hi = hi&^0xf000 | 0x4000     // version 4
 	lo = lo&^(0xc<<60) | 0x8<<60 // RFC 4122 variant
 	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", hi>>32, hi>>16&0xffff, hi&0xffff, lo>>48, lo&0xffffffffffff), nil
+}
+
+// parseWorkerSignal reads --preempt-worker-signal: one signal, or none.
+func parseWorkerSignal(v string) (syscall.Signal, error) {
+	if strings.EqualFold(strings.TrimSpace(v), "none") || strings.TrimSpace(v) == "" {
+		return 0, nil
+	}
+	sigs, err := launcher.ParseSignals(fPreemptWorkerSig, v)
+	if err != nil {
+		return 0, err
+	}
+	if len(sigs) != 1 || sigs[0] == syscall.SIGKILL || sigs[0] == syscall.SIGSTOP {
+		return 0, fmt.Errorf("--%s=%q: want one signal a worker can handle (SIGTERM, SIGUSR1, ...) or none", fPreemptWorkerSig, v)
+	}
+	return sigs[0], nil
 }

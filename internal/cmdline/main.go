@@ -48,6 +48,8 @@ type Elastic interface {
 	Rendezvous(ctx context.Context, spec ElasticSpec) (launcher.Rendezvous, func(), error)
 	// StoreCommand is `gorun store`: a standalone embedded etcd.
 	StoreCommand() *cli.Command
+	// StopCommand is `gorun stop RUN_ID`: a job-wide stop request.
+	StopCommand() *cli.Command
 	// BenchRendezvousCommand is `gorun bench rendezvous`.
 	BenchRendezvousCommand() *cli.Command
 	// BenchCommCommand is `gorun bench comm` (it needs the network stack,
@@ -68,6 +70,10 @@ type ElasticSpec struct {
 	NprocPerNode int
 	Role         string
 	MaxRestarts  int
+	// Sizes, when set, are the node counts at which the --plan layout is
+	// valid: rounds run at the largest the joined nodes allow, the other
+	// nodes wait as hot spares.
+	Sizes []int
 	// LocalAddr is --local-addr, or "" for the host's name.
 	LocalAddr string
 	// StoreHosts are hosts for the embedded store's members, from the

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/memory"
 	"github.com/gorun-dev/gorun/topology"
 )
@@ -23,6 +24,7 @@ func planCommand() *cli.Command {
 		&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
 		&cli.BoolFlag{Name: "summary", Usage: "leave the per-rank lists (groups, ranks) out of --format json"},
 		&cli.StringFlag{Name: "estimator", Value: memory.EstimatorBridge, Usage: "memory estimator: bridge (Megatron-Bridge's estimate_training_memory) or megatron-lm (report_theoretical_memory)"},
+		&cli.StringFlag{Name: "world-sizes", Usage: "evaluate the layout at each of these world sizes (`8,16,24,32` or FROM-TO[:STEP]), as an elastic job would be resized: TP, PP, VPP, CP, EP stay, DP and the micro-batches per step follow"},
 	}
 	for _, f := range topology.Fields() {
 		var aliases []string
@@ -63,6 +65,9 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
+	if ws := c.String("world-sizes"); ws != "" {
+		return planSizesAction(c, cfg, ws, capacity, estimator, format)
+	}
 	plan, err := topology.MakePlan(cfg, capacity, topology.Options{Estimator: estimator, PerRank: format == "json" && !c.Bool("summary")})
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
@@ -83,6 +88,35 @@ func planAction(c *cli.Context) error {
 		return cli.Exit("", 1)
 	}
 	return nil
+}
+
+// planSizesAction is `gorun plan --world-sizes`: the layout at each size.
+// It exits 0 when the layout is valid at one size at least, 1 otherwise.
+func planSizesAction(c *cli.Context, cfg *topology.Config, list string, capacity float64, estimator, format string) error {
+	worlds, err := topology.ParseWorldSizes(list)
+	if err != nil {
+		return usageError("--world-sizes: %v", err)
+	}
+	fits, err := topology.FitSizes(cfg, worlds, capacity, topology.Options{Estimator: estimator})
+	if err != nil {
+		return usageError("--world-sizes: %v", err)
+	}
+	if format == "json" {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(map[string]any{"sizes": fits})
+	} else {
+		err = topology.WriteSizesText(c.App.Writer, fits)
+	}
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	for _, f := range fits {
+		if f.Valid {
+			return nil
+		}
+	}
+	return cli.Exit("", 1)
 }
 
 // compactAbove is the world size above which per-rank JSON is written
@@ -123,10 +157,13 @@ func planConfig(c *cli.Context) (*topology.Config, error) {
 	return cfg, errors.Join(errs...)
 }
 
-// planLayout reads a plan file for a launch of world workers, nproc per
-// node: the file's world size and ranks per node, when given, must be the
-// launch's, and its layout must be valid for it (warnings are logged).
-func planLayout(path string, nproc, world int, log *logrus.Logger) (*topology.Layout, error) {
+// planLayouts reads a plan file for a launch of minNodes to maxNodes
+// nodes of nproc workers, and evaluates its layout at each of those
+// sizes. The file's nproc_per_node, when given, must be the launch's; its
+// world_size too for a fixed number of nodes (an elastic job's follows its
+// rounds). The layout must be valid at one size at least; the plan's
+// warnings are logged.
+func planLayouts(path string, nproc, minNodes, maxNodes int, log *logrus.Logger) (*launcher.LayoutPlan, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--plan: %w", err)
@@ -135,28 +172,52 @@ func planLayout(path string, nproc, world int, log *logrus.Logger) (*topology.La
 	if err != nil {
 		return nil, fmt.Errorf("--plan: %w", err)
 	}
-	if w, ok := cfg.Get("world_size").(int); ok && w != world {
-		return nil, fmt.Errorf("--plan %s: world_size %d, but this launch runs %d workers (nnodes x nproc-per-node)", path, w, world)
+	if w, ok := cfg.Get("world_size").(int); ok && minNodes == maxNodes && w != minNodes*nproc {
+		return nil, fmt.Errorf("--plan %s: world_size %d, but this launch runs %d workers (nnodes x nproc-per-node)", path, w, minNodes*nproc)
 	}
 	if n, ok := cfg.Get("nproc_per_node").(int); ok && n != nproc {
 		return nil, fmt.Errorf("--plan %s: nproc_per_node %d, but this launch runs --nproc-per-node %d", path, n, nproc)
 	}
-	if err := errors.Join(cfg.Set("world_size", world), cfg.Set("nproc_per_node", nproc), cfg.Set("nnodes", nil)); err != nil {
+	if err := cfg.Set("nproc_per_node", nproc); err != nil {
 		return nil, err
 	}
-	var errs []string
+	capacity, err := planCapacity(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--plan %s: %w", path, err)
+	}
+	worlds := make([]int, 0, maxNodes-minNodes+1)
+	for n := minNodes; n <= maxNodes; n++ {
+		worlds = append(worlds, n*nproc)
+	}
+	fits, err := topology.FitSizes(cfg, worlds, capacity, topology.Options{Estimator: memory.EstimatorBridge})
+	if err != nil {
+		return nil, fmt.Errorf("--plan %s: %w", path, err)
+	}
+	plan := &launcher.LayoutPlan{Path: path, Fits: fits}
+	valid := plan.ValidNodes(nproc)
+	if len(valid) == 0 {
+		if len(fits) == 1 {
+			return nil, fmt.Errorf("--plan %s: the layout is not valid for %d workers:\n  %s", path, fits[0].WorldSize, strings.Join(fits[0].Problems, "\n  "))
+		}
+		var b strings.Builder
+		for _, f := range fits {
+			fmt.Fprintf(&b, "\n  %d nodes (%d workers): %s", f.WorldSize/nproc, f.WorldSize, strings.Join(f.Problems, "; "))
+		}
+		return nil, fmt.Errorf("--plan %s: the layout is valid at no size from %d to %d nodes:%s", path, minNodes, maxNodes, b.String())
+	}
+	largest := valid[len(valid)-1]
+	if err := errors.Join(cfg.Set("world_size", largest*nproc), cfg.Set("nnodes", nil), cfg.Set("num_microbatches", nil)); err != nil {
+		return nil, err
+	}
 	for _, i := range topology.Validate(cfg) {
-		if i.Severity == topology.Error {
-			errs = append(errs, i.Message)
-		} else {
+		if i.Severity != topology.Error {
 			log.Warnf("--plan %s: %s", path, i.Message)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("--plan %s: the layout is not valid for %d workers:\n  %s", path, world, strings.Join(errs, "\n  "))
+	if minNodes != maxNodes {
+		log.Infof("--plan %s: valid at %v nodes of %d workers; rounds run at the largest the joined nodes allow, the other nodes wait as hot spares", path, valid, nproc)
 	}
-	l := cfg.Resolve().Layout()
-	return &l, nil
+	return plan, nil
 }
 
 // planCapacity is gpu_memory, else the gpu preset's memory, else 0.

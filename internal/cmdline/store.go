@@ -10,3 +10,11 @@ func storeCommand(opts Options) *cli.Command {
 	}
 	return placeholder("store", "run an embedded etcd server for multi-node jobs (--listen, --data-dir, --log-level)")
 }
+
+// stopCommand is `gorun stop`, from gorun-etcd.
+func stopCommand(opts Options) *cli.Command {
+	if opts.Elastic != nil {
+		return opts.Elastic.StopCommand()
+	}
+	return placeholder("stop", "ask a running multi-node job to stop cleanly (a preemption): gorun stop --rdzv-endpoint=HOST:PORT RUN_ID")
+}

@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // control is what an agent knows of the job's control keys: only values
@@ -15,6 +17,8 @@ type control struct {
 	round    int
 	restarts int
 	outcome  string
+	// stop is the job's stop request, once one is recorded.
+	stop *rendezvous.StopRequest
 	// shape is the job's recorded shape (nil before the first node).
 	shape  []byte
 	closed map[int]RoundRecord
@@ -82,9 +86,16 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 			return
 		}
 		c.restarts, c.restartsRev = n, rev
+	case key == r.k.stop():
+		req, err := parseStop(payload)
+		if err != nil {
+			refuse(err.Error())
+			return
+		}
+		c.stop = &req
 	case key == r.k.outcome():
 		o := string(payload)
-		if !strings.HasPrefix(o, "succeeded in round ") && !strings.HasPrefix(o, "failed: ") {
+		if !strings.HasPrefix(o, "succeeded in round ") && !strings.HasPrefix(o, "failed: ") && !strings.HasPrefix(o, preemptedPrefix) {
 			refuse("not an outcome")
 			return
 		}

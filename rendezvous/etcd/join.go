@@ -10,12 +10,17 @@ import (
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // outcomeErr turns a finished job's outcome into Next's error.
 func outcomeErr(outcome string) error {
 	if strings.HasPrefix(outcome, "succeeded") {
 		return fmt.Errorf("%w: %s", ErrJobSucceeded, outcome)
+	}
+	if strings.HasPrefix(outcome, preemptedPrefix) {
+		return fmt.Errorf("%w: %s", rendezvous.ErrPreempted, outcome)
 	}
 	return fmt.Errorf("%w: %s", ErrJobFailed, outcome)
 }

@@ -277,6 +277,7 @@ func (k keys) shape() string    { return k.root + "ctl/shape" }
 func (k keys) round() string    { return k.root + "ctl/round" }
 func (k keys) restarts() string { return k.root + "ctl/restarts" }
 func (k keys) outcome() string  { return k.root + "ctl/outcome" }
+func (k keys) stop() string     { return k.root + "ctl/stop" }
 func (k keys) closed(r int) string {
 	return k.root + "ctl/closed/" + strconv.Itoa(r)
 }

@@ -13,10 +13,10 @@ import (
 // allowed size not above n.
 func TestShapeUsable(t *testing.T) {
 	for _, tt := range []struct {
-		name                  string
-		shape                 Shape
-		want                  []int // usable(0), usable(1), ...
-		largest, smallest     int
+		name              string
+		shape             Shape
+		want              []int // usable(0), usable(1), ...
+		largest, smallest int
 	}{
 		{"no sizes", Shape{MinNodes: 2, MaxNodes: 4}, []int{0, 0, 2, 3, 4, 4}, 4, 2},
 		{"plan sizes", Shape{MinNodes: 1, MaxNodes: 4, Sizes: []int{2, 4}}, []int{0, 0, 2, 2, 4, 4}, 4, 2},

@@ -290,10 +290,20 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 	// The last node to finish sees every done key (each counts after its
 	// own put) and records the outcome, once it has checked that they are
 	// this job's (a stranger's done key must not end the job early).
+	// With a stop request recorded, the job did not finish: it stopped
+	// cleanly, and is preempted.
 	if int(put.Responses[1].GetResponseRange().Count) >= members && r.allDone(ctx, t, members) {
-		_, err := r.cli.Txn(ctx).
+		outcome := "succeeded in round " + strconv.Itoa(t)
+		c, _, err := r.readControl(ctx)
+		if err != nil {
+			return err
+		}
+		if c.stop != nil {
+			outcome = preemptedPrefix + strconv.Itoa(t) + ": " + c.stop.Reason
+		}
+		_, err = r.cli.Txn(ctx).
 			If(r.is(r.k.round(), strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
-			Then(r.put(r.k.outcome(), "succeeded in round "+strconv.Itoa(t))).
+			Then(r.put(r.k.outcome(), clip(outcome))).
 			Commit()
 		if err != nil {
 			return err

@@ -232,7 +232,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	}
 	cfg := etcdrdzv.Config{
 		Shape: etcdrdzv.Shape{RunID: spec.RunID, Role: spec.Role, NprocPerNode: spec.NprocPerNode,
-			MinNodes: spec.MinNodes, MaxNodes: spec.MaxNodes, MaxRestarts: spec.MaxRestarts},
+			MinNodes: spec.MinNodes, MaxNodes: spec.MaxNodes, MaxRestarts: spec.MaxRestarts, Sizes: spec.Sizes},
 		NodeRank: spec.NodeRank, Addr: addr, Prefix: c.prefix,
 		LastCallTimeout: c.lastCall, JoinTimeout: c.join, LeaseTTL: c.leaseTTL, UnreachableTimeout: c.connect, Log: log,
 		Token: token,

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/gorun-dev/gorun/comm"
+)
+
+// The worker side of coordinated preemption, end to end with gorun: the
+// job is asked to stop through GORUN_STOP_FILE or GORUN_STOP_SIGNAL (set
+// here in gorun's environment, which the workers inherit), every rank
+// stops after the same step, the checkpoint is saved and the workers exit
+// 0; a second run resumes from it and ends exactly as an uninterrupted run.
+
+func TestPreemptDDPWorkers(t *testing.T) {
+	t.Parallel()
+	testPreemptWorkers(t, preemptWorkers{
+		argv: func(extra ...string) []string {
+			return append([]string{"--no-python", ddpBin, "--steps", "30"}, extra...)
+		},
+		stepTime: "100ms",
+		started:  "[default0]:step 3 loss=",
+		stepLine: "[default0]:step ",
+		files:    []string{"ddp.ckpt"},
+	})
+}
+
+func TestPreemptTorchWorkers(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	testPreemptWorkers(t, preemptWorkers{
+		argv: func(extra ...string) []string {
+			return append([]string{"--python", py, ddpExample, "--steps", "30"}, extra...)
+		},
+		stepTime: "0.2",
+		started:  "[default0]:step 3 loss ",
+		stepLine: "[default0]:step ",
+		files:    []string{"ckpt-rank0.pt", "ckpt-rank1.pt"},
+	})
+}
+
+// preemptWorkers is one training program under test.
+type preemptWorkers struct {
+	argv     func(extra ...string) []string // the command line after gorun's flags
+	stepTime string                         // --step-time: slow enough to interrupt
+	started  string                         // output once a few steps are done
+	stepLine string                         // prefix of rank 0's per-step lines
+	files    []string                       // the checkpoint's files in its directory
+}
+
+var stoppingRE = regexp.MustCompile(`(?m)^\[default(\d)\]:rank (\d) stopping at step (\d+)$`)
+
+func testPreemptWorkers(t *testing.T, w preemptWorkers) {
+	const nproc = "--nproc-per-node=2"
+	// The uninterrupted run, at the same time as the others.
+	refDone := make(chan result, 1)
+	go func() {
+		r, err := execGorun(testEnv(), append([]string{nproc}, w.argv()...)...)
+		if err != nil {
+			r = result{stderr: err.Error(), code: -1}
+		}
+		refDone <- r
+	}()
+	ref := sync.OnceValue(func() result { return <-refDone })
+	t.Cleanup(func() { ref() }) // never leave the run behind
+	refFinal := func(t *testing.T) string {
+		t.Helper()
+		r := ref()
+		line := finalLine(r.stdout)
+		if r.code != 0 || line == "" {
+			t.Fatalf("uninterrupted run: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		return line
+	}
+	// Sequential: they share the reference run and the 2 CPUs of small CI machines.
+	for _, how := range []string{"stop file", "SIGTERM to rank 1"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			ckpt, stopFile := filepath.Join(dir, "ckpt"), filepath.Join(dir, "stop")
+			env := testEnv(comm.StopFileEnv+"="+stopFile, comm.StopSignalEnv+"=TERM")
+			cmd, stdout, stderr := startGorun(t, env, append([]string{nproc}, w.argv("--checkpoint", ckpt, "--step-time", w.stepTime)...)...)
+			waitFor(t, "a few steps", func() bool { return strings.Contains(stdout.String(), w.started) })
+			if how == "stop file" {
+				// The path the workers got: this one, unless gorun
+				// sets its own.
+				_, wenv := worker(t, cmd.Process.Pid, ckpt, 0)
+				if stopFile = wenv[comm.StopFileEnv]; stopFile == "" {
+					t.Fatalf("the worker has no %s", comm.StopFileEnv)
+				}
+				if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else if pid, _ := worker(t, cmd.Process.Pid, ckpt, 1); syscall.Kill(pid, syscall.SIGTERM) != nil {
+				t.Fatalf("SIGTERM to rank 1 (pid %d) failed", pid)
+			}
+			if code := waitExit(t, cmd); code != 0 {
+				t.Fatalf("gorun exit %d; want 0 (every worker exits 0)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			out := stdout.String()
+			next := stopStep(t, out)
+			t.Logf("every rank stopped before step %d", next)
+			if want := "[default0]:preempted: saved step " + strconv.Itoa(next) + " to " + ckpt + "\n"; !strings.Contains(out, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, out)
+			}
+			if strings.Contains(out, "final loss=") {
+				t.Errorf("the stopped run finished:\n%s", out)
+			}
+			for _, f := range w.files {
+				if _, err := os.Stat(filepath.Join(ckpt, f)); err != nil {
+					t.Errorf("checkpoint: %v", err)
+				}
+			}
+
+			// The same job again, not asked to stop: it resumes where the
+			// first stopped and ends as the uninterrupted run did.
+			env = testEnv(comm.StopFileEnv+"="+filepath.Join(dir, "stop-2"), comm.StopSignalEnv+"=TERM")
+			r := runGorun(t, env, append([]string{nproc}, w.argv("--checkpoint", ckpt)...)...)
+			if r.code != 0 {
+				t.Fatalf("resumed run: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+			if want := "[default0]:resumed at step " + strconv.Itoa(next) + "\n"; !strings.Contains(r.stdout, want) {
+				t.Errorf("resumed run lacks %q:\n%s", want, r.stdout)
+			}
+			if steps := linesWithPrefix(r.stdout, w.stepLine); len(steps) == 0 || !strings.HasPrefix(steps[0], strconv.Itoa(next)+" ") {
+				t.Errorf("resumed run's first step %q; want step %d", steps, next)
+			}
+			if got, want := finalLine(r.stdout), refFinal(t); got != want {
+				t.Errorf("resumed run ends %q; the uninterrupted run %q", got, want)
+			}
+		})
+	}
+}
+
+// stopStep checks that both ranks stopped, each once and at the same
+// step, after the step the test waited for and before the end, and
+// returns it (the next step to run).
+func stopStep(t *testing.T, out string) int {
+	t.Helper()
+	m := stoppingRE.FindAllStringSubmatch(out, -1)
+	if len(m) != 2 {
+		t.Fatalf("%d stop lines; want one per rank:\n%s", len(m), out)
+	}
+	ranks := []string{m[0][2], m[1][2]}
+	slices.Sort(ranks)
+	if !slices.Equal(ranks, []string{"0", "1"}) || m[0][1] != m[0][2] || m[1][1] != m[1][2] {
+		t.Fatalf("stop lines %q; want one of rank 0 and one of rank 1", m)
+	}
+	if m[0][3] != m[1][3] {
+		t.Fatalf("rank %s stopped at step %s, rank %s at %s; want the same step", m[0][2], m[0][3], m[1][2], m[1][3])
+	}
+	next, _ := strconv.Atoi(m[0][3])
+	if next < 4 || next >= 30 {
+		t.Fatalf("stopped at step %d; want one after step 3 and before 30", next)
+	}
+	return next
+}
+
+// finalLine is rank 0's "final loss=... checksum=... world=..." line.
+func finalLine(out string) string {
+	lines := linesWithPrefix(out, "[default0]:final loss=")
+	if len(lines) != 1 {
+		return ""
+	}
+	return "final loss=" + lines[0]
+}
+
+// worker finds the worker of rank among gorun's processes (a process
+// other than gorun whose command line holds marker and whose environment
+// has RANK=rank) and returns its pid and environment.
+func worker(t *testing.T, gorun int, marker string, rank int) (int, map[string]string) {
+	t.Helper()
+	var pid int
+	env := map[string]string{}
+	waitFor(t, "the worker of rank "+strconv.Itoa(rank), func() bool {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			p, err := strconv.Atoi(e.Name())
+			if err != nil || p == gorun {
+				continue
+			}
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			if !strings.Contains(string(cmdline), marker) {
+				continue
+			}
+			environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			vars := strings.Split(string(environ), "\x00")
+			if slices.Contains(vars, "RANK="+strconv.Itoa(rank)) {
+				for _, kv := range vars {
+					if k, v, ok := strings.Cut(kv, "="); ok {
+						env[k] = v
+					}
+				}
+				pid = p
+				return true
+			}
+		}
+		return false
+	})
+	return pid, env
+}

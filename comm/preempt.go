@@ -1,0 +1,297 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The variables of gorun's coordinated preemption, set for every worker.
+const (
+	// StopFileEnv names a file, one per node, that does not exist at
+	// start: gorun creates it when the job is asked to stop (SIGTERM to
+	// any agent, Slurm's USR1, gorun stop RUN_ID).
+	StopFileEnv = "GORUN_STOP_FILE"
+	// StopSignalEnv names the signal, without "SIG" (TERM, USR1, ...),
+	// that gorun also sends every worker then; empty or unset: none, only
+	// the file appears.
+	StopSignalEnv = "GORUN_STOP_SIGNAL"
+	// ProgressFileEnv names a file, one per worker, where the worker
+	// reports its last step (ProgressReporter).
+	ProgressFileEnv = "GORUN_PROGRESS_FILE"
+)
+
+// DefaultPreemptionEvery is how often Agree runs its all-reduce unless
+// PreemptionConfig.Every says otherwise: every step.
+const DefaultPreemptionEvery = 1
+
+// PreemptionConfig says what a Preemption watches.
+type PreemptionConfig struct {
+	// StopFile is the file whose existence asks this rank to stop
+	// (StopFileEnv's; empty: none).
+	StopFile string
+	// Signal is the name of the signal that asks this rank to stop
+	// (StopSignalEnv's: TERM, USR1, with or without "SIG", any case;
+	// empty: none).
+	Signal string
+	// Every makes Agree run its all-reduce only after every Every-th
+	// step (steps k-1, 2k-1, ...) and answer false at the others;
+	// 0 means DefaultPreemptionEvery.
+	Every int
+}
+
+// NewPreemptionConfig is the configuration gorun gives a worker: the
+// stop file and signal of its environment, checked at every step.
+func NewPreemptionConfig() PreemptionConfig {
+	return PreemptionConfig{StopFile: os.Getenv(StopFileEnv), Signal: os.Getenv(StopSignalEnv), Every: DefaultPreemptionEvery}
+}
+
+// Validate checks Every and the signal's name.
+func (c PreemptionConfig) Validate() error {
+	if c.Every < 0 {
+		return fmt.Errorf("comm: preemption: every %d: want at least 1 (0: %d)", c.Every, DefaultPreemptionEvery)
+	}
+	_, err := parseStopSignal(c.Signal)
+	return err
+}
+
+// Preemption watches for gorun's request to stop the job and lets all
+// ranks agree on one step at which every one of them stops.
+//
+// A rank learns of the request on its own, at a moment of its own: the
+// stop file appears (os.Stat finds it), or the stop signal arrives. Ranks
+// that stopped whenever they noticed would stop at different steps, and
+// those still training would wait in their next collective for peers that
+// are gone. So every rank calls Agree at the same point of every step
+// (after the optimizer step): Agree ORs the local flags of all ranks with
+// one all-reduce MAX of a single int32. Because every rank runs the same
+// collective at the same step, they all get the same answer at the same
+// step, and all stop together, after the same number of steps: the one to
+// save in the checkpoint. The cost is one 4-byte all-reduce per check;
+// Every k checks after every k-th step only (a stop then waits up to k-1
+// more steps, which must fit gorun's grace period).
+//
+//	p, err := comm.WatchPreemption(comm.NewPreemptionConfig())
+//	defer p.Close()
+//	for step := start; step < steps; step++ {
+//		trainStep()
+//		if stop, err := p.Agree(ctx, env, step); err != nil {
+//			return err
+//		} else if stop {
+//			return save(step + 1) // rank 0, then a barrier; exit 0
+//		}
+//	}
+//
+// The stop signal no longer ends the process once watched: it only sets
+// the flag. A program that cancels its work on SIGTERM (signal.NotifyContext)
+// must leave Signal out of that list.
+type Preemption struct {
+	stopFile string
+	sig      os.Signal // nil: none
+	every    int
+	sigc     chan os.Signal
+	seen     atomic.Bool
+	close    sync.Once
+}
+
+// WatchPreemption starts watching: it subscribes to cfg's signal
+// (signal.Notify) until Close. A bad signal name is an error that names
+// GORUN_STOP_SIGNAL and its value.
+func WatchPreemption(cfg PreemptionConfig) (*Preemption, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sig, _ := parseStopSignal(cfg.Signal)
+	p := &Preemption{stopFile: cfg.StopFile, every: cfg.Every}
+	if p.every == 0 {
+		p.every = DefaultPreemptionEvery
+	}
+	if sig != nil {
+		p.sig = sig
+		// One slot is enough: the flag latches, a second signal adds
+		// nothing. No goroutine reads the channel: Requested does.
+		p.sigc = make(chan os.Signal, 1)
+		signal.Notify(p.sigc, sig)
+	}
+	return p, nil
+}
+
+// Signal is the stop signal watched, nil if none.
+func (p *Preemption) Signal() os.Signal { return p.sig }
+
+// Enabled reports whether there is anything to watch: gorun sets the stop
+// file and signal for every worker of the job or for none, so without
+// them (torchrun, a plain run) Agree skips its all-reduce on every rank
+// alike.
+func (p *Preemption) Enabled() bool { return p.stopFile != "" || p.sig != nil }
+
+// Requested is this rank's own view: the stop signal came or the stop
+// file exists. It costs at most one stat; once true it stays true. Other
+// ranks may not know yet: act on Agree, not on this.
+func (p *Preemption) Requested() bool {
+	if p.seen.Load() {
+		return true
+	}
+	select {
+	case <-p.sigc: // nil channel without a signal: never ready
+		p.seen.Store(true)
+		return true
+	default:
+	}
+	if p.stopFile != "" {
+		if _, err := os.Stat(p.stopFile); err == nil {
+			p.seen.Store(true)
+			return true
+		}
+	}
+	return false
+}
+
+// Agree tells every rank of env whether any rank was asked to stop, after
+// step: a collective, so every rank must call it at the same point of the
+// same steps, and all get the same answer. With Every k, steps other than
+// k-1, 2k-1, ... answer false at once; so does every step when nothing is
+// watched (Enabled).
+func (p *Preemption) Agree(ctx context.Context, env *Env, step int) (bool, error) {
+	if !p.Enabled() || (step+1)%p.every != 0 {
+		return false, nil
+	}
+	var flag [4]byte
+	if p.Requested() {
+		binary.NativeEndian.PutUint32(flag[:], 1)
+	}
+	t, err := env.Allocator.Empty(int64(len(flag)), env.opt.Compute)
+	if err != nil {
+		return false, fmt.Errorf("comm: preemption agreement after step %d: %w", step, err)
+	}
+	defer t.Release()
+	if err := env.Upload(t, flag[:]); err != nil {
+		return false, fmt.Errorf("comm: preemption agreement after step %d: %w", step, err)
+	}
+	if err := Sync(ctx)(env.AllReduce(t, Int32, Max)); err != nil {
+		return false, fmt.Errorf("comm: preemption agreement after step %d: %w", step, err)
+	}
+	if err := env.Download(flag[:], t); err != nil {
+		return false, fmt.Errorf("comm: preemption agreement after step %d: %w", step, err)
+	}
+	return binary.NativeEndian.Uint32(flag[:]) != 0, nil
+}
+
+// Close stops watching the signal (its default action is back: TERM ends
+// the process again). A second Close does nothing.
+func (p *Preemption) Close() {
+	p.close.Do(func() {
+		if p.sigc != nil {
+			signal.Stop(p.sigc)
+		}
+	})
+}
+
+// stopSignals are the signals a worker can be asked to stop with: those
+// it can catch and that do not mean a fault.
+var stopSignals = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "TERM": syscall.SIGTERM,
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "ALRM": syscall.SIGALRM, "XCPU": syscall.SIGXCPU,
+	"PWR": syscall.SIGPWR,
+}
+
+// parseStopSignal reads a GORUN_STOP_SIGNAL value: nil for empty.
+func parseStopSignal(s string) (os.Signal, error) {
+	name := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "SIG")
+	if name == "" {
+		return nil, nil
+	}
+	if sig, ok := stopSignals[name]; ok {
+		return sig, nil
+	}
+	known := make([]string, 0, len(stopSignals))
+	for n := range stopSignals {
+		known = append(known, n)
+	}
+	sort.Strings(known)
+	return nil, fmt.Errorf("comm: %s=%q: not a signal a worker can stop on; want one of %s", StopSignalEnv, s, strings.Join(known, ", "))
+}
+
+// ProgressReporter tells gorun how far this worker got: after each step,
+// Step replaces the file named by GORUN_PROGRESS_FILE, atomically (write
+// <path>.tmp, rename to <path>), with one line
+//
+//	step=<int> time=<unix_ns> first_step=<int> first_time=<unix_ns>
+//
+// time is when this step was reported; first_step and first_time are the
+// first step this process reported and when, so that a reader can tell
+// the rate of this process from a restarted one's. Without the variable
+// Step does nothing. A reporter is safe for concurrent use.
+type ProgressReporter struct {
+	path string
+	log  io.Writer
+	now  func() time.Time
+
+	mu        sync.Mutex
+	started   bool
+	firstStep int
+	firstTime int64
+	warned    bool
+}
+
+// NewProgressReporter reports to GORUN_PROGRESS_FILE's path, with a
+// failure's warning on stderr.
+func NewProgressReporter() *ProgressReporter {
+	return newProgressReporter(os.Getenv(ProgressFileEnv), os.Stderr, time.Now)
+}
+
+func newProgressReporter(path string, log io.Writer, now func() time.Time) *ProgressReporter {
+	return &ProgressReporter{path: path, log: log, now: now}
+}
+
+// Step reports step as done. Progress is advisory: a failure to write
+// must not stop training, so the first failure is also written to stderr
+// and callers may ignore the error.
+func (r *ProgressReporter) Step(step int) error {
+	if r.path == "" {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now().UnixNano()
+	if !r.started {
+		r.started, r.firstStep, r.firstTime = true, step, now
+	}
+	line := "step=" + strconv.Itoa(step) + " time=" + strconv.FormatInt(now, 10) +
+		" first_step=" + strconv.Itoa(r.firstStep) + " first_time=" + strconv.FormatInt(r.firstTime, 10) + "\n"
+	err := replaceFile(r.path, []byte(line))
+	if err != nil && !r.warned {
+		r.warned = true
+		fmt.Fprintf(r.log, "comm: %s: %v (progress is not reported; training goes on; said once)\n", ProgressFileEnv, err)
+	}
+	return err
+}
+
+// replaceFile writes data to path.tmp and renames it to path, so that a
+// reader sees the old content or the new, never part of it.
+func replaceFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}

@@ -1,0 +1,77 @@
+"""Stop every rank at the same step when gorun asks the job to stop.
+
+gorun asks by creating the file in GORUN_STOP_FILE and, if configured,
+sending the signal named in GORUN_STOP_SIGNAL (TERM, USR1, ...); the job
+then has a grace period to save a checkpoint and exit 0. Each rank learns
+of it at a moment of its own, so should_stop() makes them agree: every
+rank calls it at the same point of every step (after the optimizer step),
+and it ORs the local flags of all ranks with one all-reduce MAX of a
+one-element int tensor. Because every rank runs the same collective at the
+same step, all get the same answer at the same step and stop together:
+
+    from gorun_preempt import Preemption
+    stop = Preemption()          # catches GORUN_STOP_SIGNAL's signal, if set
+    for step in range(start, steps):
+        train_step()
+        if stop.should_stop(step):   # collective: every rank, every step
+            save(step + 1)
+            break
+
+The cost is one 4-byte all-reduce per check; every=k checks after every
+k-th step only. should_stop() also writes the step to GORUN_PROGRESS_FILE
+("step=S time=NS first_step=S0 first_time=NS0", replaced atomically).
+Without gorun (torchrun: no GORUN_STOP_* variables, set on every rank or
+none) it runs no collective and answers False.
+"""
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+class Preemption:
+    def __init__(self, every=1):
+        self.every, self.flag, self.first, self.warned = every, False, None, False
+        self.file, self.progress = os.environ.get("GORUN_STOP_FILE"), os.environ.get("GORUN_PROGRESS_FILE")
+        value = os.environ.get("GORUN_STOP_SIGNAL", "")
+        name = value.strip().upper().removeprefix("SIG")
+        self.enabled = bool(self.file or name)
+        sig = getattr(signal, "SIG" + name, None)
+        if name and not isinstance(sig, signal.Signals):
+            raise ValueError(f"GORUN_STOP_SIGNAL={value!r}: not a signal name (TERM, USR1, ...)")
+        if name:  # the signal only sets the flag; it no longer ends the process
+            signal.signal(sig, lambda *_: setattr(self, "flag", True))
+
+    def requested(self):
+        """This rank's own view: the signal came or the stop file exists."""
+        self.flag = self.flag or bool(self.file and os.path.exists(self.file))
+        return self.flag
+
+    def report(self, step):
+        """Replace GORUN_PROGRESS_FILE's line; a failure is said once, not raised."""
+        if not self.progress:
+            return
+        now = time.time_ns()
+        self.first = self.first or (step, now)
+        try:
+            with open(self.progress + ".tmp", "w") as f:
+                f.write(f"step={step} time={now} first_step={self.first[0]} first_time={self.first[1]}\n")
+            os.replace(self.progress + ".tmp", self.progress)
+        except OSError as e:
+            if not self.warned:
+                self.warned = True
+                print(f"gorun_preempt: GORUN_PROGRESS_FILE: {e} (not reported; training goes on)", file=sys.stderr)
+
+    def should_stop(self, step):
+        """Report step, then whether any rank was asked to stop: a collective."""
+        self.report(step)
+        if not self.enabled or (step + 1) % self.every:
+            return False
+        cuda = dist.is_initialized() and dist.get_backend() == "nccl"
+        t = torch.tensor([int(self.requested())], dtype=torch.int32, device="cuda" if cuda else "cpu")
+        if dist.is_initialized():
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())

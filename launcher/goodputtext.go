@@ -1,0 +1,176 @@
+package launcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// maxShortReason bounds a failure's reason in Report.Short.
+const maxShortReason = 100
+
+// WriteText writes the report as a readable table: each category's
+// seconds and share of the wall time, then the failures and the attempts.
+// Times are in UTC.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "goodput of run %s on node %s\n", goodputOrDash(r.RunID), goodputOrDash(r.Node))
+	state := "still running"
+	if r.ExitCode != nil {
+		state = "exit code " + strconv.Itoa(*r.ExitCode)
+	}
+	restarts := ""
+	if r.Restarts > 0 {
+		restarts = ", " + goodputPlural(r.Restarts, "restart")
+	}
+	fmt.Fprintf(&b, "from %s to %s (%s)\nwall time %s: %s%s\n\n",
+		r.Start.UTC().Format(time.RFC3339Nano), r.End.UTC().Format(time.RFC3339Nano), state,
+		goodputDuration(r.WallSeconds), r.headline(), restarts)
+	fmt.Fprintf(&b, "%-12s %12s %10s\n", "category", "seconds", "% of wall")
+	for _, c := range goodputCategories() {
+		fmt.Fprintf(&b, "%-12s %12.3f %10s\n", c, r.Seconds[c], r.percent(r.Seconds[c]))
+	}
+	fmt.Fprintf(&b, "%-12s %12.3f %10s\n", "total", r.WallSeconds, r.percent(r.WallSeconds))
+	var tw *tabwriter.Writer
+	if len(r.Failures) > 0 {
+		fmt.Fprintf(&b, "\nfailures (time lost from the last step to the next attempt):\n")
+		tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+		fmt.Fprintf(tw, "attempt\thow\tlost (s)\tfrom\tto\treason\n")
+		for _, f := range r.Failures {
+			fmt.Fprintf(tw, "%d\t%s\t%.3f\t%s\t%s\t%s\n", f.Attempt, f.How, f.LostSeconds,
+				goodputClock(f.From), goodputClock(f.To), goodputOrDash(goodputOneLine(f.Reason, 0)))
+		}
+		tw.Flush()
+	}
+	if len(r.Attempts) > 0 {
+		fmt.Fprintf(&b, "\nattempts:\n")
+		tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+		fmt.Fprintf(tw, "attempt\tround\tworld\tspawned\tended\thow\tstartup (s)\tproductive (s)\tsteps\n")
+		for _, a := range r.Attempts {
+			startup := fmt.Sprintf("%.3f", a.StartupSeconds)
+			if !a.Measured {
+				startup = "unknown"
+			}
+			ended := "-"
+			if !a.Ended.IsZero() {
+				ended = goodputClock(a.Ended)
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.3f\t%s\n", a.Attempt, a.Round, a.WorldSize,
+				goodputClock(a.Spawned), ended, a.How, startup, a.ProductiveSeconds, a.steps())
+		}
+		tw.Flush()
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r Report) WriteJSON(w io.Writer) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(data, '\n'))
+	return err
+}
+
+// Short summarises the report in two or three lines, for the end of a
+// failed run: the productive share, where the rest went, and what the
+// failures cost.
+func (r Report) Short() string {
+	var parts []string
+	for _, c := range goodputCategories() {
+		if s := r.Seconds[c]; c != GoodputProductive && s > 0 {
+			parts = append(parts, c+" "+goodputDuration(s))
+		}
+	}
+	restarts := ""
+	if r.Restarts > 0 {
+		restarts = ", " + goodputPlural(r.Restarts, "restart")
+	}
+	line := fmt.Sprintf("goodput: %s of %s%s", r.headline(), goodputDuration(r.WallSeconds), restarts)
+	if len(parts) > 0 {
+		line += ": " + strings.Join(parts, ", ")
+	}
+	if len(r.Failures) == 0 {
+		return line
+	}
+	var lost float64
+	worst := r.Failures[0]
+	for _, f := range r.Failures {
+		lost += f.LostSeconds
+		if f.LostSeconds > worst.LostSeconds {
+			worst = f
+		}
+	}
+	cause := fmt.Sprintf("attempt %d %s", worst.Attempt, worst.How)
+	if reason := goodputOneLine(worst.Reason, maxShortReason); reason != "" {
+		cause += " (" + reason + ")"
+	}
+	if len(r.Failures) > 1 {
+		cause = fmt.Sprintf("the most, %s, in %s", goodputDuration(worst.LostSeconds), cause)
+	}
+	return fmt.Sprintf("%s\ngoodput: lost %s in %s: %s", line, goodputDuration(lost),
+		goodputPlural(len(r.Failures), "failure"), cause)
+}
+
+// headline is the productive share, e.g. "71.2% productive (ETTR)".
+func (r Report) headline() string {
+	return fmt.Sprintf("%.1f%% productive (ETTR)", 100*r.EffectiveTrainingTimeRatio)
+}
+
+// percent is s as a share of the wall time.
+func (r Report) percent(s float64) string {
+	if r.WallSeconds <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", 100*s/r.WallSeconds)
+}
+
+// steps is the attempt's step range, "-" when unknown.
+func (a AttemptReport) steps() string {
+	switch {
+	case a.FirstStep != nil && a.LastStep != nil:
+		return fmt.Sprintf("%d-%d", *a.FirstStep, *a.LastStep)
+	case a.LastStep != nil:
+		return fmt.Sprintf("..%d", *a.LastStep)
+	}
+	return "-"
+}
+
+// goodputDuration writes seconds as a duration to a tenth of a second.
+func goodputDuration(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+}
+
+// goodputClock is t's time of day in UTC, to the millisecond.
+func goodputClock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+// goodputOneLine puts s on one line, cut to limit runes when limit > 0.
+func goodputOneLine(s string, limit int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); limit > 0 && len(r) > limit {
+		s = string(r[:limit-3]) + "..."
+	}
+	return s
+}
+
+// goodputOrDash is s, or "-" when empty.
+func goodputOrDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// goodputPlural is "1 failure", "2 failures".
+func goodputPlural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}

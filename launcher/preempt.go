@@ -1,0 +1,270 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// Coordinated preemption. A stop request (a PreemptSignal delivered to
+// any one agent, or `gorun stop RUN_ID` against the store) becomes one
+// request in the job's store; every agent learns it, creates the file
+// named by GORUN_STOP_FILE and sends its workers PreemptWorkerSignal. The
+// workers agree on a step at which all ranks stop (comm.Preemption,
+// examples/pytorch/gorun_preempt.py), save a checkpoint and exit 0; gorun
+// then exits ExitPreempted, which is neither a failure nor a restart.
+// Past the grace period, the workers are stopped as for a stop signal.
+const (
+	// ExitPreempted is gorun's exit code when the job stopped cleanly on
+	// a stop request: sysexits.h's EX_TEMPFAIL ("try again later"), so
+	// that a scheduler requeues the job.
+	ExitPreempted = 75
+	// DefaultPreemptGrace is --preempt-grace's default.
+	DefaultPreemptGrace = 60 * time.Second
+	// EnvStopFile names the file that appears on a stop request.
+	EnvStopFile = "GORUN_STOP_FILE"
+	// EnvStopSignal names the signal the workers get on a stop request
+	// (TERM, USR1, ...); unset when none is sent.
+	EnvStopSignal = "GORUN_STOP_SIGNAL"
+	// stopFileName is the stop file's name in the run's folder.
+	stopFileName = "stop"
+	// publishTimeout bounds recording a stop request in the store: the
+	// workers are told once it is recorded, or past this anyway.
+	publishTimeout = 5 * time.Second
+)
+
+// Preempter is a rendezvous that shares stop requests among the job's
+// nodes (rendezvous/etcd); without one, a stop request stays on this node.
+type Preempter interface {
+	// RequestStop records a job-wide stop request; the first stands.
+	RequestStop(ctx context.Context, req rendezvous.StopRequest) error
+	// WatchStop delivers the job's stop request once one is recorded;
+	// the channel closes when ctx ends.
+	WatchStop(ctx context.Context) <-chan rendezvous.StopRequest
+}
+
+// errPreemptedIdle: a stop request came while no worker ran.
+var errPreemptedIdle = errors.New("stop requested while no worker ran")
+
+// preemptor is one agent's side of coordinated preemption. The agent's
+// goroutine owns it; only publication runs in a goroutine of its own,
+// which reports on published and which wait ends.
+type preemptor struct {
+	cfg *Config
+	rdzv Preempter // nil: requests stay local
+	// requests delivers the store's request (nil once it did, or without
+	// a store).
+	requests <-chan rendezvous.StopRequest
+	// stopFile is the path the workers get; createStopFile makes it.
+	stopFile       string
+	createStopFile func(content string) error
+
+	req      *rendezvous.StopRequest // set once a request is known
+	since    time.Time
+	deadline time.Time
+	// published reports the local request's publication (nil when none
+	// is pending); told is set once the workers were told.
+	published chan struct{}
+	told      bool
+	wg        sync.WaitGroup
+	// events receives the stop request (the agent's timeline).
+	events *EventLog
+}
+
+// newPreemptor returns the agent's preemptor; nil when preemption is off.
+func newPreemptor(ctx context.Context, cfg *Config, rdzv Rendezvous, stopFile string, create func(string) error) *preemptor {
+	if cfg.PreemptGrace <= 0 {
+		return nil
+	}
+	p := &preemptor{cfg: cfg, stopFile: stopFile, createStopFile: create}
+	if pr, ok := rdzv.(Preempter); ok {
+		p.rdzv = pr
+		p.requests = pr.WatchStop(ctx)
+	}
+	return p
+}
+
+// env is what every worker gets: the stop file's path and the signal.
+func (p *preemptor) env() []EnvVar {
+	if p == nil {
+		return nil
+	}
+	vars := []EnvVar{{EnvStopFile, p.stopFile}}
+	if p.cfg.PreemptWorkerSignal != 0 {
+		vars = append(vars, EnvVar{EnvStopSignal, SignalName(p.cfg.PreemptWorkerSignal)})
+	}
+	return vars
+}
+
+// storeRequests is the channel of the store's request (nil when none
+// can come).
+func (p *preemptor) storeRequests() <-chan rendezvous.StopRequest {
+	if p == nil {
+		return nil
+	}
+	return p.requests
+}
+
+// active reports whether a stop request is known.
+func (p *preemptor) active() bool { return p != nil && p.req != nil }
+
+// isPreemptSignal reports whether sig asks for a clean stop now: one of
+// PreemptSignals, the first time.
+func (p *preemptor) isPreemptSignal(sig syscall.Signal) bool {
+	return p != nil && slices.Contains(p.cfg.PreemptSignals, sig) && p.req == nil
+}
+
+// fromSignal makes the local stop request for sig and publishes it to the
+// job in the background (published fires when done).
+func (p *preemptor) fromSignal(sig syscall.Signal) {
+	req := rendezvous.StopRequest{Reason: fmt.Sprintf("%s on %s", SignalName(sig), p.cfg.Hostname)}
+	p.begin(req)
+	p.cfg.Log.Warnf("received %s: asking every node of the job to stop cleanly within %v (--preempt-grace; send it again to stop the workers now)", SignalName(sig), p.grace())
+	p.published = make(chan struct{})
+	if p.rdzv == nil {
+		close(p.published)
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(p.published)
+		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+		defer cancel()
+		if err := p.rdzv.RequestStop(ctx, req); err != nil {
+			p.cfg.Log.Errorf("the stop request reaches this node's workers only: %v", err)
+		}
+	}()
+}
+
+// fromStore takes the store's request (another node's, or gorun stop).
+func (p *preemptor) fromStore(req rendezvous.StopRequest) {
+	p.requests = nil
+	if p.req != nil {
+		return
+	}
+	p.begin(req)
+	p.cfg.Log.Warnf("the job is asked to stop (%s): telling the workers; they have %v to stop cleanly", req.Reason, p.grace())
+}
+
+func (p *preemptor) begin(req rendezvous.StopRequest) {
+	p.req, p.since = &req, time.Now()
+	p.deadline = p.since.Add(p.grace())
+	if p.events != nil {
+		p.events.Record(Event{Kind: EventStopRequest, Reason: req.Reason, Time: p.since})
+	}
+}
+
+// grace is the request's grace period, or the agent's own.
+func (p *preemptor) grace() time.Duration {
+	if p.req != nil && p.req.Grace > 0 {
+		return p.req.Grace
+	}
+	return p.cfg.PreemptGrace
+}
+
+// ready is the channel that fires when the workers may be told: the local
+// request is recorded (nil while no request is pending or once told).
+func (p *preemptor) ready() <-chan struct{} {
+	if p == nil || p.told || p.req == nil || p.published == nil {
+		return nil
+	}
+	return p.published
+}
+
+// tell creates the stop file and sends the workers the stop signal.
+func (p *preemptor) tell(att *attempt) {
+	if p.told {
+		return
+	}
+	p.told, p.published = true, nil
+	content := fmt.Sprintf("reason=%q deadline=%s\n", p.req.Reason, p.deadline.UTC().Format(time.RFC3339Nano))
+	if err := p.createStopFile(content); err != nil && !errors.Is(err, os.ErrExist) {
+		p.cfg.Log.Errorf("create the stop file %s: %v", p.stopFile, err)
+	}
+	if att != nil && p.cfg.PreemptWorkerSignal != 0 {
+		for _, w := range att.running() {
+			if err := w.proc.signal(p.cfg.PreemptWorkerSignal); err != nil {
+				p.cfg.Log.Warnf("local rank %d: %v", w.spec.LocalRank, err)
+			}
+		}
+	}
+}
+
+// stoppedByIt reports whether a worker's exit is the stop signal's doing
+// (killed by it, or exited with 128 + it as shells do).
+func (p *preemptor) stoppedByIt(st exitStatus) bool {
+	sig := p.cfg.PreemptWorkerSignal
+	return p.told && sig != 0 && (st.Signal == sig || st.Code == 128+int(sig))
+}
+
+// wait waits for the publication goroutine.
+func (p *preemptor) wait() {
+	if p != nil {
+		p.wg.Wait()
+	}
+}
+
+// deadlineTimer returns a timer channel for the grace period's end.
+func (p *preemptor) deadlineTimer() (*time.Timer, <-chan time.Time) {
+	if !p.active() {
+		return nil, nil
+	}
+	t := time.NewTimer(time.Until(p.deadline))
+	return t, t.C
+}
+
+// endPreempted ends a round that ran while a stop request was known, and
+// says whether it did: workers that all exited 0 make the job preempted
+// once every node's did (ExitPreempted); workers ended by the stop
+// signal, or past the deadline, or a round ended elsewhere, stop the job
+// (128+SIGTERM, the job reported failed so that every node stops); a
+// worker's own failure, or a second stop signal, is left to the usual
+// path (ok false), without a restart.
+func (a *Agent) endPreempted(ctx context.Context, round rendezvous.Round, att *attempt, out outcome, layout *logLayout, res Result) (Result, bool) {
+	cfg := &a.cfg
+	stopped := func(why string) (Result, bool) {
+		cfg.Log.Errorf("stopped on the stop request (%s): %s", a.pre.req.Reason, why)
+		if _, err := a.rdzv.Fail(ctx, round, "stopped: "+why, false); err != nil {
+			cfg.Log.Errorf("report the stop to the rendezvous: %v", err)
+		}
+		res.ExitCode, res.Signal = 128+int(syscall.SIGTERM), syscall.SIGTERM
+		return res, true
+	}
+	switch {
+	case out.kind == outcomeStopDeadline:
+		return stopped(fmt.Sprintf("the workers did not stop within %v", a.pre.grace()))
+	case out.kind == outcomeSucceeded && out.stoppedBySignal:
+		return stopped(fmt.Sprintf("workers ended by %s instead of saving and exiting 0 (a script that does not handle the stop request)", SignalName(cfg.PreemptWorkerSignal)))
+	case out.kind == outcomeInterrupted:
+		return stopped("the round ended: " + out.event.Reason)
+	case out.kind != outcomeSucceeded:
+		return res, false
+	}
+	err := a.rdzv.Succeed(ctx, round)
+	switch {
+	case err == nil && a.pre.rdzv == nil:
+		err = rendezvous.ErrPreempted // one node, no store: this node's workers are the job
+	}
+	switch {
+	case err == nil:
+		cfg.Log.Infof("the job finished before it had to stop")
+		return res, true
+	case errors.Is(err, rendezvous.ErrPreempted):
+		cfg.Log.Warnf("preempted cleanly: every worker saved and exited 0 on the stop request (%s); exiting %d", a.pre.req.Reason, ExitPreempted)
+		res.ExitCode, res.Preempted = ExitPreempted, true
+		return res, true
+	case errors.Is(err, rendezvous.ErrRoundEnded):
+		return stopped("the round ended on another node")
+	}
+	cfg.Log.Errorf("the job's outcome: %v", err)
+	res.ExitCode = 1
+	return res, true
+}

@@ -1,0 +1,143 @@
+package launcher
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// EnvProgressFile names a worker's progress file,
+// <run folder>/attempt_<n>/<local_rank>/progress. After each step the
+// worker replaces it (writes <path>.tmp, then renames) with one line:
+//
+//	step=<int> time=<unix_ns> first_step=<int> first_time=<unix_ns>
+//
+// time is when this step was reported, first_* the first step this
+// process reported. Readers ignore other key=value fields.
+const EnvProgressFile = "GORUN_PROGRESS_FILE"
+
+// ProgressFile is the name of a worker's progress file in its folder.
+const ProgressFile = "progress"
+
+// maxProgressFile bounds how much of a progress file is read.
+const maxProgressFile = 4 << 10
+
+// Progress is what a worker's progress file says, or several merged.
+type Progress struct {
+	Step      int       // the last step reported
+	FirstStep int       // the first step reported
+	Time      time.Time // when Step was reported
+	FirstTime time.Time // when FirstStep was reported
+	// Seen is false when there is no progress: no file yet, or nothing
+	// merged.
+	Seen bool
+}
+
+// ReadProgress reads a worker's progress file (see EnvProgressFile). A
+// missing or empty file gives Progress{} and no error: the worker reported
+// no step yet. It does not follow a link at path, refuses anything but a
+// regular file, and reads at most 4 KiB. An error names the path and the
+// field at fault.
+func ReadProgress(path string) (Progress, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Progress{}, nil
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return Progress{}, fmt.Errorf("progress file %s is a symbolic link; want a regular file", path)
+	}
+	if err != nil {
+		return Progress{}, fmt.Errorf("progress file: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return Progress{}, fmt.Errorf("progress file: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return Progress{}, fmt.Errorf("progress file %s is a %s; want a regular file", path, fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxProgressFile+1))
+	if err != nil {
+		return Progress{}, fmt.Errorf("progress file: %w", err)
+	}
+	if len(data) > maxProgressFile {
+		return Progress{}, fmt.Errorf("progress file %s is over %d KiB; want one line of key=value fields", path, maxProgressFile>>10)
+	}
+	line, _, _ := bytes.Cut(data, []byte("\n"))
+	p, err := parseProgress(string(line))
+	if err != nil {
+		return Progress{}, fmt.Errorf("progress file %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// parseProgress reads a progress line; an empty one is no progress.
+func parseProgress(line string) (Progress, error) {
+	fields := strings.Fields(line)
+	if len(fields) == 0 {
+		return Progress{}, nil
+	}
+	const want = "want step=<int> time=<unix_ns> first_step=<int> first_time=<unix_ns>"
+	values := map[string]int64{}
+	for _, f := range fields {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" {
+			return Progress{}, fmt.Errorf("%q is not key=value; %s", f, want)
+		}
+		switch k {
+		case "step", "time", "first_step", "first_time":
+		default:
+			continue // a field of a later version
+		}
+		if _, dup := values[k]; dup {
+			return Progress{}, fmt.Errorf("%s is given twice; %s", k, want)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || (n == 0 && strings.HasSuffix(k, "time")) {
+			return Progress{}, fmt.Errorf("%s=%q; want a non-negative integer (a time in nanoseconds since 1970, above 0)", k, v)
+		}
+		values[k] = n
+	}
+	for _, k := range []string{"step", "time", "first_step", "first_time"} {
+		if _, ok := values[k]; !ok {
+			return Progress{}, fmt.Errorf("no %s field; %s", k, want)
+		}
+	}
+	p := Progress{Step: int(values["step"]), FirstStep: int(values["first_step"]),
+		Time: time.Unix(0, values["time"]), FirstTime: time.Unix(0, values["first_time"]), Seen: true}
+	if p.FirstTime.After(p.Time) {
+		return Progress{}, fmt.Errorf("first_time=%d is after time=%d; want the first step reported first", values["first_time"], values["time"])
+	}
+	return p, nil
+}
+
+// MergeProgress merges the progress of several workers of a node: the
+// earliest first step (FirstTime, and the smallest FirstStep), the latest
+// step time and the largest Step. Those not Seen are left out; with none
+// Seen, it returns Progress{}.
+func MergeProgress(ps ...Progress) Progress {
+	var m Progress
+	for _, p := range ps {
+		if !p.Seen {
+			continue
+		}
+		if !m.Seen {
+			m = p
+			continue
+		}
+		if p.FirstTime.Before(m.FirstTime) {
+			m.FirstTime = p.FirstTime
+		}
+		if p.Time.After(m.Time) {
+			m.Time = p.Time
+		}
+		m.FirstStep, m.Step = min(m.FirstStep, p.FirstStep), max(m.Step, p.Step)
+	}
+	return m
+}

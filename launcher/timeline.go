@@ -1,0 +1,137 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// openEvents starts this node's timeline: in memory, and with --log-dir
+// in <run folder>/events.jsonl too. The returned func closes the file.
+func (a *Agent) openEvents(layout *logLayout) func() {
+	cfg := &a.cfg
+	closeFile := func() {}
+	var f *os.File
+	if layout.kept() {
+		var err error
+		f, err = layout.dir.OpenFile(EventsFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND|syscall.O_NOFOLLOW, fileMode)
+		if err != nil {
+			cfg.Log.Warnf("the run's timeline stays in memory only: %v", err)
+		} else {
+			closeFile = func() {
+				if err := f.Close(); err != nil {
+					cfg.Log.Warnf("close %s: %v", f.Name(), err)
+				}
+			}
+		}
+	}
+	if f != nil {
+		a.events = NewEventLog(f)
+	} else {
+		a.events = NewEventLog(nil)
+	}
+	a.events.Record(Event{Kind: EventStart, Node: cfg.Hostname, RunID: cfg.RunID})
+	return func() {
+		if err := a.events.Err(); err != nil {
+			cfg.Log.Warnf("the run's timeline file is incomplete: %v", err)
+		}
+		closeFile()
+	}
+}
+
+// recordEnd records how an attempt ended, with its workers' progress.
+func (a *Agent) recordEnd(att *attempt, out outcome) {
+	var ps []Progress
+	for _, w := range att.workers {
+		path, ok := lookupEnv(w.spec.Env, EnvProgressFile)
+		if !ok {
+			continue
+		}
+		p, err := ReadProgress(path)
+		if err != nil {
+			a.cfg.Log.Debugf("progress of local rank %d: %v", w.spec.LocalRank, err)
+			continue
+		}
+		ps = append(ps, p)
+	}
+	p := MergeProgress(ps...)
+	ev := Event{Kind: EventEnd, Attempt: att.number, How: endHow(out, a.pre.active())}
+	switch out.kind {
+	case outcomeFailed:
+		if len(out.failures) > 0 {
+			f := out.failures[0]
+			ev.Reason = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, describeExit(exitStatus{Code: f.ExitCode, Signal: f.Signal}))
+		}
+	case outcomeInterrupted:
+		ev.Reason = out.event.Reason
+	case outcomeSignalled:
+		ev.Reason = "stopped by " + SignalName(out.signal)
+	case outcomeStopDeadline:
+		ev.Reason = "the stop request's grace period ended"
+	}
+	if p.Seen {
+		ev.FirstProgress, ev.LastProgress, ev.Step, ev.FirstStep = p.FirstTime, p.Time, p.Step, p.FirstStep
+	}
+	a.events.Record(ev)
+}
+
+// endHow names an attempt's end for the timeline.
+func endHow(out outcome, stopRequested bool) string {
+	switch out.kind {
+	case outcomeSucceeded:
+		if stopRequested {
+			if out.stoppedBySignal {
+				return EndStopped
+			}
+			return EndPreempted
+		}
+		return EndSucceeded
+	case outcomeFailed:
+		return EndFailed
+	case outcomeInterrupted:
+		if stopRequested {
+			return EndStopped
+		}
+		return EndInterrupted
+	}
+	return EndStopped
+}
+
+// report computes the goodput report of this node's timeline so far.
+func (a *Agent) report() (Report, error) {
+	return ComputeReport(a.events.Events(), time.Now(), nil)
+}
+
+// printShortReport adds the goodput report's short form to the failure
+// summary.
+func (a *Agent) printShortReport() {
+	r, err := a.report()
+	if err != nil {
+		a.cfg.Log.Warnf("goodput report: %v", err)
+		return
+	}
+	fmt.Fprintln(a.cfg.Stderr, r.Short())
+}
+
+// writeReport writes the goodput report as JSON to --report FILE.
+func (a *Agent) writeReport() {
+	cfg := &a.cfg
+	if cfg.ReportFile == "" {
+		return
+	}
+	r, err := a.report()
+	if err == nil {
+		var f *os.File
+		f, err = os.OpenFile(cfg.ReportFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, fileMode)
+		if err == nil {
+			err = r.WriteJSON(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+	}
+	if err != nil {
+		cfg.Log.Errorf("--report %s: %v", cfg.ReportFile, err)
+	}
+}

@@ -1,0 +1,180 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// preemptedPrefix starts the outcome of a job that stopped cleanly on a
+// stop request.
+const preemptedPrefix = "preempted in round "
+
+// maxGrace bounds a stop request's grace period.
+const maxGrace = 24 * time.Hour
+
+// parseStop reads a stop request's value, range-checked.
+func parseStop(payload []byte) (rendezvous.StopRequest, error) {
+	var req rendezvous.StopRequest
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return req, fmt.Errorf("not a stop request: %v", err)
+	}
+	if req.Grace < 0 || req.Grace > maxGrace {
+		return req, fmt.Errorf("stop request grace %v: want 0 to %v", req.Grace, maxGrace)
+	}
+	req.Reason = clip(req.Reason)
+	return req, nil
+}
+
+// RequestStop records a job-wide stop request (a preemption); every
+// node's WatchStop delivers it. The first request stands: a later one
+// changes nothing. The request is kept without a lease: it outlives the
+// node that made it.
+func (r *Rendezvous) RequestStop(ctx context.Context, req rendezvous.StopRequest) error {
+	return requestStop(ctx, r.cli, r.k, r.g, req)
+}
+
+func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *guard, req rendezvous.StopRequest) error {
+	if req.Grace < 0 || req.Grace > maxGrace {
+		return fmt.Errorf("%w: stop grace %v: want 0 to %v", ErrInvalidConfig, req.Grace, maxGrace)
+	}
+	req.Reason = clip(req.Reason)
+	val, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	key := k.stop()
+	_, err = cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, g.seal(key, string(val)))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("rendezvous: record the stop request: %w", err)
+	}
+	return nil
+}
+
+// WatchStop delivers the job's stop request, once, as soon as one is
+// recorded (at once if one already is); the channel closes when ctx ends.
+// A broken watch is set up again; an unreachable etcd only delays the
+// news.
+func (r *Rendezvous) WatchStop(ctx context.Context) <-chan rendezvous.StopRequest {
+	out := make(chan rendezvous.StopRequest, 1)
+	go func() {
+		defer close(out)
+		delay := rewatchDelay
+		for ctx.Err() == nil {
+			req, err := r.watchStop(ctx)
+			if err == nil {
+				out <- req
+				return
+			}
+			r.cfg.Log.Debugf("rendezvous %s: watch for a stop request: %v; watching again", r.cfg.Shape.RunID, err)
+			if sleep(ctx, delay) != nil {
+				return
+			}
+			delay = min(2*delay, 5*time.Second)
+		}
+	}()
+	return out
+}
+
+// watchStop waits for the stop request under ctx.
+func (r *Rendezvous) watchStop(ctx context.Context) (rendezvous.StopRequest, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	key := r.k.stop()
+	w := r.cli.Watch(clientv3.WithRequireLeader(wctx), key)
+	gctx, gcancel := context.WithTimeout(ctx, callTimeout)
+	resp, err := r.cli.Get(gctx, key)
+	gcancel()
+	if err != nil {
+		return rendezvous.StopRequest{}, err
+	}
+	if len(resp.Kvs) > 0 {
+		if req, ok := r.openStop(resp.Kvs[0].Value, resp.Kvs[0].ModRevision); ok {
+			return req, nil
+		}
+	}
+	for {
+		select {
+		case wr, ok := <-w:
+			if !ok || wr.Err() != nil {
+				return rendezvous.StopRequest{}, watchErr(wr, ok)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				if req, ok := r.openStop(ev.Kv.Value, ev.Kv.ModRevision); ok {
+					return req, nil
+				}
+			}
+		case <-ctx.Done():
+			return rendezvous.StopRequest{}, ctx.Err()
+		}
+	}
+}
+
+// openStop opens a stop request's sealed value; a stranger's is refused
+// (and left for the control keys' mending to remove).
+func (r *Rendezvous) openStop(value []byte, rev int64) (rendezvous.StopRequest, bool) {
+	key := r.k.stop()
+	payload, ok := r.g.open(key, value, rev)
+	if !ok {
+		return rendezvous.StopRequest{}, false
+	}
+	req, err := parseStop(payload)
+	if err != nil {
+		r.g.refuse(key, rev, err.Error())
+		return rendezvous.StopRequest{}, false
+	}
+	return req, true
+}
+
+// RequestStop records a stop request for job runID from outside the job
+// (gorun stop): token is the job's (nil: the one kept in etcd for a job
+// started without one).
+func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string, token Token, req rendezvous.StopRequest, log logrus.FieldLogger) error {
+	if err := rendezvous.ValidateRunID(runID); err != nil {
+		return err
+	}
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	k := newKeys(prefix, runID)
+	resp, err := cli.Get(ctx, k.shape())
+	if err != nil {
+		return fmt.Errorf("rendezvous: etcd at %v: %w", cli.Endpoints(), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("%w: no job %q in etcd at %v (prefix %s)", errNoJob, runID, cli.Endpoints(), prefix)
+	}
+	if token == nil {
+		sec, err := cli.Get(ctx, k.secret())
+		if err != nil {
+			return fmt.Errorf("rendezvous: etcd at %v: %w", cli.Endpoints(), err)
+		}
+		if len(sec.Kvs) == 0 {
+			return fmt.Errorf("job %q was started with a token: give the same one (--token-file, GORUN_RDZV_TOKEN)", runID)
+		}
+		if token, err = ParseToken(k.secret(), sec.Kvs[0].Value); err != nil {
+			return err
+		}
+	}
+	g := newGuard(token, log)
+	if _, ok := g.open(k.shape(), resp.Kvs[0].Value, resp.Kvs[0].ModRevision); !ok {
+		return fmt.Errorf("job %q is not sealed with this token: give the job's own (--token-file, GORUN_RDZV_TOKEN)", runID)
+	}
+	return requestStop(ctx, cli, k, g, req)
+}
+
+// errNoJob: the store holds no job of that id.
+var errNoJob = errors.New("rendezvous: no such job")
