@@ -49,12 +49,12 @@ type attempt struct {
 type outcomeKind int
 
 const (
-	outcomeSucceeded   outcomeKind = iota // every worker exited 0
-	outcomeFailed                         // a worker failed on its own
-	outcomeSignalled                      // the agent got a stop signal
-	outcomeInterrupted                    // the rendezvous ended the round
-	outcomeCancelled                      // the agent's context ended
-	outcomeStopDeadline                   // a stop request's grace period ended
+	outcomeSucceeded    outcomeKind = iota // every worker exited 0
+	outcomeFailed                          // a worker failed on its own
+	outcomeSignalled                       // the agent got a stop signal
+	outcomeInterrupted                     // the rendezvous ended the round
+	outcomeCancelled                       // the agent's context ended
+	outcomeStopDeadline                    // a stop request's grace period ended
 )
 
 type outcome struct {
@@ -62,9 +62,9 @@ type outcome struct {
 	// stoppedBySignal: workers ended by the stop request's signal (a
 	// worker that does not handle it), not cleanly.
 	stoppedBySignal bool
-	failures []Failure
-	signal   syscall.Signal
-	event    rendezvous.Event
+	failures        []Failure
+	signal          syscall.Signal
+	event           rendezvous.Event
 }
 
 // streamPlan says where one stream of one worker goes.

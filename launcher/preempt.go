@@ -57,7 +57,7 @@ var errPreemptedIdle = errors.New("stop requested while no worker ran")
 // goroutine owns it; only publication runs in a goroutine of its own,
 // which reports on published and which wait ends.
 type preemptor struct {
-	cfg *Config
+	cfg  *Config
 	rdzv Preempter // nil: requests stay local
 	// requests delivers the store's request (nil once it did, or without
 	// a store).

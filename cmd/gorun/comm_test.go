@@ -230,7 +230,7 @@ func TestGoDDPHungRankTimesOut(t *testing.T) {
 	if !strings.Contains(r.stderr, "exitcode  : 124") {
 		t.Errorf("no rank exited with the collective-timeout code 124\n%s", r.stderr)
 	}
-	verdict := "all_reduce #10 never completed; rank(s) 0, 2 wait in it; rank(s) 1 never called it"
+	verdict := "all_reduce #12 never completed; rank(s) 0, 2 wait in it; rank(s) 1 never called it"
 	if !strings.Contains(r.stderr, "Flight recorder (gorun trace ") || !strings.Contains(r.stderr, verdict) {
 		t.Errorf("the failure summary lacks the verdict %q\n%s", verdict, r.stderr)
 	}

@@ -418,7 +418,7 @@ func TestElasticHangOneJobWideVerdict(t *testing.T) {
 		return elasticArgs(ep, "hang", i, "--nnodes=2", "--nproc-per-node=2", "--no-python", ddpBin,
 			"--steps", "10", "--hang-rank", "3", "--hang-step", "2", "--collective-timeout", "3s")
 	})
-	want := "all_reduce #10 never completed; rank(s) 0, 1, 2 wait in it; rank(s) 3 never called it"
+	want := "all_reduce #12 never completed; rank(s) 0, 1, 2 wait in it; rank(s) 3 never called it"
 	for i, n := range nodes {
 		if code := waitExit(t, n.cmd); code == 0 {
 			t.Errorf("node %d succeeded", i)

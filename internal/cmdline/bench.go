@@ -24,7 +24,7 @@ func benchCommand(opts Options) *cli.Command {
 		Name:            "bench",
 		Usage:           "measure gorun against its anchors (torchrun) in the same run",
 		HideHelpCommand: true,
-		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, benchMemoryCommand(), commBench},
+		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, benchMemoryCommand(), commBench, benchSpareCommand()},
 	}
 }
 
@@ -77,4 +77,42 @@ func defaultPython() string {
 		return "/usr/bin/python3"
 	}
 	return "python3"
+}
+
+func benchSpareCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "spare",
+		Usage: "node loss -> training again: a hot spare taking the lost node's place vs a job that shrinks (3 and 2 local agents)",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "runs", Value: 3, Usage: "measured losses per case"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: 2 * time.Second, Usage: "the jobs' --rdzv-conf lease_ttl (how long a lost node takes to be seen)"},
+			&cli.DurationFlag{Name: "last-call", Value: 5 * time.Second, Usage: "the jobs' --rdzv-conf last_call_timeout"},
+			&cli.StringFlag{Name: "write", Usage: "update this markdown file's spare section (e.g. docs/benchmarks.md)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Int("runs") < 1 || c.Duration("lease-ttl") < time.Second || c.Duration("last-call") <= 0 {
+				return usageError("--runs must be at least 1, --lease-ttl at least 1s, --last-call above 0")
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			cfg := bench.SpareConfig{Gorun: self, Runs: c.Int("runs"), LeaseTTL: c.Duration("lease-ttl"), LastCall: c.Duration("last-call"), Progress: c.App.ErrWriter}
+			res, err := bench.RunSpare(c.Context, cfg)
+			if err != nil {
+				return cli.Exit("bench spare: "+err.Error(), 1)
+			}
+			if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			md := res.Markdown(time.Now(), cfg.Runs)
+			fmt.Fprintln(c.App.ErrWriter, "\n"+md)
+			if path := c.String("write"); path != "" {
+				if err := bench.UpdateSection(path, "bench spare", md); err != nil {
+					return cli.Exit("bench spare: "+err.Error(), 1)
+				}
+			}
+			return nil
+		},
+	}
 }

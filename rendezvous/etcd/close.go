@@ -106,6 +106,12 @@ func (j *joiner) previousAllBack() bool {
 			}
 		}
 	}
+	// A member whose join key is gone (its lease ended: a lost node) is
+	// not back either: the round then waits for the last call, as after
+	// any loss, whether its ranks followed arrival or not.
+	if len(j.previous) < j.c.closed[j.target-1].Size {
+		return false
+	}
 	for id := range j.previous {
 		if _, back := j.members[id]; !back {
 			return false
