@@ -129,7 +129,7 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 			r.endRound(ctx, target, fmt.Sprintf("node %s left round %d (its workers were stopped: it lost contact with etcd)", r.id, target))
 			return nil, 0, nil, errRetry
 		}
-		if rec := c.closed[target]; rec.Size >= r.cfg.Shape.largest() {
+		if rec := c.closed[target]; r.cfg.Shape.spareBeside(rec.Size) {
 			r.becameSpare(rec)
 		}
 		target++ // the round runs without us: wait to join the next one
@@ -413,11 +413,10 @@ func (j *joiner) check() (joined, bool, error) {
 }
 
 // left says that round rec closed without this node, which waits to join
-// the next one: as a hot spare when the round is as large as the job
-// allows.
+// the next one: as a hot spare when one more node allows no larger round.
 func (j *joiner) left(rec RoundRecord) {
 	r, sh := j.r, j.r.cfg.Shape
-	if rec.Size >= sh.largest() {
+	if sh.spareBeside(rec.Size) {
 		r.becameSpare(rec)
 		return
 	}
@@ -432,7 +431,7 @@ func (r *Rendezvous) becameSpare(rec RoundRecord) {
 	}
 	r.spareSince = time.Now()
 	sh := r.cfg.Shape
-	r.cfg.Log.Infof("rendezvous %s: round %d runs with %d nodes, the most the job allows%s; this node waits as a hot spare, and takes a lost node's place", sh.RunID, rec.Round, rec.Size, sh.sizesNote())
+	r.cfg.Log.Infof("rendezvous %s: round %d runs with %d nodes, and one more allows no larger round%s; this node waits as a hot spare, and takes a lost node's place", sh.RunID, rec.Round, rec.Size, sh.sizesNote())
 }
 
 // report logs the wait at a modest rate.
@@ -440,7 +439,7 @@ func (j *joiner) report() {
 	r, sh := j.r, j.r.cfg.Shape
 	switch {
 	case j.c.round < j.target:
-		if rec, ok := j.c.closed[j.c.round]; ok && rec.Size >= sh.largest() {
+		if rec, ok := j.c.closed[j.c.round]; ok && sh.spareBeside(rec.Size) {
 			r.cfg.Log.Infof("rendezvous %s: round %d is running with %d nodes; this node waits as a hot spare", sh.RunID, j.c.round, rec.Size)
 			break
 		}

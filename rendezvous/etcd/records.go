@@ -53,6 +53,11 @@ func (s Shape) sizesNote() string {
 	return fmt.Sprintf(" (the --plan layout is valid at %v nodes)", s.Sizes)
 }
 
+// spareBeside reports whether a node waiting beside a running round of
+// size nodes is a hot spare: one more node allows no larger round (the
+// round is at MaxNodes, or the next valid --plan size is further away).
+func (s Shape) spareBeside(size int) bool { return s.usable(size+1) <= size }
+
 // largest is the largest node count a round may close with.
 func (s Shape) largest() int { return s.usable(s.MaxNodes) }
 
