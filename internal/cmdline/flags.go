@@ -189,7 +189,7 @@ func launchFlags() []cli.Flag {
 		str(catWorkers, fStartMethod, "spawn", "spawn, fork or forkserver; accepted for torchrun compatibility (every worker is a fresh process)", true),
 		str(catWorkers, fNumaBinding, "", "torchrun's NUMA binding of GPU workers: node, socket, exclusive or core-complex (not applied yet: gorun warns)", false),
 		boolean(catWorkers, fDryRun, "print each worker's rank, command line and the environment gorun adds; start nothing", false),
-		str(catWorkers, fPlan, "", "a gorun plan file (YAML): validate its layout for this launch before any worker starts, and give each worker GORUN_TP/PP/VPP/CP/EP/DP and its coordinates", false),
+		str(catWorkers, fPlan, "", "a gorun plan file (YAML): validate its layout for this launch before any worker starts, and give each worker GORUN_TP/PP/VPP/CP/EP/DP, its coordinates and GORUN_NUM_MICROBATCHES; with --nnodes=MIN:MAX rounds run only at sizes the layout allows (DP and micro-batches follow), other nodes wait as hot spares", false),
 		str(catWorkers, fFormat, "text", "output of --dry-run: text or json", false),
 
 		// Rendezvous.
