@@ -93,38 +93,71 @@ func (c PreemptionConfig) Validate() error {
 //		}
 //	}
 //
-// The stop signal no longer ends the process once watched: it only sets
-// the flag. A program that cancels its work on SIGTERM (signal.NotifyContext)
-// must leave Signal out of that list.
+// The stop signal no longer ends the process once watched. It is a stop
+// request only when the stop file exists as it arrives (gorun creates the
+// file before it signals): then it sets the flag. Without the file it is
+// a plain stop (gorun stopping the workers after a failure, an operator's
+// kill): Stopped fires, and a program that ran on Context stops as it
+// would have on the signal. A program that cancels its work on SIGTERM
+// itself (signal.NotifyContext) must leave Signal out of that list and
+// use Context.
 type Preemption struct {
 	stopFile string
 	sig      os.Signal // nil: none
 	every    int
 	sigc     chan os.Signal
 	seen     atomic.Bool
+	// stopped closes on a plain stop; done ends the signal goroutine.
+	stopped  chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	wg       sync.WaitGroup
 	close    sync.Once
 }
 
 // WatchPreemption starts watching: it subscribes to cfg's signal
-// (signal.Notify) until Close. A bad signal name is an error that names
+// (signal.Notify) until Close, with one goroutine that tells a stop
+// request from a plain stop. A bad signal name is an error that names
 // GORUN_STOP_SIGNAL and its value.
 func WatchPreemption(cfg PreemptionConfig) (*Preemption, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	sig, _ := parseStopSignal(cfg.Signal)
-	p := &Preemption{stopFile: cfg.StopFile, every: cfg.Every}
+	p := &Preemption{stopFile: cfg.StopFile, every: cfg.Every, stopped: make(chan struct{}), done: make(chan struct{})}
 	if p.every == 0 {
 		p.every = DefaultPreemptionEvery
 	}
 	if sig != nil {
 		p.sig = sig
-		// One slot is enough: the flag latches, a second signal adds
-		// nothing. No goroutine reads the channel: Requested does.
 		p.sigc = make(chan os.Signal, 1)
 		signal.Notify(p.sigc, sig)
+		p.wg.Add(1)
+		go p.watch()
 	}
 	return p, nil
+}
+
+// watch sorts the signals until Close.
+func (p *Preemption) watch() {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.sigc:
+			if p.stopFile == "" || p.fileExists() {
+				p.seen.Store(true)
+				continue
+			}
+			p.stopOnce.Do(func() { close(p.stopped) })
+		case <-p.done:
+			return
+		}
+	}
+}
+
+func (p *Preemption) fileExists() bool {
+	_, err := os.Stat(p.stopFile)
+	return err == nil
 }
 
 // Signal is the stop signal watched, nil if none.
@@ -136,26 +169,36 @@ func (p *Preemption) Signal() os.Signal { return p.sig }
 // alike.
 func (p *Preemption) Enabled() bool { return p.stopFile != "" || p.sig != nil }
 
-// Requested is this rank's own view: the stop signal came or the stop
-// file exists. It costs at most one stat; once true it stays true. Other
-// ranks may not know yet: act on Agree, not on this.
+// Requested is this rank's own view: the stop file exists, or the stop
+// signal came with it. It costs at most one stat; once true it stays
+// true. Other ranks may not know yet: act on Agree, not on this.
 func (p *Preemption) Requested() bool {
 	if p.seen.Load() {
 		return true
 	}
-	select {
-	case <-p.sigc: // nil channel without a signal: never ready
+	if p.stopFile != "" && p.fileExists() {
 		p.seen.Store(true)
 		return true
-	default:
-	}
-	if p.stopFile != "" {
-		if _, err := os.Stat(p.stopFile); err == nil {
-			p.seen.Store(true)
-			return true
-		}
 	}
 	return false
+}
+
+// Stopped closes when the stop signal came without the stop file: a
+// plain stop, not a stop request.
+func (p *Preemption) Stopped() <-chan struct{} { return p.stopped }
+
+// Context returns a context of parent that a plain stop (Stopped) also
+// cancels; its goroutine ends with the context.
+func (p *Preemption) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-p.stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // Agree tells every rank of env whether any rank was asked to stop, after
@@ -195,6 +238,8 @@ func (p *Preemption) Close() {
 		if p.sigc != nil {
 			signal.Stop(p.sigc)
 		}
+		close(p.done)
+		p.wg.Wait()
 	})
 }
 

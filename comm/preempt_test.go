@@ -97,28 +97,48 @@ func TestPreemptionNothingWatched(t *testing.T) {
 	}
 }
 
-// TestPreemptionSignal: the stop signal sets the flag instead of ending
-// the process.
+// TestPreemptionSignal: the stop signal with the stop file there sets
+// the flag instead of ending the process; without the file it is a plain
+// stop (gorun stopping the workers after a failure): Stopped fires, the
+// flag stays clear.
 func TestPreemptionSignal(t *testing.T) {
-	p, err := WatchPreemption(PreemptionConfig{Signal: "usr1"})
-	if err != nil {
-		t.Fatal(err)
+	for _, withFile := range []bool{true, false} {
+		file := filepath.Join(t.TempDir(), "stop")
+		p, err := WatchPreemption(PreemptionConfig{Signal: "usr1", StopFile: file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Signal() != syscall.SIGUSR1 || !p.Enabled() {
+			t.Fatalf("Signal %v, Enabled %v; want SIGUSR1, true", p.Signal(), p.Enabled())
+		}
+		if p.Requested() {
+			t.Fatal("Requested before the signal")
+		}
+		ctx, cancel := p.Context(context.Background())
+		if withFile {
+			if err := os.WriteFile(file, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		if withFile {
+			proctest.WaitFor(t, "the signal to set the flag", 10*time.Second, p.Requested)
+			if ctx.Err() != nil {
+				t.Error("a stop request cancelled the context")
+			}
+		} else {
+			<-p.Stopped()
+			<-ctx.Done()
+			if p.Requested() {
+				t.Error("a plain stop set the stop request's flag")
+			}
+		}
+		cancel()
+		p.Close()
+		p.Close() // a second Close does nothing
 	}
-	defer p.Close()
-	if p.Signal() != syscall.SIGUSR1 || !p.Enabled() {
-		t.Fatalf("Signal %v, Enabled %v; want SIGUSR1, true", p.Signal(), p.Enabled())
-	}
-	if p.Requested() {
-		t.Fatal("Requested before the signal")
-	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	proctest.WaitFor(t, "the signal to set the flag", 10*time.Second, p.Requested)
-	if !p.Requested() {
-		t.Fatal("the flag did not stay set")
-	}
-	p.Close() // and the deferred second Close does nothing
 }
 
 func TestPreemptionConfig(t *testing.T) {

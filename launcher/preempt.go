@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -98,7 +99,8 @@ func (p *preemptor) env() []EnvVar {
 	}
 	vars := []EnvVar{{EnvStopFile, p.stopFile}}
 	if p.cfg.PreemptWorkerSignal != 0 {
-		vars = append(vars, EnvVar{EnvStopSignal, SignalName(p.cfg.PreemptWorkerSignal)})
+		// TERM, not SIGTERM: what the shell's trap and kill -s take.
+		vars = append(vars, EnvVar{EnvStopSignal, strings.TrimPrefix(SignalName(p.cfg.PreemptWorkerSignal), "SIG")})
 	}
 	return vars
 }

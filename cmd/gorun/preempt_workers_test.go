@@ -88,21 +88,23 @@ func testPreemptWorkers(t *testing.T, w preemptWorkers) {
 			env := testEnv(comm.StopFileEnv+"="+stopFile, comm.StopSignalEnv+"=TERM")
 			cmd, stdout, stderr := startGorun(t, env, append([]string{nproc}, w.argv("--checkpoint", ckpt, "--step-time", w.stepTime)...)...)
 			waitFor(t, "a few steps", func() bool { return strings.Contains(stdout.String(), w.started) })
-			if how == "stop file" {
-				// The path the workers got: this one, unless gorun
-				// sets its own.
-				_, wenv := worker(t, cmd.Process.Pid, ckpt, 0)
-				if stopFile = wenv[comm.StopFileEnv]; stopFile == "" {
-					t.Fatalf("the worker has no %s", comm.StopFileEnv)
+			// The path the workers got: gorun's own.
+			_, wenv := worker(t, cmd.Process.Pid, ckpt, 0)
+			if stopFile = wenv[comm.StopFileEnv]; stopFile == "" {
+				t.Fatalf("the worker has no %s", comm.StopFileEnv)
+			}
+			// The file first, as gorun does: a signal without it is a
+			// plain stop, not a stop request.
+			if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if how != "stop file" {
+				if pid, _ := worker(t, cmd.Process.Pid, ckpt, 1); syscall.Kill(pid, syscall.SIGTERM) != nil {
+					t.Fatalf("SIGTERM to rank 1 (pid %d) failed", pid)
 				}
-				if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			} else if pid, _ := worker(t, cmd.Process.Pid, ckpt, 1); syscall.Kill(pid, syscall.SIGTERM) != nil {
-				t.Fatalf("SIGTERM to rank 1 (pid %d) failed", pid)
 			}
 			if code := waitExit(t, cmd); code != 0 {
-				t.Fatalf("gorun exit %d; want 0 (every worker exits 0)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+				t.Fatalf("gorun exit %d; want 0 (every worker exits 0; gorun itself was not asked to stop)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 			}
 			out := stdout.String()
 			next := stopStep(t, out)

@@ -81,11 +81,15 @@ func main() {
 			cancelOn = append(cancelOn, sig)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), cancelOn...)
+	sctx, stop := signal.NotifyContext(context.Background(), cancelOn...)
+	// The stop signal without the stop file is a plain stop (gorun ending
+	// the attempt after another rank failed): it cancels, as before.
+	ctx, cancel := pre.Context(sctx)
 	err = train(ctx, pre, config{
 		backend: *backend, steps: *steps, lr: float32(*lr), hangRank: *hangRank, hangStep: *hangStep,
 		timeout: *timeout, stepTime: *stepTime, checkpoint: *checkpoint,
 	})
+	cancel()
 	stop()
 	pre.Close()
 	if err != nil {

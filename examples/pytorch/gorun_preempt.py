@@ -42,8 +42,17 @@ class Preemption:
         sig = getattr(signal, "SIG" + name, None)
         if name and not isinstance(sig, signal.Signals):
             raise ValueError(f"GORUN_STOP_SIGNAL={value!r}: not a signal name (TERM, USR1, ...)")
-        if name:  # the signal only sets the flag; it no longer ends the process
-            signal.signal(sig, lambda *_: setattr(self, "flag", True))
+        if name:
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, sig, frame):
+        """With the stop file there (gorun makes it before it signals), the
+        signal asks for a stop at the agreed step; without it, it is a plain
+        stop (gorun ending the attempt after a failure): die of it as before."""
+        if self.file and not os.path.exists(self.file):
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        self.flag = True
 
     def requested(self):
         """This rank's own view: the signal came or the stop file exists."""

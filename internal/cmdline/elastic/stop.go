@@ -3,6 +3,7 @@ package elastic
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -114,6 +115,9 @@ func stopAction(c *cli.Context) error {
 	}
 	defer cli3.Close()
 	if err := etcdrdzv.RequestStop(ctx, cli3, conf.prefix, runID, token, req, log); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return cli.Exit(fmt.Sprintf("gorun stop: no store answered at %s within %v (is the job running, and is this its --rdzv-endpoint? a single-node job has no store: send its gorun SIGTERM): %v", strings.Join(endpoints, ","), stopTimeout, err), 1)
+		}
 		return cli.Exit("gorun stop: "+err.Error(), 1)
 	}
 	grace := "each node's --preempt-grace"
