@@ -144,7 +144,11 @@ func (a AttemptReport) steps() string {
 
 // goodputDuration writes seconds as a duration to a tenth of a second.
 func goodputDuration(s float64) string {
-	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+	d := time.Duration(s * float64(time.Second))
+	if d < time.Second {
+		return d.Round(time.Millisecond).String() // not "0s" for a short part
+	}
+	return d.Round(100 * time.Millisecond).String()
 }
 
 // goodputClock is t's time of day in UTC, to the millisecond.

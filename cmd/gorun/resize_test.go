@@ -237,3 +237,35 @@ func TestPlanWorldSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestPreemptionEndsTheSpare: a stop request (SIGTERM to a member's
+// agent) stops the job cleanly everywhere: the members' workers exit 0,
+// and every agent, the waiting spare included, exits 75.
+func TestPreemptionEndsTheSpare(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	plan := writePlan(t, tp2pp2)
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := writeScript(t, `trap '[ -e "$GORUN_STOP_FILE" ] && exit 0; exit 143' TERM
+`+resizeWorker)
+	args := func(i int) []string {
+		return append(elasticArgs(ep, "spare-stop", i, "--nnodes=2:3", "--nproc-per-node=2", "--plan", plan,
+			"--rdzv-conf=last_call_timeout=1", "--no-python", script), dir, strconv.Itoa(i))
+	}
+	nodes := startNodes(t, 2, args)
+	logNodesOnFailure(t, nodes)
+	waitFor(t, "the 2-node round", func() bool { return countWorld(dir, 4) == 4 })
+	nodes = append(nodes, startNodes(t, 1, func(int) []string { return args(2) })...)
+	waitFor(t, "node 2 waiting as a spare", func() bool { return strings.Contains(nodes[2].stderr.String(), "waits as a hot spare") })
+	if err := nodes[1].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range nodes {
+		if code := waitExit(t, n.cmd); code != 75 {
+			t.Errorf("node %d exit %d; want 75 (preempted)", i, code)
+		}
+	}
+	if n := len(ups(dir)); n != 4 {
+		t.Errorf("%d worker starts; want the first round's 4 only", n)
+	}
+}

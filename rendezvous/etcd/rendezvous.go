@@ -335,7 +335,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 				return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 			}
 			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d%s)%s", ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.smallest(), r.cfg.Shape.sizesNote(), r.joinedNodes(ctx))
-		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, ErrShapeMismatch), errors.Is(err, ErrInvalidNode):
+		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, rendezvous.ErrPreempted), errors.Is(err, ErrShapeMismatch), errors.Is(err, ErrInvalidNode):
 			return rendezvous.Round{}, err
 		}
 		lastErr = err

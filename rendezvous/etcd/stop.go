@@ -51,11 +51,28 @@ func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *guard, re
 		return err
 	}
 	key := k.stop()
-	_, err = cli.Txn(ctx).
+	put := clientv3.OpPut(key, g.seal(key, string(val)))
+	resp, err := cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, g.seal(key, string(val)))).
+		Then(put).
+		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
+		return fmt.Errorf("rendezvous: record the stop request: %w", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return nil // removed meanwhile: the job's agents mended a stranger's
+	}
+	if _, ok := g.open(key, kvs[0].Value, kvs[0].ModRevision); ok {
+		return nil // the job's own request stands
+	}
+	// A stranger's value must not block the job's request: replace it,
+	// unless it changed meanwhile.
+	if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).Then(put).Commit(); err != nil {
 		return fmt.Errorf("rendezvous: record the stop request: %w", err)
 	}
 	return nil
