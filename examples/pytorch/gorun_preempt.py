@@ -23,59 +23,43 @@ k-th step only. should_stop() also writes the step to GORUN_PROGRESS_FILE
 Without gorun (torchrun: no GORUN_STOP_* variables, set on every rank or
 none) it runs no collective and answers False.
 """
-import os
-import signal
-import sys
-import time
-
-import torch
-import torch.distributed as dist
+import os, signal, sys, time
+import torch, torch.distributed as dist
 
 
 class Preemption:
     def __init__(self, every=1):
         self.every, self.flag, self.first, self.warned = every, False, None, False
         self.file, self.progress = os.environ.get("GORUN_STOP_FILE"), os.environ.get("GORUN_PROGRESS_FILE")
-        value = os.environ.get("GORUN_STOP_SIGNAL", "")
-        name = value.strip().upper().removeprefix("SIG")
+        name = os.environ.get("GORUN_STOP_SIGNAL", "").strip().upper().removeprefix("SIG")
         self.enabled = bool(self.file or name)
-        sig = getattr(signal, "SIG" + name, None)
-        if name and not isinstance(sig, signal.Signals):
-            raise ValueError(f"GORUN_STOP_SIGNAL={value!r}: not a signal name (TERM, USR1, ...)")
-        if name:
-            signal.signal(sig, self._on_signal)
+        if name:  # a bad name raises AttributeError, naming it
+            signal.signal(getattr(signal, "SIG" + name), self._on_signal)
 
     def _on_signal(self, sig, frame):
-        """With the stop file there (gorun makes it before it signals), the
-        signal asks for a stop at the agreed step; without it, it is a plain
-        stop (gorun ending the attempt after a failure): die of it as before."""
+        # gorun makes the stop file before it signals: without it, this is a
+        # plain stop (the attempt ends after a failure): die of it as before.
         if self.file and not os.path.exists(self.file):
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)
+            signal.signal(sig, signal.SIG_DFL), os.kill(os.getpid(), sig)
         self.flag = True
 
-    def requested(self):
-        """This rank's own view: the signal came or the stop file exists."""
+    def requested(self):  # this rank's own view
         self.flag = self.flag or bool(self.file and os.path.exists(self.file))
         return self.flag
 
-    def report(self, step):
-        """Replace GORUN_PROGRESS_FILE's line; a failure is said once, not raised."""
-        if not self.progress:
-            return
+    def report(self, step):  # GORUN_PROGRESS_FILE, replaced atomically; never raises
         now = time.time_ns()
         self.first = self.first or (step, now)
         try:
-            with open(self.progress + ".tmp", "w") as f:
-                f.write(f"step={step} time={now} first_step={self.first[0]} first_time={self.first[1]}\n")
-            os.replace(self.progress + ".tmp", self.progress)
+            if self.progress:
+                with open(self.progress + ".tmp", "w") as f:
+                    f.write(f"step={step} time={now} first_step={self.first[0]} first_time={self.first[1]}\n")
+                os.replace(self.progress + ".tmp", self.progress)
         except OSError as e:
-            if not self.warned:
-                self.warned = True
-                print(f"gorun_preempt: GORUN_PROGRESS_FILE: {e} (not reported; training goes on)", file=sys.stderr)
+            if not self.warned:  # said once; training goes on
+                self.warned = print(f"gorun_preempt: GORUN_PROGRESS_FILE: {e}", file=sys.stderr) or True
 
-    def should_stop(self, step):
-        """Report step, then whether any rank was asked to stop: a collective."""
+    def should_stop(self, step):  # a collective: every rank, every step
         self.report(step)
         if not self.enabled or (step + 1) % self.every:
             return False
