@@ -129,15 +129,18 @@ func (p *preemptor) fromSignal(sig syscall.Signal) {
 	req := rendezvous.StopRequest{Reason: fmt.Sprintf("%s on %s", SignalName(sig), p.cfg.Hostname)}
 	p.begin(req)
 	p.cfg.Log.Warnf("received %s: asking every node of the job to stop cleanly within %v (--preempt-grace; send it again to stop the workers now)", SignalName(sig), p.grace())
-	p.published = make(chan struct{})
+	// The goroutine closes its own channel: tell may have dropped
+	// p.published by then (the store's request came first).
+	published := make(chan struct{})
+	p.published = published
 	if p.rdzv == nil {
-		close(p.published)
+		close(published)
 		return
 	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		defer close(p.published)
+		defer close(published)
 		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 		defer cancel()
 		if err := p.rdzv.RequestStop(ctx, req); err != nil {

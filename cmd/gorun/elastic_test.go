@@ -184,6 +184,7 @@ func TestElasticLateJoinerScalesUp(t *testing.T) {
 		return append(elasticArgs(ep, "late", i, "--nnodes=2:3", "--rdzv-conf=last_call_timeout=0.3", "--stop-timeout=2s", "--no-python", script), dir)
 	}
 	nodes := startNodes(t, 2, args)
+	logNodesOnFailure(t, nodes)
 	waitStarts(t, dir, "0.2.0", "1.2.0")
 	late, _, lateErr := startGorun(t, testEnv(), args(2)...)
 	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
@@ -193,7 +194,7 @@ func TestElasticLateJoinerScalesUp(t *testing.T) {
 	}
 	for _, c := range all {
 		if code := waitExit(t, c); code != 143 {
-			t.Errorf("exit %d; want 143\n%s", code, lateErr)
+			t.Errorf("exit %d; want 143\nlate node:\n%s", code, lateErr)
 		}
 	}
 }
