@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 )
 
 // maxShortReason bounds a failure's reason in Report.Short.
@@ -18,7 +19,7 @@ const maxShortReason = 100
 // Times are in UTC.
 func (r Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "goodput of run %s on node %s\n", goodputOrDash(r.RunID), goodputOrDash(r.Node))
+	fmt.Fprintf(&b, "goodput of run %s on node %s\n", goodputOrDash(goodputOneLine(r.RunID, 0)), goodputOrDash(goodputOneLine(r.Node, 0)))
 	state := "still running"
 	if r.ExitCode != nil {
 		state = "exit code " + strconv.Itoa(*r.ExitCode)
@@ -157,6 +158,13 @@ func goodputClock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 // goodputOneLine puts s on one line, cut to limit runes when limit > 0.
 func goodputOneLine(s string, limit int) string {
 	s = strings.Join(strings.Fields(s), " ")
+	// The file is input: no terminal escapes reach the screen.
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 	if r := []rune(s); limit > 0 && len(r) > limit {
 		s = string(r[:limit-3]) + "..."
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,6 +50,10 @@ type Preempter interface {
 	// WatchStop delivers the job's stop request once one is recorded;
 	// the channel closes when ctx ends.
 	WatchStop(ctx context.Context) <-chan rendezvous.StopRequest
+	// SucceedStopped is Succeed for workers that exited 0 on the stop
+	// request: the job's outcome is preempted whatever became of the
+	// request's key (rendezvous.ErrPreempted once every node reported).
+	SucceedStopped(ctx context.Context, round rendezvous.Round) error
 }
 
 // errPreemptedIdle: a stop request came while no worker ran.
@@ -156,7 +161,7 @@ func (p *preemptor) fromStore(req rendezvous.StopRequest) {
 		return
 	}
 	p.begin(req)
-	p.cfg.Log.Warnf("the job is asked to stop (%s): telling the workers; they have %v to stop cleanly", req.Reason, p.grace())
+	p.cfg.Log.Warnf("the job is asked to stop (%s): telling the workers; they have %v to stop cleanly", printable(req.Reason), p.grace())
 }
 
 func (p *preemptor) begin(req rendezvous.StopRequest) {
@@ -235,12 +240,24 @@ func (p *preemptor) deadlineTimer() (*time.Timer, <-chan time.Time) {
 // path (ok false), without a restart.
 func (a *Agent) endPreempted(ctx context.Context, round rendezvous.Round, att *attempt, out outcome, layout *logLayout, res Result) (Result, bool) {
 	cfg := &a.cfg
+	// The calls to the store run as the success path's do: a stop signal
+	// ends them (a store that went away must not hold the agent).
+	call := func(fn func(context.Context) error) (syscall.Signal, error) {
+		return a.interruptible(ctx, false, fn)
+	}
 	stopped := func(why string) (Result, bool) {
-		cfg.Log.Errorf("stopped on the stop request (%s): %s", a.pre.req.Reason, why)
-		if _, err := a.rdzv.Fail(ctx, round, "stopped: "+why, false); err != nil {
+		cfg.Log.Errorf("stopped on the stop request (%s): %s", printable(a.pre.req.Reason), why)
+		res.ExitCode, res.Signal = 128+int(syscall.SIGTERM), syscall.SIGTERM
+		sig, err := call(func(ctx context.Context) error {
+			_, err := a.rdzv.Fail(ctx, round, "stopped: "+why, false)
+			return err
+		})
+		switch {
+		case sig != 0:
+			res.ExitCode, res.Signal = 128+int(sig), sig
+		case err != nil:
 			cfg.Log.Errorf("report the stop to the rendezvous: %v", err)
 		}
-		res.ExitCode, res.Signal = 128+int(syscall.SIGTERM), syscall.SIGTERM
 		return res, true
 	}
 	switch {
@@ -253,23 +270,46 @@ func (a *Agent) endPreempted(ctx context.Context, round rendezvous.Round, att *a
 	case out.kind != outcomeSucceeded:
 		return res, false
 	}
-	err := a.rdzv.Succeed(ctx, round)
+	var err error
+	sig, _ := call(func(ctx context.Context) error {
+		if a.pre.rdzv != nil {
+			err = a.pre.rdzv.SucceedStopped(ctx, round)
+		} else {
+			err = a.rdzv.Succeed(ctx, round)
+			if err == nil {
+				err = rendezvous.ErrPreempted // one node, no store: this node's workers are the job
+			}
+		}
+		return err
+	})
 	switch {
-	case err == nil && a.pre.rdzv == nil:
-		err = rendezvous.ErrPreempted // one node, no store: this node's workers are the job
-	}
-	switch {
+	case sig != 0:
+		res.ExitCode, res.Signal = 128+int(sig), sig
+		return res, true
 	case err == nil:
 		cfg.Log.Infof("the job finished before it had to stop")
 		return res, true
 	case errors.Is(err, rendezvous.ErrPreempted):
-		cfg.Log.Warnf("preempted cleanly: every worker saved and exited 0 on the stop request (%s); exiting %d", a.pre.req.Reason, ExitPreempted)
+		cfg.Log.Warnf("preempted cleanly: every worker saved and exited 0 on the stop request (%s); exiting %d", printable(a.pre.req.Reason), ExitPreempted)
 		res.ExitCode, res.Preempted = ExitPreempted, true
 		return res, true
 	case errors.Is(err, rendezvous.ErrRoundEnded):
 		return stopped("the round ended on another node")
+	case errors.Is(err, rendezvous.ErrJobFailed):
+		// Another node's workers did not stop cleanly, or failed: the job
+		// stopped, not preempted.
+		cfg.Log.Errorf("this node's workers saved and exited 0, but the job did not stop cleanly everywhere: %v", err)
+		res.ExitCode, res.Signal = 128+int(syscall.SIGTERM), syscall.SIGTERM
+		return res, true
 	}
 	cfg.Log.Errorf("the job's outcome: %v", err)
 	res.ExitCode = 1
 	return res, true
+}
+
+// printable shows s with control characters escaped: a stop request's
+// reason comes from whoever asked.
+func printable(s string) string {
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }

@@ -22,8 +22,9 @@ type sharedStop struct {
 	requested atomic.Bool
 }
 
-// Succeed is the store's outcome: preempted once a request is recorded.
-func (s *sharedStop) Succeed(ctx context.Context, round rendezvous.Round) error {
+// SucceedStopped is the store's outcome: preempted once a request is
+// recorded.
+func (s *sharedStop) SucceedStopped(ctx context.Context, round rendezvous.Round) error {
 	if s.requested.Load() {
 		return rendezvous.ErrPreempted
 	}

@@ -122,16 +122,38 @@ func (a *Agent) writeReport() {
 	}
 	r, err := a.report()
 	if err == nil {
-		var f *os.File
-		f, err = os.OpenFile(cfg.ReportFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, fileMode)
-		if err == nil {
-			err = r.WriteJSON(f)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
+		err = writeReportFile(cfg.ReportFile, r)
 	}
 	if err != nil {
 		cfg.Log.Errorf("--report %s: %v", cfg.ReportFile, err)
 	}
+}
+
+// writeReportFile writes r to path: a regular file of this user's, made
+// (0600) when absent. A link, a FIFO (opened without blocking, so a
+// planted one cannot hold gorun) or another user's file is refused.
+func writeReportFile(path string, r Report) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, fileMode)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	switch {
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("not a regular file (%v)", st.Mode().Type())
+	case ok && int(sys.Uid) != os.Geteuid():
+		return fmt.Errorf("owned by uid %d, not this user: remove it or name another file", sys.Uid)
+	}
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	if err := r.WriteJSON(f); err != nil {
+		return err
+	}
+	return f.Close()
 }

@@ -131,7 +131,9 @@ func launchAction(c *cli.Context, opts Options) error {
 		}
 	}
 	signal.Notify(sigs, subscribed...)
-	defer signal.Stop(sigs)
+	// Ignored, not reset, once the agent is done: a late signal must not
+	// turn the exit code (75, say) into its own default death.
+	defer signal.Ignore(subscribed...)
 
 	agent, err := launcher.NewAgent(cfg, rdzv, sigs)
 	if err != nil {

@@ -119,13 +119,21 @@ func isRegular(path string) bool {
 
 // readEventsFile reads an events file: a file it cannot open is a usage
 // error (exit 2), bad content exit 1.
+// maxEventsBytes bounds the timeline read: far beyond any real run's
+// (an event is ~200 bytes; a year of restarts every minute is ~100 MiB).
+const maxEventsBytes = 256 << 20
+
 func readEventsFile(path string) ([]launcher.Event, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	// Without blocking, then checked: a FIFO swapped in must not hold us.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, usageError("report: %v", err)
 	}
 	defer f.Close()
-	events, err := launcher.ReadEvents(f)
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, usageError("report: %s is not a regular file", path)
+	}
+	events, err := launcher.ReadEvents(io.LimitReader(f, maxEventsBytes))
 	if err != nil {
 		return nil, cli.Exit(fmt.Sprintf("report: %s: %v", path, err), 1)
 	}

@@ -52,30 +52,39 @@ func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *guard, re
 	}
 	key := k.stop()
 	put := clientv3.OpPut(key, g.seal(key, string(val)))
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(put).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return fmt.Errorf("rendezvous: record the stop request: %w", err)
+	// A stranger's value must not block the job's request: it is replaced
+	// (unless it changed meanwhile), and tried again while strangers keep
+	// writing, until ctx ends. Only a recorded request is a success.
+	for {
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(put).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("rendezvous: record the stop request: %w", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue // removed meanwhile
+		}
+		if _, ok := g.open(key, kvs[0].Value, kvs[0].ModRevision); ok {
+			return nil // the job's own request stands
+		}
+		resp, err = cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).Then(put).Commit()
+		if err != nil {
+			return fmt.Errorf("rendezvous: record the stop request: %w", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		if err := sleep(ctx, rewatchDelay); err != nil {
+			return fmt.Errorf("rendezvous: record the stop request: someone else keeps writing %s: %w", key, err)
+		}
 	}
-	if resp.Succeeded {
-		return nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		return nil // removed meanwhile: the job's agents mended a stranger's
-	}
-	if _, ok := g.open(key, kvs[0].Value, kvs[0].ModRevision); ok {
-		return nil // the job's own request stands
-	}
-	// A stranger's value must not block the job's request: replace it,
-	// unless it changed meanwhile.
-	if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).Then(put).Commit(); err != nil {
-		return fmt.Errorf("rendezvous: record the stop request: %w", err)
-	}
-	return nil
 }
 
 // WatchStop delivers the job's stop request, once, as soon as one is
@@ -172,7 +181,7 @@ func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string
 		return fmt.Errorf("rendezvous: etcd at %v: %w", cli.Endpoints(), err)
 	}
 	if len(resp.Kvs) == 0 {
-		return fmt.Errorf("%w: no job %q in etcd at %v (prefix %s)", errNoJob, runID, cli.Endpoints(), prefix)
+		return fmt.Errorf("%w %q in etcd at %v (prefix %s)", errNoJob, runID, cli.Endpoints(), prefix)
 	}
 	if token == nil {
 		sec, err := cli.Get(ctx, k.secret())
@@ -188,10 +197,26 @@ func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string
 	}
 	g := newGuard(token, log)
 	if _, ok := g.open(k.shape(), resp.Kvs[0].Value, resp.Kvs[0].ModRevision); !ok {
-		return fmt.Errorf("job %q is not sealed with this token: give the job's own (--token-file, GORUN_RDZV_TOKEN)", runID)
+		// A stranger may have just rewritten the shape (the agents mend
+		// it): the version before counts too.
+		prev, err := cli.Get(ctx, k.shape(), clientv3.WithRev(resp.Kvs[0].ModRevision-1))
+		if err != nil || len(prev.Kvs) == 0 {
+			return fmt.Errorf("job %q is not sealed with this token: give the job's own (--token-file, GORUN_RDZV_TOKEN)", runID)
+		}
+		if _, ok := g.open(k.shape(), prev.Kvs[0].Value, prev.Kvs[0].ModRevision); !ok {
+			return fmt.Errorf("job %q is not sealed with this token: give the job's own (--token-file, GORUN_RDZV_TOKEN)", runID)
+		}
+	}
+	if out, err := cli.Get(ctx, k.outcome()); err == nil && len(out.Kvs) > 0 {
+		if v, ok := g.open(k.outcome(), out.Kvs[0].Value, out.Kvs[0].ModRevision); ok {
+			return fmt.Errorf("%w: job %q is over (%s)", errJobOver, runID, v)
+		}
 	}
 	return requestStop(ctx, cli, k, g, req)
 }
 
+// errJobOver: the job already has its outcome.
+var errJobOver = errors.New("nothing to stop")
+
 // errNoJob: the store holds no job of that id.
-var errNoJob = errors.New("rendezvous: no such job")
+var errNoJob = errors.New("no job")

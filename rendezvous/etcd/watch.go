@@ -245,6 +245,25 @@ func (r *Rendezvous) failOnce(ctx context.Context, t int, reason string, retriab
 // member succeeded, ErrRoundEnded when the round ended (this node must
 // join the next one), ErrJobFailed when the job failed elsewhere.
 func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error {
+	return r.succeedAs(ctx, round, doneOK)
+}
+
+// SucceedStopped is Succeed for workers that exited 0 on the job's stop
+// request: the job's outcome is then preempted, even if the request's
+// key is gone by the time the last node reports (a stranger may delete
+// it on an etcd without access control).
+func (r *Rendezvous) SucceedStopped(ctx context.Context, round rendezvous.Round) error {
+	return r.succeedAs(ctx, round, doneStopped)
+}
+
+// The values of a node's done key: its workers succeeded, or stopped
+// cleanly on the stop request.
+const (
+	doneOK      = "ok"
+	doneStopped = "stopped"
+)
+
+func (r *Rendezvous) succeedAs(ctx context.Context, round rendezvous.Round, how string) error {
 	t := round.Number
 	for renewed := false; ; renewed = true {
 		if r.lease.Load().lost() {
@@ -260,7 +279,7 @@ func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error 
 		}
 		wctx, cancel, lease := r.whileLeased(ctx)
 		_, err := retryBrokenWatch(wctx, r.cfg.Log, fmt.Sprintf("round %d's outcome", t), func() (struct{}, error) {
-			return struct{}{}, r.succeed(wctx, t, round.GroupWorldSize, lease.id)
+			return struct{}{}, r.succeed(wctx, t, round.GroupWorldSize, lease.id, how)
 		})
 		cancel()
 		if err != nil && lease.lost() && ctx.Err() == nil {
@@ -273,12 +292,12 @@ func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error 
 	}
 }
 
-func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3.LeaseID) error {
+func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3.LeaseID, how string) error {
 	wctx := ctx
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
 	put, err := r.cli.Txn(ctx).
 		If(r.is(r.k.round(), strconv.Itoa(t))).
-		Then(r.put(r.k.done(t, r.id), "ok", clientv3.WithLease(lease)),
+		Then(r.put(r.k.done(t, r.id), how, clientv3.WithLease(lease)),
 			clientv3.OpGet(r.k.donePrefix(t), clientv3.WithPrefix(), clientv3.WithCountOnly())).
 		Commit()
 	if err != nil {
@@ -292,21 +311,11 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 	// this job's (a stranger's done key must not end the job early).
 	// With a stop request recorded, the job did not finish: it stopped
 	// cleanly, and is preempted.
-	if int(put.Responses[1].GetResponseRange().Count) >= members && r.allDone(ctx, t, members) {
-		outcome := "succeeded in round " + strconv.Itoa(t)
-		c, _, err := r.readControl(ctx)
-		if err != nil {
-			return err
-		}
-		if c.stop != nil {
-			outcome = preemptedPrefix + strconv.Itoa(t) + ": " + c.stop.Reason
-		}
-		_, err = r.cli.Txn(ctx).
-			If(r.is(r.k.round(), strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
-			Then(r.put(r.k.outcome(), clip(outcome))).
-			Commit()
-		if err != nil {
-			return err
+	if int(put.Responses[1].GetResponseRange().Count) >= members {
+		if done, stopped := r.allDone(ctx, t, members); done {
+			if err := r.recordOutcome(ctx, t, stopped); err != nil {
+				return err
+			}
 		}
 	}
 	c, _, err := r.readControl(ctx)
@@ -334,6 +343,28 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 	}
 }
 
+// recordOutcome records the outcome of round t, whose members all
+// reported: preempted when a stop request is recorded or a member's
+// workers stopped on one, else succeeded.
+func (r *Rendezvous) recordOutcome(ctx context.Context, t int, stopped bool) error {
+	outcome := "succeeded in round " + strconv.Itoa(t)
+	c, _, err := r.readControl(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.stop != nil:
+		outcome = preemptedPrefix + strconv.Itoa(t) + ": " + c.stop.Reason
+	case stopped:
+		outcome = preemptedPrefix + strconv.Itoa(t) + ": a node's workers stopped on the job's stop request"
+	}
+	_, err = r.cli.Txn(ctx).
+		If(r.is(r.k.round(), strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
+		Then(r.put(r.k.outcome(), clip(outcome))).
+		Commit()
+	return err
+}
+
 // maxReasonLen bounds the reason a round's end records.
 const maxReasonLen = 4 << 10
 
@@ -347,20 +378,25 @@ func clip(reason string) string {
 
 // allDone reports whether at least members of the done keys of round t
 // are this job's; the others are removed.
-func (r *Rendezvous) allDone(ctx context.Context, t, members int) bool {
+func (r *Rendezvous) allDone(ctx context.Context, t, members int) (done, stopped bool) {
 	resp, err := r.cli.Get(ctx, r.k.donePrefix(t), clientv3.WithPrefix())
 	if err != nil {
-		return false
+		return false, false
 	}
 	valid := 0
 	for _, kv := range resp.Kvs {
-		if v, ok := r.g.open(string(kv.Key), kv.Value, kv.ModRevision); ok && string(v) == "ok" {
+		v, ok := r.g.open(string(kv.Key), kv.Value, kv.ModRevision)
+		switch {
+		case ok && string(v) == doneOK:
 			valid++
-		} else {
+		case ok && string(v) == doneStopped:
+			valid++
+			stopped = true
+		default:
 			r.deleteIfUnchanged(ctx, kv)
 		}
 	}
-	return valid >= members
+	return valid >= members, stopped
 }
 
 // openNode opens and checks the join record kv of node id; a refused one

@@ -57,8 +57,8 @@ func stopAction(c *cli.Context) error {
 	req := rendezvous.StopRequest{Reason: c.String("reason")}
 	if v := c.String("grace"); v != "" {
 		g, err := cmdline.ParseSeconds("grace", v)
-		if err != nil || g <= 0 {
-			return cli.Exit(fmt.Sprintf("--grace=%q: want a duration above 0, such as 60s", v), 2)
+		if err != nil || g <= 0 || g > 24*time.Hour {
+			return cli.Exit(fmt.Sprintf("--grace=%q: want a duration above 0 and at most 24h, such as 60s", v), 2)
 		}
 		req.Grace = g
 	}
@@ -118,7 +118,7 @@ func stopAction(c *cli.Context) error {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return cli.Exit(fmt.Sprintf("gorun stop: no store answered at %s within %v (is the job running, and is this its --rdzv-endpoint? a single-node job has no store: send its gorun SIGTERM): %v", strings.Join(endpoints, ","), stopTimeout, err), 1)
 		}
-		return cli.Exit("gorun stop: "+err.Error(), 1)
+		return cli.Exit(err.Error(), 1)
 	}
 	grace := "each node's --preempt-grace"
 	if req.Grace > 0 {
