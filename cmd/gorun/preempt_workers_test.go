@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -10,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gorun-dev/gorun/comm"
 )
@@ -63,7 +68,7 @@ func testPreemptWorkers(t *testing.T, w preemptWorkers) {
 	// The uninterrupted run, at the same time as the others.
 	refDone := make(chan result, 1)
 	go func() {
-		r, err := execGorun(testEnv(), append([]string{nproc}, w.argv()...)...)
+		r, err := execGorunDiagnosed(testEnv("PYTHONFAULTHANDLER=1"), append([]string{nproc}, w.argv()...)...)
 		if err != nil {
 			r = result{stderr: err.Error(), code: -1}
 		}
@@ -207,4 +212,52 @@ func worker(t *testing.T, gorun int, marker string, rank int) (int, map[string]s
 		return false
 	})
 	return pid, env
+}
+
+// execGorunDiagnosed is execGorun for a run that should end on its own
+// (the uninterrupted reference run): past 90 s it records the process
+// tree and makes gorun and its workers print their stacks (SIGABRT: Go's
+// dump, Python's faulthandler) before the kill, into stderr. (Once, in a
+// full suite, this run never exited after its last line; this is how to
+// see where it hangs, should it again.)
+func execGorunDiagnosed(env []string, args ...string) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gorunBin, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return result{}, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(90 * time.Second):
+		tree, _ := exec.Command("ps", "-eo", "pid,ppid,stat,wchan:32,args", "--forest").Output()
+		for _, line := range strings.Split(string(tree), "\n") {
+			if strings.Contains(line, strconv.Itoa(cmd.Process.Pid)) || strings.Contains(line, "train_ddp") || strings.Contains(line, "ddp --steps") {
+				stderr.WriteString("ps: " + line + "\n")
+			}
+		}
+		out, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
+		for _, f := range strings.Fields(string(out)) {
+			if pid, perr := strconv.Atoi(f); perr == nil {
+				_ = syscall.Kill(pid, syscall.SIGABRT)
+			}
+		}
+		_ = cmd.Process.Signal(syscall.SIGABRT)
+		err = <-exited
+	}
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		return result{}, err
+	}
+	return result{stdout.String(), stderr.String(), code}, nil
 }
