@@ -327,7 +327,9 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 		case errors.Is(err, errRetry):
 			unreachable = time.Time{}
 			continue
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		case jctx.Err() != nil && ctx.Err() == nil:
+			// The join's own deadline: a single call's (a lease grant
+			// bounded by callTimeout) is an unreachable etcd, below.
 			if errors.Is(err, errEtcd) {
 				lastErr = err
 			}
