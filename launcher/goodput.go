@@ -89,6 +89,10 @@ type goodputSegment struct {
 type goodputTimeline struct {
 	cursor time.Time
 	segs   []goodputSegment
+	// next is the first rendezvous event waitFor has not passed: the
+	// events are in time order and the cursor only moves on, so the
+	// whole report is linear in the events.
+	next int
 }
 
 // add charges [cursor, to) to cat and moves the cursor to to; a to before
@@ -105,10 +109,11 @@ func (tl *goodputTimeline) add(to time.Time, cat string, attempt, failure int) {
 // rendezvous event with Spare until the next rendezvous event or to.
 func (tl *goodputTimeline) waitFor(to time.Time, rdzv []Event) {
 	cat := GoodputRendezvous
-	for _, e := range rdzv {
-		if e.Time.Before(tl.cursor) || !e.Time.Before(to) {
-			continue
-		}
+	for tl.next < len(rdzv) && rdzv[tl.next].Time.Before(tl.cursor) {
+		tl.next++
+	}
+	for ; tl.next < len(rdzv) && rdzv[tl.next].Time.Before(to); tl.next++ {
+		e := rdzv[tl.next]
 		tl.add(e.Time, cat, -1, -1)
 		cat = GoodputRendezvous
 		if e.Spare {
