@@ -40,6 +40,9 @@ const (
 	// publishTimeout bounds recording a stop request in the store: the
 	// workers are told once it is recorded, or past this anyway.
 	publishTimeout = 5 * time.Second
+	// stopReportTimeout bounds telling the store that a stop request
+	// ended the job without a clean stop.
+	stopReportTimeout = 10 * time.Second
 )
 
 // Preempter is a rendezvous that shares stop requests among the job's
@@ -249,6 +252,10 @@ func (a *Agent) endPreempted(ctx context.Context, round rendezvous.Round, att *a
 		cfg.Log.Errorf("stopped on the stop request (%s): %s", printable(a.pre.req.Reason), why)
 		res.ExitCode, res.Signal = 128+int(syscall.SIGTERM), syscall.SIGTERM
 		sig, err := call(func(ctx context.Context) error {
+			// Best effort, and short: the job is stopping everywhere, and
+			// the node hosting the store may be gone already.
+			ctx, cancel := context.WithTimeout(ctx, stopReportTimeout)
+			defer cancel()
 			_, err := a.rdzv.Fail(ctx, round, "stopped: "+why, false)
 			return err
 		})

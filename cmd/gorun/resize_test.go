@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // tp2pp2 is a plan valid at 4 and 8 workers (2 and 4 nodes of 2), not at
@@ -267,5 +268,45 @@ func TestPreemptionEndsTheSpare(t *testing.T) {
 	}
 	if n := len(ups(dir)); n != 4 {
 		t.Errorf("%d worker starts; want the first round's 4 only", n)
+	}
+}
+
+// TestStopOutlivesTheStoreHost: the node hosting the store is killed
+// while a stop request runs out its grace on the other node (whose
+// workers ignore the stop): that node still stops its workers and exits
+// 143 promptly, instead of retrying its report to the gone store for
+// connect_timeout (60 s).
+func TestStopOutlivesTheStoreHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := writeScript(t, `trap '' TERM
+touch "$1/up.$RANK.$$"
+while :; do sleep 0.05; done
+`)
+	args := func(i int) []string {
+		return append(elasticArgs(ep, "stop-host", i, "--nnodes=2", "--nproc-per-node=1", "--preempt-grace=2s", "--stop-timeout=1s", "--no-python", script), dir)
+	}
+	nodes := startNodes(t, 2, args)
+	logNodesOnFailure(t, nodes)
+	waitFor(t, "both workers", func() bool { m, _ := filepath.Glob(filepath.Join(dir, "up.*")); return len(m) == 2 })
+	host, other := nodes[0], nodes[1]
+	if !strings.Contains(host.stderr.String(), "hosting the job's embedded etcd") {
+		host, other = other, host
+	}
+	if err := other.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the store host to learn the stop request", func() bool { return strings.Contains(host.stderr.String(), "the job is asked to stop") })
+	if err := host.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = host.cmd.Wait()
+	killed := time.Now()
+	if code := waitExit(t, other.cmd); code != 143 {
+		t.Errorf("exit %d; want 143 (stopped past the grace)", code)
+	}
+	if took := time.Since(killed); took > 30*time.Second {
+		t.Errorf("the node took %v to exit after the store host died; want well under connect_timeout", took)
 	}
 }
