@@ -317,7 +317,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	reason := "workers failed"
 	if len(failures) > 0 {
 		f := failures[0]
-		reason = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, describeExit(exitStatus{Code: f.ExitCode, Signal: f.Signal}))
+		reason = f.reason()
 	}
 	if a.pre.active() && retriable {
 		retriable, why = false, "the job is stopping on a stop request ("+a.pre.req.Reason+")"

@@ -61,7 +61,7 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 	case outcomeFailed:
 		if len(out.failures) > 0 {
 			f := out.failures[0]
-			ev.Reason = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, describeExit(exitStatus{Code: f.ExitCode, Signal: f.Signal}))
+			ev.Reason = f.reason()
 		}
 	case outcomeInterrupted:
 		ev.Reason = out.event.Reason
@@ -74,6 +74,12 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 		ev.FirstProgress, ev.LastProgress, ev.Step, ev.FirstStep = p.FirstTime, p.Time, p.Step, p.FirstStep
 	}
 	a.events.Record(ev)
+}
+
+// reason is the failure in a few words, for the rendezvous and the
+// timeline: "rank 1 on host7 exited with code 3".
+func (f Failure) reason() string {
+	return fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, describeExit(exitStatus{Code: f.ExitCode, Signal: f.Signal}))
 }
 
 // endHow names an attempt's end for the timeline.

@@ -91,7 +91,12 @@ func execGorun(env []string, args ...string) (result, error) {
 	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	return runResult(cmd.Run(), &stdout, &stderr)
+}
+
+// runResult is the result of a gorun run that ended with err (from
+// Run or Wait): its exit code, or err itself if it did not run.
+func runResult(err error, stdout, stderr *bytes.Buffer) (result, error) {
 	code := 0
 	var ee *exec.ExitError
 	switch {

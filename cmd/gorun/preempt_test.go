@@ -98,17 +98,6 @@ func preemptStopStep(t *testing.T, out string, world, after int) int {
 	return next
 }
 
-// preemptFinal is rank 0's "final loss=... checksum=... world=..." line
-// in a job's stdout (prefixed with the global rank); "" unless exactly
-// one.
-func preemptFinal(out string) string {
-	lines := linesWithPrefix(out, "[default0]:final loss=")
-	if len(lines) != 1 {
-		return ""
-	}
-	return "final loss=" + lines[0]
-}
-
 // preemptReport is the part of --report's JSON these tests read.
 type preemptReport struct {
 	ExitCode int                `json:"exit_code"`
@@ -192,7 +181,7 @@ func TestPreemptTwoNodeDDP(t *testing.T) {
 	}
 
 	preemptWaitAll(t, "uninterrupted run", ref, 0)
-	want := preemptFinal(preemptStdout(ref))
+	want := finalLine(preemptStdout(ref))
 	if want == "" || !strings.HasSuffix(want, " world=4") {
 		t.Fatalf("uninterrupted run's final line %q:\n%s", want, preemptStdout(ref))
 	}
@@ -206,7 +195,7 @@ func TestPreemptTwoNodeDDP(t *testing.T) {
 	if steps := linesWithPrefix(out, "[default0]:step "); len(steps) == 0 || !strings.HasPrefix(steps[0], strconv.Itoa(next)+" ") {
 		t.Errorf("resumed run's first step %.40q; want step %d", steps, next)
 	}
-	if got := preemptFinal(out); got != want {
+	if got := finalLine(out); got != want {
 		t.Errorf("resumed run ends %q; the uninterrupted run %q", got, want)
 	}
 }
@@ -253,7 +242,7 @@ func TestPreemptTorchGloo(t *testing.T) {
 	}
 
 	preemptWaitAll(t, "uninterrupted run", ref, 0)
-	want := preemptFinal(preemptStdout(ref))
+	want := finalLine(preemptStdout(ref))
 	if want == "" || !strings.HasSuffix(want, " world=2") {
 		t.Fatalf("uninterrupted run's final line %q:\n%s", want, preemptStdout(ref))
 	}
@@ -263,7 +252,7 @@ func TestPreemptTorchGloo(t *testing.T) {
 	if w := "[default0]:resumed at step " + strconv.Itoa(next) + "\n"; !strings.Contains(out, w) {
 		t.Errorf("resumed run lacks %q:\n%s", w, out)
 	}
-	if got := preemptFinal(out); got != want {
+	if got := finalLine(out); got != want {
 		t.Errorf("resumed run ends %q; the uninterrupted run %q", got, want)
 	}
 }

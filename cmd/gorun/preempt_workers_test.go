@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,8 +58,6 @@ type preemptWorkers struct {
 	stepLine string                         // prefix of rank 0's per-step lines
 	files    []string                       // the checkpoint's files in its directory
 }
-
-var stoppingRE = regexp.MustCompile(`(?m)^\[default(\d)\]:rank (\d) stopping at step (\d+)$`)
 
 func testPreemptWorkers(t *testing.T, w preemptWorkers) {
 	const nproc = "--nproc-per-node=2"
@@ -151,21 +147,9 @@ func testPreemptWorkers(t *testing.T, w preemptWorkers) {
 // returns it (the next step to run).
 func stopStep(t *testing.T, out string) int {
 	t.Helper()
-	m := stoppingRE.FindAllStringSubmatch(out, -1)
-	if len(m) != 2 {
-		t.Fatalf("%d stop lines; want one per rank:\n%s", len(m), out)
-	}
-	ranks := []string{m[0][2], m[1][2]}
-	slices.Sort(ranks)
-	if !slices.Equal(ranks, []string{"0", "1"}) || m[0][1] != m[0][2] || m[1][1] != m[1][2] {
-		t.Fatalf("stop lines %q; want one of rank 0 and one of rank 1", m)
-	}
-	if m[0][3] != m[1][3] {
-		t.Fatalf("rank %s stopped at step %s, rank %s at %s; want the same step", m[0][2], m[0][3], m[1][2], m[1][3])
-	}
-	next, _ := strconv.Atoi(m[0][3])
-	if next < 4 || next >= 30 {
-		t.Fatalf("stopped at step %d; want one after step 3 and before 30", next)
+	next := preemptStopStep(t, out, 2, 3)
+	if next >= 30 {
+		t.Fatalf("stopped at step %d; want one before the end, 30", next)
 	}
 	return next
 }
@@ -251,13 +235,5 @@ func execGorunDiagnosed(env []string, args ...string) (result, error) {
 		_ = cmd.Process.Signal(syscall.SIGABRT)
 		err = <-exited
 	}
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		return result{}, err
-	}
-	return result{stdout.String(), stderr.String(), code}, nil
+	return runResult(err, &stdout, &stderr)
 }

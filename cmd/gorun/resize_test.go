@@ -129,24 +129,34 @@ func TestElasticPlanResizes(t *testing.T) {
 	}
 }
 
+// startWithSpare starts a job of the TP2 PP2 plan under --nnodes=2:3
+// with 2 workers per node running worker (given dir and the node's
+// index): two nodes, then, once they run, a third that waits as a spare.
+func startWithSpare(t *testing.T, dir, run, worker, conf string) []*node {
+	t.Helper()
+	plan := writePlan(t, tp2pp2)
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := writeScript(t, worker)
+	args := func(i int) []string {
+		return append(elasticArgs(ep, run, i, "--nnodes=2:3", "--nproc-per-node=2", "--plan", plan,
+			conf, "--no-python", script), dir, strconv.Itoa(i))
+	}
+	nodes := startNodes(t, 2, args)
+	logNodesOnFailure(t, nodes)
+	waitFor(t, "the 2-node round", func() bool { return countWorld(dir, 4) == 4 })
+	spare := startNodes(t, 1, func(int) []string { return args(2) })
+	logNodesOnFailure(t, spare)
+	waitFor(t, "node 2 waiting as a spare", func() bool { return strings.Contains(spare[0].stderr.String(), "waits as a hot spare") })
+	return append(nodes, spare...)
+}
+
 // TestSpareTakesALostNodesPlace: a 3-node job whose plan is valid at 2
 // nodes runs with 1 spare, which starts no worker; SIGKILL of a member's
 // agent brings the spare in, and the job keeps its size and layout.
 func TestSpareTakesALostNodesPlace(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	plan := writePlan(t, tp2pp2)
-	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
-	script := writeScript(t, resizeWorker)
-	args := func(i int) []string {
-		return append(elasticArgs(ep, "spare", i, "--nnodes=2:3", "--nproc-per-node=2", "--plan", plan,
-			"--rdzv-conf=lease_ttl=2,last_call_timeout=30", "--no-python", script), dir, strconv.Itoa(i))
-	}
-	nodes := startNodes(t, 2, args)
-	logNodesOnFailure(t, nodes)
-	waitFor(t, "the 2-node round", func() bool { return countWorld(dir, 4) == 4 })
-	nodes = append(nodes, startNodes(t, 1, func(int) []string { return args(2) })...)
-	waitFor(t, "node 2 waiting as a spare", func() bool { return strings.Contains(nodes[2].stderr.String(), "waits as a hot spare") })
+	nodes := startWithSpare(t, dir, "spare", resizeWorker, "--rdzv-conf=lease_ttl=2,last_call_timeout=30")
 	if err := nodes[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -245,19 +255,8 @@ func TestPlanWorldSizes(t *testing.T) {
 func TestPreemptionEndsTheSpare(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	plan := writePlan(t, tp2pp2)
-	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
-	script := writeScript(t, `trap '[ -e "$GORUN_STOP_FILE" ] && exit 0; exit 143' TERM
-`+resizeWorker)
-	args := func(i int) []string {
-		return append(elasticArgs(ep, "spare-stop", i, "--nnodes=2:3", "--nproc-per-node=2", "--plan", plan,
-			"--rdzv-conf=last_call_timeout=1", "--no-python", script), dir, strconv.Itoa(i))
-	}
-	nodes := startNodes(t, 2, args)
-	logNodesOnFailure(t, nodes)
-	waitFor(t, "the 2-node round", func() bool { return countWorld(dir, 4) == 4 })
-	nodes = append(nodes, startNodes(t, 1, func(int) []string { return args(2) })...)
-	waitFor(t, "node 2 waiting as a spare", func() bool { return strings.Contains(nodes[2].stderr.String(), "waits as a hot spare") })
+	nodes := startWithSpare(t, dir, "spare-stop", `trap '[ -e "$GORUN_STOP_FILE" ] && exit 0; exit 143' TERM
+`+resizeWorker, "--rdzv-conf=last_call_timeout=1")
 	if err := nodes[1].cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

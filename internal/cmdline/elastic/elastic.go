@@ -126,6 +126,41 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 	return c, nil
 }
 
+// isEmbedded says whether backend is the embedded store's (c10d,
+// embedded) rather than an external etcd's.
+func isEmbedded(backend string) bool { return backend != "etcd" && backend != "etcd-v2" }
+
+// parseEndpoints reads --rdzv-endpoint (host[:port][,...]), with the
+// embedded store's default port or etcd's.
+func parseEndpoints(list string, embedded bool) ([]string, error) {
+	defPort := defaultEtcdPort
+	if embedded {
+		defPort = defaultEmbeddedPort
+	}
+	var endpoints []string
+	for _, ep := range strings.Split(list, ",") {
+		host, port, err := rendezvous.SplitEndpoint(strings.TrimSpace(ep), defPort)
+		if err != nil {
+			return nil, fmt.Errorf("--rdzv-endpoint: %w", err)
+		}
+		endpoints = append(endpoints, net.JoinHostPort(host, strconv.Itoa(port)))
+	}
+	return endpoints, nil
+}
+
+// clientTLS is the client's TLS from --rdzv-conf cacert, cert and key;
+// nil without them.
+func (c conf) clientTLS() (*tls.Config, error) {
+	if c.tls.TrustedCAFile == "" && c.tls.CertFile == "" {
+		return nil, nil
+	}
+	cfg, err := c.tls.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--rdzv-conf TLS files: %w", err)
+	}
+	return cfg, nil
+}
+
 // Rendezvous connects to etcd (starting the embedded store first when this
 // node hosts it) and joins the job.
 func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (launcher.Rendezvous, func(), error) {
@@ -134,18 +169,10 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	if err != nil {
 		return nil, nil, usage(err)
 	}
-	embedded := spec.Backend != "etcd" && spec.Backend != "etcd-v2"
-	defPort := defaultEtcdPort
-	if embedded {
-		defPort = defaultEmbeddedPort
-	}
-	var endpoints []string
-	for _, ep := range strings.Split(spec.Endpoint, ",") {
-		host, port, err := rendezvous.SplitEndpoint(strings.TrimSpace(ep), defPort)
-		if err != nil {
-			return nil, nil, usage(fmt.Errorf("--rdzv-endpoint: %w", err))
-		}
-		endpoints = append(endpoints, net.JoinHostPort(host, strconv.Itoa(port)))
+	embedded := isEmbedded(spec.Backend)
+	endpoints, err := parseEndpoints(spec.Endpoint, embedded)
+	if err != nil {
+		return nil, nil, usage(err)
 	}
 	addr := spec.LocalAddr
 	if addr == "" {
@@ -209,12 +236,10 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		}
 	}
 
-	var tlsCfg *tls.Config
-	if c.tls.TrustedCAFile != "" || c.tls.CertFile != "" {
-		if tlsCfg, err = c.tls.ClientConfig(); err != nil {
-			release()
-			return nil, nil, fmt.Errorf("--rdzv-conf TLS files: %w", err)
-		}
+	tlsCfg, err := c.clientTLS()
+	if err != nil {
+		release()
+		return nil, nil, err
 	}
 	ccfg := clientv3.Config{
 		Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,

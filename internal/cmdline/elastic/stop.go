@@ -2,11 +2,8 @@ package elastic
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -70,19 +67,10 @@ func stopAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	backend := c.String("rdzv-backend")
-	embedded := backend != "etcd" && backend != "etcd-v2"
-	defPort := defaultEtcdPort
-	if embedded {
-		defPort = defaultEmbeddedPort
-	}
-	var endpoints []string
-	for _, ep := range strings.Split(c.String("rdzv-endpoint"), ",") {
-		host, port, err := rendezvous.SplitEndpoint(strings.TrimSpace(ep), defPort)
-		if err != nil {
-			return cli.Exit("--rdzv-endpoint: "+err.Error(), 2)
-		}
-		endpoints = append(endpoints, net.JoinHostPort(host, strconv.Itoa(port)))
+	embedded := isEmbedded(c.String("rdzv-backend"))
+	endpoints, err := parseEndpoints(c.String("rdzv-endpoint"), embedded)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
 	}
 	ctx, cancel := context.WithTimeout(c.Context, stopTimeout)
 	defer cancel()
@@ -102,11 +90,9 @@ func stopAction(c *cli.Context) error {
 	if embedded && conf.user == "" {
 		conf.user, conf.password = etcdrdzv.EtcdUser, token.EtcdPassword()
 	}
-	var tlsCfg *tls.Config
-	if conf.tls.TrustedCAFile != "" || conf.tls.CertFile != "" {
-		if tlsCfg, err = conf.tls.ClientConfig(); err != nil {
-			return cli.Exit(fmt.Sprintf("--rdzv-conf TLS files: %v", err), 2)
-		}
+	tlsCfg, err := conf.clientTLS()
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
 	}
 	cli3, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
 		Username: conf.user, Password: conf.password, Logger: zap.NewNop(), Context: ctx})
