@@ -380,7 +380,7 @@ func TestAgentBackoffInterruptedBySignal(t *testing.T) {
 		grace time.Duration
 		code  int
 	}{{DefaultPreemptGrace, ExitPreempted}, {0, 143}} {
-		cfg, _, _ := shellConfig(t, 1, `echo x > $DIR/ran; exit 1`)
+		cfg, _, stderr := shellConfig(t, 1, `echo x > $DIR/ran; exit 1`)
 		cfg.MaxRestarts = 1
 		cfg.RestartBackoff = time.Hour
 		cfg.RestartBackoffMax = time.Hour
@@ -391,7 +391,9 @@ func TestAgentBackoffInterruptedBySignal(t *testing.T) {
 			res, _ := runAgent(t, cfg, sigs)
 			done <- res
 		}()
-		waitFor(t, "first attempt", func() bool { _, err := os.Stat(filepath.Join(dirOf(cfg), "ran")); return err == nil })
+		// In the backoff, not while the failing worker still runs (a stop
+		// request then makes its failure final: exit 1).
+		waitFor(t, "the backoff", func() bool { return strings.Contains(stderr.String(), "before restarting") })
 		sigs <- syscall.SIGTERM
 		if res := <-done; res.ExitCode != tt.code {
 			t.Fatalf("grace %v: Run = %+v; want exit %d during the backoff", tt.grace, res, tt.code)
