@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,13 @@ func freeAddrs(t *testing.T, n int) []string {
 // once, member i with tokens[i], and returns them with their errors.
 func startCluster(t *testing.T, tokens []Token, ready time.Duration) ([]*Server, []error, []string) {
 	t.Helper()
-	addrs := freeAddrs(t, 2*len(tokens))
+	return startClusterAt(t, freeAddrs(t, 2*len(tokens)), tokens, ready)
+}
+
+// startClusterAt is startCluster with the members' peer addresses, then
+// their client addresses, in addrs.
+func startClusterAt(t *testing.T, addrs []string, tokens []Token, ready time.Duration) ([]*Server, []error, []string) {
+	t.Helper()
 	peers, clients := addrs[:len(tokens)], addrs[len(tokens):]
 	servers := make([]*Server, len(tokens))
 	errs := make([]error, len(tokens))
@@ -105,6 +112,44 @@ func TestClusterSurvivesAMember(t *testing.T) {
 	r, err := cli.Get(ctx, DefaultPrefix+"/job/k")
 	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "before" {
 		t.Fatalf("get after losing member 0: %v, %v", r, err)
+	}
+}
+
+// TestClusterOfHostNames: members named by host name (as a Slurm node
+// list names them), not by address, form a store: etcd binds only
+// addresses, so each member listens at its name's address and advertises
+// the name.
+func TestClusterOfHostNames(t *testing.T) {
+	// This machine's name ("localhost" would not do: etcd takes that
+	// one as an address).
+	name, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.LookupHost(name); err != nil {
+		t.Skipf("SKIPPED: this machine's name %q does not resolve: %v", name, err)
+	}
+	addrs := freeAddrs(t, 6)
+	for i, a := range addrs {
+		addrs[i] = strings.Replace(a, "127.0.0.1:", name+":", 1)
+	}
+	token := Token("gorun-cluster-test-token-names-0123")
+	_, errs, clients := startClusterAt(t, addrs, []Token{token, token, token}, 30*time.Second)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d at %s: %v", i, addrs[i], err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: clients, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Username: EtcdUser, Password: token.EtcdPassword()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, DefaultPrefix+"/names", "ok"); err != nil {
+		t.Fatalf("put through members named %v: %v", clients, err)
 	}
 }
 

@@ -80,9 +80,11 @@ type ServerConfig struct {
 	Member  int
 
 	// peerTLS is the member's peer TLS and authToken etcd's auth token
-	// setting, made by StartServer.
-	peerTLS   transport.TLSInfo
-	authToken string
+	// setting, made by StartServer; peerListen is the address the peer
+	// port binds (PeerAddr, or this member's, with a host name resolved).
+	peerTLS    transport.TLSInfo
+	authToken  string
+	peerListen string
 }
 
 // clustered reports whether cfg is a member of a store of several.
@@ -135,13 +137,15 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	ec.GRPCKeepAliveMinTime = ClientKeepAliveTime / 2
 	if !cfg.clustered() {
 		peer := url.URL{Scheme: "http", Host: cfg.PeerAddr}
-		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: cfg.peerListen}}, []url.URL{peer}
 		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 		return ec
 	}
 	ec.Name = memberName(cfg.Member)
-	peer := url.URL{Scheme: "https", Host: cfg.Cluster[cfg.Member]}
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	// Listen on the address, advertise the name the members were given:
+	// each peer resolves it its own way.
+	ec.ListenPeerUrls = []url.URL{{Scheme: "https", Host: cfg.peerListen}}
+	ec.AdvertisePeerUrls = []url.URL{{Scheme: "https", Host: cfg.Cluster[cfg.Member]}}
 	var initial []string
 	for i, addr := range cfg.Cluster {
 		initial = append(initial, memberName(i)+"=https://"+addr)
@@ -199,6 +203,16 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	// etcd binds IP literals only: a host name (a Slurm node's) is bound
+	// at its address on this host.
+	var err error
+	if cfg.peerListen, err = ListenAddress(ctx, cfg.PeerAddr); err != nil {
+		return nil, fmt.Errorf("embedded etcd: peer address: %w", err)
+	}
+	clientListen, err := ListenAddress(ctx, cfg.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: client address: %w", err)
 	}
 	level, err := zap.ParseAtomicLevel(cfg.LogLevel)
 	if err != nil {
@@ -261,7 +275,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	RaiseFileLimit()
 	// The client port is bound now and opened once authentication is on.
 	socket := filepath.Join(s.runDir, "client.sock")
-	if s.port, err = bindClientPort(cfg.ClientAddr, socket); err != nil {
+	if s.port, err = bindClientPort(clientListen, socket); err != nil {
 		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
 	}
 	scheme, socketScheme := "http", "unix"
@@ -276,7 +290,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		ec.ClientTLSInfo = transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.TrustedCAFile, ClientCertAuth: cfg.TrustedCAFile != ""}
 	}
 	ec.ListenClientUrls = []url.URL{{Scheme: socketScheme, Path: socket}}
-	ec.AdvertiseClientUrls = []url.URL{{Scheme: scheme, Host: s.port.addr()}}
+	ec.AdvertiseClientUrls = []url.URL{{Scheme: scheme, Host: advertised(cfg.ClientAddr, s.port.addr())}}
 	if err := ec.Validate(); err != nil {
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	}
@@ -311,6 +325,21 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 
 // Endpoints returns the addresses clients connect to (host:port).
 func (s *Server) Endpoints() []string { return []string{s.port.addr()} }
+
+// advertised is the client address to advertise for the one asked for
+// (given) once bound (bound): the bound port, at the host asked for
+// unless the bind took a specific address of it.
+func advertised(given, bound string) string {
+	host, _, err := net.SplitHostPort(given)
+	bhost, bport, berr := net.SplitHostPort(bound)
+	if err != nil || berr != nil || host == "" {
+		return bound
+	}
+	if ip := net.ParseIP(bhost); ip != nil && ip.IsUnspecified() {
+		return net.JoinHostPort(host, bport)
+	}
+	return bound
+}
 
 // Err delivers a fatal server error; it is closed when the server stops.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }

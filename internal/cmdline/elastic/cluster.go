@@ -68,9 +68,9 @@ func storeMembers(kv map[string]string, spec cmdline.ElasticSpec, defPort int) (
 }
 
 // memberIndex returns the member this node hosts, -1 for none.
-func memberIndex(members []storeMember, localAddr string) int {
+func memberIndex(ctx context.Context, members []storeMember, localAddr string) int {
 	for i, m := range members {
-		if isLocal(m.client, localAddr) {
+		if isLocal(ctx, m.client, localAddr) {
 			return i
 		}
 	}

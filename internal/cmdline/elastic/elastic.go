@@ -192,10 +192,10 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		log.Warnf("--rdzv-conf store_hosts is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", spec.Backend)
 	}
 	member := -1
-	host := embedded && isLocal(endpoints[0], spec.LocalAddr)
+	host := embedded && isLocal(ctx, endpoints[0], spec.LocalAddr)
 	if members != nil {
 		// Every node knows every member; a member's node hosts it.
-		member = memberIndex(members, spec.LocalAddr)
+		member = memberIndex(ctx, members, spec.LocalAddr)
 		host = member >= 0
 		endpoints = clients(members)
 	}
@@ -359,36 +359,15 @@ func portTaken(endpoint string) bool {
 	return false
 }
 
-// isLocal reports whether endpoint's host is this node: --local-addr when
-// given, else the host's name or one of its addresses.
-func isLocal(endpoint, localAddr string) bool {
+// isLocal reports whether endpoint's host is this node
+// (etcdrdzv.SameHost): --local-addr when given, else the host's name or
+// one of its addresses; names and addresses that resolve alike match.
+func isLocal(ctx context.Context, endpoint, localAddr string) bool {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return false
 	}
-	if localAddr != "" {
-		return host == localAddr
-	}
-	if name, err := os.Hostname(); err == nil && host == name {
-		return true
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return false
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
+	return etcdrdzv.SameHost(ctx, host, localAddr)
 }
 
 // hosted is the rendezvous of a node that may host the embedded store:

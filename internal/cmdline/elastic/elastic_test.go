@@ -87,7 +87,7 @@ func TestIsLocal(t *testing.T) {
 		{"nonsense", "", false},
 	}
 	for _, tt := range tests {
-		if got := isLocal(tt.endpoint, tt.local); got != tt.want {
+		if got := isLocal(context.Background(), tt.endpoint, tt.local); got != tt.want {
 			t.Errorf("isLocal(%q, %q) = %v; want %v", tt.endpoint, tt.local, got, tt.want)
 		}
 	}
