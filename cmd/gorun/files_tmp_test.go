@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -148,4 +149,40 @@ echo '{"message": "x"}' > "$TORCHELASTIC_ERROR_FILE"; exit 1`)
 			t.Errorf("local rank %d stdout.log = %q, %v", lr, b, err)
 		}
 	}
+}
+
+// TestKilledStoreHostSwept: the agent hosting a c10d job's embedded store,
+// killed with SIGKILL (Slurm's scancel --signal=KILL, KillWait's end, the
+// OOM killer), leaves the store's data; the next gorun of the user removes
+// it with the agent's other folders.
+func TestKilledStoreHostSwept(t *testing.T) {
+	t.Parallel()
+	tmp, work := t.TempDir(), t.TempDir()
+	env := testEnv("TMPDIR=" + tmp)
+	hold := writeScript(t, `touch "$1/ready.$2"; exec sleep 300`)
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	host, _, errb := startGorun(t, env, "--rdzv-backend=c10d", "--rdzv-endpoint="+ep, "--rdzv-id=swept",
+		"--nnodes=1:2", "--rdzv-conf=last_call_timeout=0.1", "--no-python", hold, work, "host")
+	waitFor(t, "the store host's worker", func() bool {
+		_, err := os.Stat(filepath.Join(work, "ready.host"))
+		return err == nil
+	})
+	left := gorunFolders(t, tmp)
+	var store bool
+	for _, d := range left {
+		store = store || strings.HasPrefix(filepath.Base(d), "gorun-store-")
+	}
+	if !store {
+		t.Fatalf("temporary folders %v; want the store's data among them\n%s", left, errb)
+	}
+	if err := host.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, host)
+	if r := runGorun(t, env, "--no-python", "/bin/true"); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	proctest.WaitFor(t, "the killed store host's folders to go", 30*time.Second, func() bool {
+		return len(gorunFolders(t, tmp)) == 0
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
+	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
@@ -92,6 +93,8 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, false, err
+		case err != nil && !errors.Is(err, errMemberTaken):
+			return nil, false, err
 		case err != nil:
 			// A node that comes back after its agent was lost finds its
 			// member's place taken by the one it had ("already
@@ -102,9 +105,18 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 		}
 		return m, false, nil
 	}
-	cfg := etcdrdzv.ServerConfig{ClientAddr: endpoint, Token: token, AuthPrefix: c.prefix,
+	// The data lives in a locked temporary folder: if Slurm's SIGKILL
+	// (or the OOM killer) ends this agent, the next gorun sweeps it.
+	dir, err := launcher.NewTempDir("store")
+	if err != nil {
+		return nil, false, fmt.Errorf("host the embedded store: data folder: %w", err)
+	}
+	cfg := etcdrdzv.ServerConfig{ClientAddr: endpoint, Dir: dir.Path(), Token: token, AuthPrefix: c.prefix,
 		CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile}
 	s, err := etcdrdzv.StartServer(ctx, cfg)
+	if err != nil {
+		_ = dir.Remove()
+	}
 	switch {
 	case err != nil && c.isHost == nil && errors.Is(err, syscall.EADDRINUSE):
 		return nil, true, nil // another agent bound it first
@@ -113,7 +125,22 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 	}
 	tlsNote := map[bool]string{true: ", TLS", false: ""}[c.tls.CertFile != ""]
 	log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoint, tlsNote)
-	return s, false, nil
+	return &sweptServer{Server: s, dir: dir}, false, nil
+}
+
+// sweptServer is a store whose data folder is removed after it stops.
+type sweptServer struct {
+	*etcdrdzv.Server
+	dir *launcher.TempDir
+}
+
+// Close stops the store, then removes its data.
+func (s *sweptServer) Close() error {
+	err := s.Server.Close()
+	if rerr := s.dir.Remove(); err == nil && rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = rerr
+	}
+	return err
 }
 
 // clients lists the members' client addresses.

@@ -32,6 +32,13 @@ const (
 	memberRestartMaxDelay = 5 * time.Second
 )
 
+// memberTakenExit is the exit code of a store member whose place the
+// store went on without (etcd: "already bootstrapped"), and
+// errMemberTaken the error of its first start.
+const memberTakenExit = 3
+
+var errMemberTaken = errors.New("the store went on without this member (its place is taken)")
+
 // memberProcess is this node's member of the job's store of several
 // members, run as a companion process (`gorun-etcd store --cluster
 // --member`) so that the store and the agent fail apart: a member killed
@@ -188,7 +195,11 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	m.mu.Unlock()
 	status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ready != nil {
-		ready <- fmt.Errorf("the store member exited before it served (%v; its errors are above)", cmd.ProcessState)
+		if status.Exited() && status.ExitStatus() == memberTakenExit {
+			ready <- errMemberTaken
+		} else {
+			ready <- fmt.Errorf("the store member exited before it served (%v; its errors are above)", cmd.ProcessState)
+		}
 	}
 	return served, status, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun-dev/gorun/launcher"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -89,9 +90,20 @@ func (e *Elastic) StoreCommand() *cli.Command {
 					return cli.Exit("gorun store: "+err.Error(), 2)
 				}
 			}
+			dataDir := c.String("data-dir")
+			if dataDir == "" {
+				// Locked, so that the next gorun sweeps it if this one is
+				// killed.
+				dir, err := launcher.NewTempDir("store")
+				if err != nil {
+					return cli.Exit("gorun store: data folder: "+err.Error(), 1)
+				}
+				defer dir.Remove()
+				dataDir = dir.Path()
+			}
 			s, err := etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{
 				ClientAddr: c.String("listen"), PeerAddr: c.String("peer-listen"),
-				Dir: c.String("data-dir"), LogLevel: c.String("log-level"),
+				Dir: dataDir, LogLevel: c.String("log-level"),
 				Token: token, Password: password, AuthPrefix: c.String("prefix"),
 				CertFile: c.String("cert"), KeyFile: c.String("key"), TrustedCAFile: c.String("cacert"),
 				Cluster: cluster, Member: c.Int("member"), ReadyTimeout: c.Duration("ready-timeout"),
@@ -100,6 +112,11 @@ func (e *Elastic) StoreCommand() *cli.Command {
 				return nil // stopped while starting
 			}
 			if err != nil {
+				if cluster != nil && strings.Contains(err.Error(), "has already been bootstrapped") {
+					// etcd's words for a member whose place the store
+					// gave away while it was gone.
+					return cli.Exit(err.Error(), memberTakenExit)
+				}
 				return cli.Exit(err.Error(), 1)
 			}
 			defer s.Close()
