@@ -30,7 +30,7 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	schedName, fromScheduler, storeHosts, err := applyScheduler(c, log)
+	schedName, fromScheduler, storeHosts, logSchedulerNote, err := applyScheduler(c)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -65,10 +65,12 @@ func launchAction(c *cli.Context, opts Options) error {
 			round.GroupWorldSize, round.WorldSize, round.RoleWorldSize = n, n*cfg.NprocPerNode, n*cfg.NprocPerNode
 		}
 	}
+	if plan.elastic != nil && !c.Bool(fDryRun) && opts.Elastic == nil {
+		return execCompanion("--rdzv-backend=" + plan.elastic.Backend)
+	}
+	// Once per launch: not again in the gorun-etcd this one becomes.
+	logSchedulerNote(log)
 	if plan.elastic != nil && !c.Bool(fDryRun) {
-		if opts.Elastic == nil {
-			return execCompanion("--rdzv-backend=" + plan.elastic.Backend)
-		}
 		plan.elastic.Log = log
 		var release func()
 		rdzv, release, err = opts.Elastic.Rendezvous(c.Context, *plan.elastic)

@@ -16,23 +16,24 @@ import (
 // applyScheduler gives the launch flags the user did not give the values
 // a cluster scheduler's environment holds (--scheduler, default auto:
 // Slurm, else Kubernetes), and returns them all, applied or not, for
-// --dry-run. --standalone is a single-node job of its own: no scheduler
+// --dry-run, with the line to log about them (logNote). --standalone is a single-node job of its own: no scheduler
 // values apply. With --nproc-per-node=gpu or auto, the scheduler's count
 // of this node's GPUs is the answer.
-func applyScheduler(c *cli.Context, log *logrus.Logger) (name string, settings []launcher.SchedulerSetting, storeHosts []string, err error) {
+func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerSetting, storeHosts []string, logNote func(*logrus.Logger), err error) {
+	logNote = func(*logrus.Logger) {}
 	if c.Bool(fStandalone) {
-		return "", nil, nil, nil
+		return "", nil, nil, logNote, nil
 	}
 	det, err := scheduler.Detect(c.String(fScheduler), os.Getenv, c.IsSet)
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("%v (--scheduler=none ignores the scheduler's environment)", err)
+		return "", nil, nil, logNote, fmt.Errorf("%v (--scheduler=none ignores the scheduler's environment)", err)
 	}
 	var applied []string
 	for _, st := range det.Settings {
 		s := launcher.SchedulerSetting{Flag: st.Flag, Value: st.Value, Source: st.Source, Overridden: c.IsSet(st.Flag)}
 		if !s.Overridden {
 			if err := c.Set(st.Flag, st.Value); err != nil {
-				return "", nil, nil, fmt.Errorf("--%s=%s from %s: %w", st.Flag, st.Value, st.Source, err)
+				return "", nil, nil, logNote, fmt.Errorf("--%s=%s from %s: %w", st.Flag, st.Value, st.Source, err)
 			}
 			applied = append(applied, "--"+st.Flag+"="+st.Value)
 		}
@@ -41,7 +42,7 @@ func applyScheduler(c *cli.Context, log *logrus.Logger) (name string, settings [
 	if n := det.GPUsOnNode; n > 0 {
 		if v := c.String(fNprocPerNode); v == "gpu" || v == "auto" {
 			if err := c.Set(fNprocPerNode, strconv.Itoa(n)); err != nil {
-				return "", nil, nil, err
+				return "", nil, nil, logNote, err
 			}
 			settings = append(settings, launcher.SchedulerSetting{Flag: fNprocPerNode, Value: strconv.Itoa(n), Source: det.GPUsSource + " (for --nproc-per-node=" + v + ")"})
 			applied = append(applied, "--"+fNprocPerNode+"="+strconv.Itoa(n))
@@ -62,7 +63,9 @@ func applyScheduler(c *cli.Context, log *logrus.Logger) (name string, settings [
 		settings = append(settings, st)
 	}
 	if len(applied) > 0 {
-		log.Infof("%s: %s (from the environment; --dry-run shows where each came from)", det.Scheduler, strings.Join(applied, " "))
+		logNote = func(log *logrus.Logger) {
+			log.Infof("%s: %s (from the environment; --dry-run shows where each came from)", det.Scheduler, strings.Join(applied, " "))
+		}
 	}
-	return det.Scheduler, settings, storeHosts, nil
+	return det.Scheduler, settings, storeHosts, logNote, nil
 }

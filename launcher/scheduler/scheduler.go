@@ -145,8 +145,21 @@ func detectSlurm(getenv func(string) string, given func(string) bool) (Detection
 	if nodes < 1 {
 		return d, fmt.Errorf("%w: %s=%d: want 1 or more", ErrScheduler, nodesVar, nodes)
 	}
-	if stepVar == "" && nodes > 1 && !given("nnodes") {
-		return d, fmt.Errorf("%w: gorun runs in the batch script of a %d-node Slurm job (no SLURM_STEP_ID), so only this node would join: start it once on every node with `srun --ntasks-per-node=1 gorun ...` (or give --nnodes=1 to run on this node alone)", ErrScheduler, nodes)
+	if stepVar == "" && nodes > 1 {
+		// The batch script runs on the allocation's first node; salloc's
+		// shell on the host salloc was run on, often none of the
+		// allocation's nodes.
+		where := "the shell of a " + strconv.Itoa(nodes) + "-node Slurm allocation (salloc; no SLURM_STEP_ID)"
+		if getenv("ENVIRONMENT") == "BATCH" {
+			where = "the batch script of a " + strconv.Itoa(nodes) + "-node Slurm job (no SLURM_STEP_ID)"
+		}
+		if !given("nnodes") {
+			return d, fmt.Errorf("%w: gorun runs in %s, so only this host would join: start it once on every node with `srun --ntasks-per-node=1 gorun ...` (or give --nnodes=1 to run on this host alone)", ErrScheduler, where)
+		}
+		// --nnodes given: a job of this host's own, whatever the
+		// allocation's nodes are; only the run id is the allocation's.
+		d.Settings = append(d.Settings, Setting{"rdzv-id", job, "SLURM_JOB_ID=" + job + " (outside a step: " + where + ")"})
+		return d, nil
 	}
 	nodeText, nodeVar := first(getenv, "SLURM_NODEID")
 	node := 0
