@@ -94,10 +94,14 @@ func (c PreemptionConfig) Validate() error {
 //	}
 //
 // The stop signal no longer ends the process once watched. It is a stop
-// request only when the stop file exists as it arrives (gorun creates the
-// file before it signals): then it sets the flag. Without the file it is
-// a plain stop (gorun stopping the workers after a failure, an operator's
-// kill): Stopped fires, and a program that ran on Context stops as it
+// request when the stop file exists as it arrives (gorun creates the file
+// before it signals): then it sets the flag. With the plain-stop mark
+// (StopFile+".plain", which gorun creates before it stops the workers
+// after a failure) it is a plain stop. With neither, the signal came from
+// outside gorun (Slurm's scancel and time limit signal every process of
+// the job, gorun too): the watcher waits up to 5 s for gorun's word, and
+// takes silence for a plain stop (an operator's kill). On a plain stop
+// Stopped fires, and a program that ran on Context stops as it
 // would have on the signal. A program that cancels its work on SIGTERM
 // itself (signal.NotifyContext) must leave Signal out of that list and
 // use Context.
@@ -144,7 +148,7 @@ func (p *Preemption) watch() {
 	for {
 		select {
 		case <-p.sigc:
-			if p.stopFile == "" || p.fileExists() {
+			if p.stopFile == "" || p.isRequest() {
 				p.seen.Store(true)
 				continue
 			}
@@ -158,6 +162,33 @@ func (p *Preemption) watch() {
 func (p *Preemption) fileExists() bool {
 	_, err := os.Stat(p.stopFile)
 	return err == nil
+}
+
+// outsideSignalWait bounds the wait for gorun's word on a stop signal
+// that came with neither the stop file nor the plain-stop mark: one sent
+// from outside (a scheduler signals every process of a job, gorun too,
+// which then records the job's request and creates the file).
+const outsideSignalWait = 5 * time.Second
+
+// isRequest tells what the stop signal just received means: a stop
+// request (the stop file is there, or appears within outsideSignalWait)
+// or a plain stop (the mark StopFile+".plain" is there, or the wait ends
+// with nothing; Close ends it too).
+func (p *Preemption) isRequest() bool {
+	deadline := time.Now().Add(outsideSignalWait)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !p.fileExists() {
+		if _, err := os.Stat(p.stopFile + ".plain"); err == nil || time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-tick.C:
+		case <-p.done:
+			return false
+		}
+	}
+	return true
 }
 
 // Signal is the stop signal watched, nil if none.

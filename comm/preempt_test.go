@@ -98,46 +98,65 @@ func TestPreemptionNothingWatched(t *testing.T) {
 }
 
 // TestPreemptionSignal: the stop signal with the stop file there sets
-// the flag instead of ending the process; without the file it is a plain
-// stop (gorun stopping the workers after a failure): Stopped fires, the
-// flag stays clear.
+// the flag instead of ending the process; with the plain-stop mark there
+// (gorun stopping the workers after a failure) it is a plain stop:
+// Stopped fires, the flag stays clear. With neither (a scheduler's signal
+// to every process of the job) the watcher waits for gorun's word: the
+// stop file appearing a moment later makes it a stop request, the mark a
+// plain stop.
 func TestPreemptionSignal(t *testing.T) {
-	for _, withFile := range []bool{true, false} {
-		file := filepath.Join(t.TempDir(), "stop")
-		p, err := WatchPreemption(PreemptionConfig{Signal: "usr1", StopFile: file})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Signal() != syscall.SIGUSR1 || !p.Enabled() {
-			t.Fatalf("Signal %v, Enabled %v; want SIGUSR1, true", p.Signal(), p.Enabled())
-		}
-		if p.Requested() {
-			t.Fatal("Requested before the signal")
-		}
-		ctx, cancel := p.Context(context.Background())
-		if withFile {
-			if err := os.WriteFile(file, nil, 0o600); err != nil {
+	for _, tc := range []struct {
+		name          string
+		before, after string // file made before the signal, after it: "stop", "stop.plain" or ""
+		request       bool
+	}{
+		{"stop file", "stop", "", true},
+		{"plain-stop mark", "stop.plain", "", false},
+		{"outside signal, then the stop file", "", "stop", true},
+		{"outside signal, then the plain-stop mark", "", "stop.plain", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "stop")
+			p, err := WatchPreemption(PreemptionConfig{Signal: "usr1", StopFile: file})
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
-			t.Fatal(err)
-		}
-		if withFile {
-			proctest.WaitFor(t, "the signal to set the flag", 10*time.Second, p.Requested)
-			if ctx.Err() != nil {
-				t.Error("a stop request cancelled the context")
+			defer p.Close()
+			if p.Signal() != syscall.SIGUSR1 || !p.Enabled() {
+				t.Fatalf("Signal %v, Enabled %v; want SIGUSR1, true", p.Signal(), p.Enabled())
 			}
-		} else {
+			if p.Requested() {
+				t.Fatal("Requested before the signal")
+			}
+			ctx, cancel := p.Context(context.Background())
+			defer cancel()
+			create := func(name string) {
+				if name != "" {
+					if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			create(tc.before)
+			if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+			create(tc.after)
+			if tc.request {
+				proctest.WaitFor(t, "the signal to set the flag", 10*time.Second, p.Requested)
+				if ctx.Err() != nil {
+					t.Error("a stop request cancelled the context")
+				}
+				return
+			}
 			<-p.Stopped()
 			<-ctx.Done()
 			if p.Requested() {
 				t.Error("a plain stop set the stop request's flag")
 			}
-		}
-		cancel()
-		p.Close()
-		p.Close() // a second Close does nothing
+			p.Close() // a second Close does nothing
+		})
 	}
 }
 

@@ -154,7 +154,7 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 	}()
 	pctx, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
-	a.pre = newPreemptor(pctx, cfg, a.rdzv, layout.stopFile(), layout.createStopFile)
+	a.pre = newPreemptor(pctx, cfg, a.rdzv, layout)
 	if a.pre != nil {
 		a.pre.events = a.events
 	}
@@ -247,6 +247,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	if a.group == nil {
 		a.group = <-a.groupReady
 	}
+	a.pre.newAttempt()
 	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr, a.group)
 	if err != nil {
 		res.ExitCode = 1
@@ -402,7 +403,9 @@ func (a *Agent) interruptible(ctx context.Context, preemptible bool, fn func(con
 				if sig, ok := s.(syscall.Signal); ok && pre.isPreemptSignal(sig) {
 					pre.fromSignal(sig)
 					if preemptible {
-						<-pre.ready()
+						if published := pre.ready(); published != nil {
+							<-published
+						}
 						preempted = true
 						cancel()
 						return

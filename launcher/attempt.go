@@ -111,8 +111,9 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	}
 	procs := make([]*process, len(specs))
 	starts := make([]<-chan error, len(specs))
+	ignored := cfg.workerIgnoredSignals()
 	for i, spec := range specs {
-		procs[i], starts[i] = startProcessIn(spec.Argv, spec.Env, childEnds[i][0], childEnds[i][1], att.exited, 0, group.cgroupFD())
+		procs[i], starts[i] = startProcessIn(ignoringSignals(spec.Argv, ignored), spec.Env, childEnds[i][0], childEnds[i][1], att.exited, 0, group.cgroupFD())
 	}
 	var startErr error
 	for i, w := range att.workers {
@@ -260,6 +261,7 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 			return
 		}
 		stopping, sent = true, sig
+		att.pre.plainStop()
 		att.signalRunning(sig)
 		timer = time.NewTimer(cfg.StopTimeout)
 		grace = timer.C

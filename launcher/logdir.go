@@ -228,6 +228,24 @@ func (l *logLayout) close() error {
 // stopFile is the path of the run's stop file (GORUN_STOP_FILE).
 func (l *logLayout) stopFile() string { return filepath.Join(l.root, stopFileName) }
 
+// markPlainStop creates the plain-stop mark beside the stop file (see
+// stopFiles).
+func (l *logLayout) markPlainStop() error {
+	f, err := l.dir.OpenFile(stopFileName+plainStopSuffix, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, fileMode)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// clearPlainStop removes the plain-stop mark, if there is one.
+func (l *logLayout) clearPlainStop() error {
+	if err := l.dir.Remove(stopFileName + plainStopSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // createStopFile creates the run's stop file with content (mode 0600);
 // os.ErrExist when it is there already.
 func (l *logLayout) createStopFile(content string) error {

@@ -28,15 +28,20 @@ const (
 	// a stop request: sysexits.h's EX_TEMPFAIL ("try again later"), so
 	// that a scheduler requeues the job.
 	ExitPreempted = 75
-	// DefaultPreemptGrace is --preempt-grace's default.
-	DefaultPreemptGrace = 60 * time.Second
+	// DefaultPreemptGrace is --preempt-grace's default: inside the 30 s
+	// that Slurm (KillWait) and Kubernetes (terminationGracePeriodSeconds)
+	// leave between their SIGTERM and their SIGKILL by default, with time
+	// left for the stop that follows a grace that ran out.
+	DefaultPreemptGrace = 25 * time.Second
 	// EnvStopFile names the file that appears on a stop request.
 	EnvStopFile = "GORUN_STOP_FILE"
 	// EnvStopSignal names the signal the workers get on a stop request
 	// (TERM, USR1, ...); unset when none is sent.
 	EnvStopSignal = "GORUN_STOP_SIGNAL"
-	// stopFileName is the stop file's name in the run's folder.
-	stopFileName = "stop"
+	// stopFileName is the stop file's name in the run's folder;
+	// plainStopSuffix makes the plain-stop mark's (stopFiles).
+	stopFileName    = "stop"
+	plainStopSuffix = ".plain"
 	// publishTimeout bounds recording a stop request in the store: the
 	// workers are told once it is recorded, or past this anyway.
 	publishTimeout = 5 * time.Second
@@ -71,11 +76,18 @@ type preemptor struct {
 	// requests delivers the store's request (nil once it did, or without
 	// a store).
 	requests <-chan rendezvous.StopRequest
-	// stopFile is the path the workers get; createStopFile makes it.
-	stopFile       string
-	createStopFile func(content string) error
+	// files are the run's stop files: the stop file, whose path the
+	// workers get, and the plain-stop mark beside it.
+	files    stopFiles
+	stopFile string
 
 	req      *rendezvous.StopRequest // set once a request is known
+	// signalled is set once this agent got a preempt signal itself: only
+	// a second one stops at once. A scheduler signals every node (Slurm's
+	// scancel, a time limit): a node that learns the job's request from
+	// the store before its own signal arrives takes that signal as the
+	// same request, not as a second one.
+	signalled bool
 	since    time.Time
 	deadline time.Time
 	// published reports the local request's publication (nil when none
@@ -87,12 +99,27 @@ type preemptor struct {
 	events *EventLog
 }
 
+// stopFiles are the files that tell the workers what a stop signal
+// means. The stop file (GORUN_STOP_FILE) appears before the signal of a
+// stop request; the plain-stop mark (the stop file's path with ".plain"
+// added) before the signal of a plain stop (a failure elsewhere, a lost
+// node), and goes before the next attempt's workers start. A stop signal
+// that finds neither came from outside gorun (a scheduler signals every
+// process of a job): the workers' helpers wait a moment for gorun to say
+// which it is (gorun got the scheduler's signal too).
+type stopFiles interface {
+	stopFile() string
+	createStopFile(content string) error
+	markPlainStop() error
+	clearPlainStop() error
+}
+
 // newPreemptor returns the agent's preemptor; nil when preemption is off.
-func newPreemptor(ctx context.Context, cfg *Config, rdzv Rendezvous, stopFile string, create func(string) error) *preemptor {
+func newPreemptor(ctx context.Context, cfg *Config, rdzv Rendezvous, files stopFiles) *preemptor {
 	if cfg.PreemptGrace <= 0 {
 		return nil
 	}
-	p := &preemptor{cfg: cfg, stopFile: stopFile, createStopFile: create}
+	p := &preemptor{cfg: cfg, files: files, stopFile: files.stopFile()}
 	if pr, ok := rdzv.(Preempter); ok {
 		p.rdzv = pr
 		p.requests = pr.WatchStop(ctx)
@@ -125,15 +152,21 @@ func (p *preemptor) storeRequests() <-chan rendezvous.StopRequest {
 // active reports whether a stop request is known.
 func (p *preemptor) active() bool { return p != nil && p.req != nil }
 
-// isPreemptSignal reports whether sig asks for a clean stop now: one of
-// PreemptSignals, the first time.
+// isPreemptSignal reports whether sig asks for a clean stop: one of
+// PreemptSignals, the first this agent got.
 func (p *preemptor) isPreemptSignal(sig syscall.Signal) bool {
-	return p != nil && slices.Contains(p.cfg.PreemptSignals, sig) && p.req == nil
+	return p != nil && slices.Contains(p.cfg.PreemptSignals, sig) && !p.signalled
 }
 
 // fromSignal makes the local stop request for sig and publishes it to the
-// job in the background (published fires when done).
+// job in the background (published fires when done); with a request
+// known already (the store's), the signal joins it.
 func (p *preemptor) fromSignal(sig syscall.Signal) {
+	p.signalled = true
+	if p.req != nil {
+		p.cfg.Log.Warnf("received %s: the job is already stopping on a stop request (%s); send it again to stop the workers now", SignalName(sig), printable(p.req.Reason))
+		return
+	}
 	req := rendezvous.StopRequest{Reason: fmt.Sprintf("%s on %s", SignalName(sig), p.cfg.Hostname)}
 	p.begin(req)
 	p.cfg.Log.Warnf("received %s: asking every node of the job to stop cleanly within %v (--preempt-grace; send it again to stop the workers now)", SignalName(sig), p.grace())
@@ -199,7 +232,7 @@ func (p *preemptor) tell(att *attempt) {
 	}
 	p.told, p.published = true, nil
 	content := fmt.Sprintf("reason=%q deadline=%s\n", p.req.Reason, p.deadline.UTC().Format(time.RFC3339Nano))
-	if err := p.createStopFile(content); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := p.files.createStopFile(content); err != nil && !errors.Is(err, os.ErrExist) {
 		p.cfg.Log.Errorf("create the stop file %s: %v", p.stopFile, err)
 	}
 	if att != nil && p.cfg.PreemptWorkerSignal != 0 {
@@ -208,6 +241,27 @@ func (p *preemptor) tell(att *attempt) {
 				p.cfg.Log.Warnf("local rank %d: %v", w.spec.LocalRank, err)
 			}
 		}
+	}
+}
+
+// plainStop marks the signal about to stop the workers as a plain stop,
+// unless they were told of a stop request.
+func (p *preemptor) plainStop() {
+	if p == nil || p.told {
+		return
+	}
+	if err := p.files.markPlainStop(); err != nil {
+		p.cfg.Log.Warnf("mark the workers' stop as a plain one: %v (their stop helpers wait a moment before they stop)", err)
+	}
+}
+
+// newAttempt clears the previous attempt's plain-stop mark.
+func (p *preemptor) newAttempt() {
+	if p == nil {
+		return
+	}
+	if err := p.files.clearPlainStop(); err != nil {
+		p.cfg.Log.Warnf("clear the plain-stop mark: %v", err)
 	}
 }
 

@@ -37,11 +37,21 @@ class Preemption:
             signal.signal(getattr(signal, "SIG" + name), self._on_signal)
 
     def _on_signal(self, sig, frame):
-        # gorun makes the stop file before it signals: without it, this is a
-        # plain stop (the attempt ends after a failure): die of it as before.
-        if self.file and not os.path.exists(self.file):
+        # A plain stop (the attempt ends after a failure): die of it as before.
+        if self.file and not self._is_request():
             signal.signal(sig, signal.SIG_DFL), os.kill(os.getpid(), sig)
         self.flag = True
+
+    def _is_request(self, wait=5.0):
+        # gorun makes the stop file before it signals a stop request, the mark
+        # FILE.plain before a plain stop. Neither: the signal came from outside
+        # (Slurm signals every process of a job, gorun too): wait for its word.
+        deadline = time.monotonic() + wait
+        while not os.path.exists(self.file):
+            if os.path.exists(self.file + ".plain") or time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def requested(self):  # this rank's own view
         self.flag = self.flag or bool(self.file and os.path.exists(self.file))

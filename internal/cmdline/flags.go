@@ -214,7 +214,7 @@ func launchFlags() []cli.Flag {
 		str(catRestarts, fHangTimeout, "0", "a worker without output or heartbeat (GORUN_HEARTBEAT_FILE) for this long is hung: gorun captures its stacks (Python: SIGABRT with PYTHONFAULTHANDLER=1; Go: SIGQUIT) and stops the attempt; a duration such as 5s or 10m; 0 is off", false),
 		str(catRestarts, fSignals, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "signals forwarded to the workers that then stop them (SIGUSR1/SIGUSR2 are always forwarded)", true),
 		str(catRestarts, fPreemptSignal, "SIGTERM", "signals that ask the whole job to stop cleanly (a preemption, e.g. SIGUSR1 for Slurm's --signal=B:USR1@120): every node's workers see GORUN_STOP_FILE appear, agree on a step, save and exit 0, and gorun exits 75; a second signal stops the workers at once", false),
-		str(catRestarts, fPreemptGrace, "60s", "how long a clean stop may take before the workers are stopped as for a stop signal (exit 143); 0 turns coordinated preemption off (SIGTERM then stops at once, as torchrun does)", false),
+		str(catRestarts, fPreemptGrace, "25s", "how long a clean stop may take before the workers are stopped as for a stop signal (exit 143); 0 turns coordinated preemption off (SIGTERM then stops at once, as torchrun does)", false),
 		str(catRestarts, fPreemptWorkerSig, "SIGTERM", "signal sent to every worker on a stop request, besides GORUN_STOP_FILE appearing (GORUN_STOP_SIGNAL names it); none to send none", false),
 		float(catRestarts, fMonitorInterval, 0.1, "accepted for torchrun compatibility; gorun sees every exit at once and does not poll", true),
 

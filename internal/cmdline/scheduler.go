@@ -48,6 +48,19 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerS
 			applied = append(applied, "--"+fNprocPerNode+"="+strconv.Itoa(n))
 		}
 	}
+	// Slurm's way to warn a job before its end is SIGUSR1 (scancel
+	// --signal=USR1, sbatch --signal=USR1@T), sent to every process of
+	// the step: a stop request, like its SIGTERM.
+	if det.Scheduler == scheduler.Slurm {
+		st := launcher.SchedulerSetting{Flag: fPreemptSignal, Value: "SIGTERM,SIGUSR1", Source: "Slurm: scancel --signal=USR1 and sbatch --signal=USR1@T warn a job before its end", Overridden: c.IsSet(fPreemptSignal)}
+		if !st.Overridden {
+			if err := c.Set(fPreemptSignal, st.Value); err != nil {
+				return "", nil, nil, logNote, err
+			}
+			applied = append(applied, "--"+fPreemptSignal+"="+st.Value)
+		}
+		settings = append(settings, st)
+	}
 	// The store's members on the first three hosts, where the store is
 	// the one the scheduler's values chose (the embedded one at the first
 	// host) and the user names no members.

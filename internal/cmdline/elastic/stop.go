@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/launcher"
+	"github.com/gorun-dev/gorun/launcher/scheduler"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
@@ -29,10 +32,11 @@ func (e *Elastic) StopCommand() *cli.Command {
 		Usage:     "ask a running multi-node job to stop cleanly: every node's workers save at the same step and exit 0, gorun exits 75",
 		ArgsUsage: "RUN_ID",
 		UsageText: "gorun stop --rdzv-endpoint=node0:29400 --rdzv-conf token_file=/shared/job.token job42\n" +
-			"gorun stop --rdzv-backend=etcd --rdzv-endpoint=etcd1:2379 job42",
+			"gorun stop --rdzv-backend=etcd --rdzv-endpoint=etcd1:2379 job42\n" +
+			"gorun stop          (inside a Slurm allocation: every gorun step of the job; or give JOB.STEP)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "rdzv-backend", Aliases: []string{"rdzv_backend"}, Value: "embedded", Usage: "the job's backend: embedded, c10d or etcd (the port's default: 29400 or 2379)"},
-			&cli.StringFlag{Name: "rdzv-endpoint", Aliases: []string{"rdzv_endpoint"}, Usage: "the job's store, host[:port][,host[:port]...]", Required: true},
+			&cli.StringFlag{Name: "rdzv-endpoint", Aliases: []string{"rdzv_endpoint"}, Usage: "the job's store, host[:port][,host[:port]...] (inside a Slurm allocation: found from the job's steps)"},
 			&cli.StringFlag{Name: "rdzv-conf", Aliases: []string{"rdzv_conf"}, Usage: "the job's --rdzv-conf: token_file, user, password, cacert, cert, key, etcd_prefix"},
 			&cli.StringFlag{Name: "grace", Usage: "how long the workers have to stop (default: each node's --preempt-grace)"},
 			&cli.StringFlag{Name: "reason", Value: "gorun stop", Usage: "why, for the job's logs"},
@@ -41,15 +45,24 @@ func (e *Elastic) StopCommand() *cli.Command {
 	}
 }
 
+// stopTarget is one job to ask: its run id and store (no store: a Slurm
+// step of one node, signalled through Slurm instead).
+type stopTarget struct {
+	runID     string
+	endpoints []string
+}
+
 func stopAction(c *cli.Context) error {
 	log := logrus.New()
 	log.SetOutput(c.App.ErrWriter)
-	if c.NArg() != 1 {
+	if c.NArg() > 1 {
 		return cli.Exit("gorun stop: give the job's run id (its --rdzv-id), once", 2)
 	}
 	runID := c.Args().First()
-	if err := rendezvous.ValidateRunID(runID); err != nil {
-		return cli.Exit(err.Error(), 2)
+	if runID != "" {
+		if err := rendezvous.ValidateRunID(runID); err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
 	}
 	req := rendezvous.StopRequest{Reason: c.String("reason")}
 	if v := c.String("grace"); v != "" {
@@ -68,13 +81,86 @@ func stopAction(c *cli.Context) error {
 		return cli.Exit(err.Error(), 2)
 	}
 	embedded := isEmbedded(c.String("rdzv-backend"))
-	endpoints, err := parseEndpoints(c.String("rdzv-endpoint"), embedded)
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
+	var targets []stopTarget
+	switch job := os.Getenv("SLURM_JOB_ID"); {
+	case c.IsSet("rdzv-endpoint"):
+		if runID == "" {
+			return cli.Exit("gorun stop: give the job's run id (its --rdzv-id)", 2)
+		}
+		endpoints, err := parseEndpoints(c.String("rdzv-endpoint"), embedded)
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		targets = []stopTarget{{runID, endpoints}}
+	case job != "" && embedded:
+		if targets, err = slurmStopTargets(c.Context, job, runID); err != nil {
+			return cli.Exit("gorun stop: "+err.Error(), 1)
+		}
+	default:
+		return cli.Exit("gorun stop: give the job's store (--rdzv-endpoint=HOST:PORT) and run id; inside a Slurm allocation gorun finds both", 2)
 	}
+	code := 0
+	for _, t := range targets {
+		err := stopOne(c, log, conf, embedded, t, req)
+		if err == nil {
+			continue
+		}
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			code = max(code, ec.ExitCode())
+		} else {
+			code = max(code, 1)
+		}
+		fmt.Fprintln(c.App.ErrWriter, err)
+	}
+	if code != 0 {
+		return cli.Exit("", code)
+	}
+	return nil
+}
+
+// slurmStopTargets are the running gorun steps of Slurm job job (all of
+// them, or the one whose run id is runID), found with squeue.
+func slurmStopTargets(ctx context.Context, job, runID string) ([]stopTarget, error) {
+	self := ""
+	if step := os.Getenv("SLURM_STEP_ID"); step != "" {
+		self = job + "." + step
+	}
+	steps, err := scheduler.RunningSlurmSteps(ctx, job, self)
+	if err != nil {
+		return nil, err
+	}
+	var targets []stopTarget
+	for _, s := range steps {
+		if runID == "" || s.RunID == runID {
+			targets = append(targets, stopTarget{s.RunID, s.Endpoints})
+		}
+	}
+	if len(targets) == 0 {
+		if runID != "" {
+			return nil, fmt.Errorf("Slurm job %s has no running step %s (squeue --steps --jobs=%s)", job, runID, job)
+		}
+		return nil, fmt.Errorf("Slurm job %s has no running step to stop (start gorun with srun)", job)
+	}
+	return targets, nil
+}
+
+// stopOne asks one job to stop: through its store, or, for a Slurm step
+// of one node (no store), with Slurm's SIGUSR1 to the step, which its
+// gorun takes as a stop request.
+func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t stopTarget, req rendezvous.StopRequest) error {
 	ctx, cancel := context.WithTimeout(c.Context, stopTimeout)
 	defer cancel()
+	if len(t.endpoints) == 0 {
+		out, err := exec.CommandContext(ctx, "scancel", "--signal=USR1", t.runID).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("gorun stop: scancel --signal=USR1 %s: %v: %s", t.runID, err, strings.TrimSpace(string(out)))
+		}
+		fmt.Fprintf(c.App.Writer, "stop requested for step %s (one node: SIGUSR1 through Slurm); its gorun exits %d once its workers saved\n", t.runID, launcher.ExitPreempted)
+		return nil
+	}
 	var token etcdrdzv.Token
+	var err error
 	switch {
 	case conf.tokenFile != "":
 		if token, err = tokenFromFile(ctx, conf.tokenFile, false, 0, log); err != nil {
@@ -94,22 +180,22 @@ func stopAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	cli3, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
+	cli3, err := clientv3.New(clientv3.Config{Endpoints: t.endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
 		Username: conf.user, Password: conf.password, Logger: zap.NewNop(), Context: ctx})
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("gorun stop: etcd at %s: %v", strings.Join(endpoints, ","), err), 1)
+		return fmt.Errorf("gorun stop: etcd at %s: %v", strings.Join(t.endpoints, ","), err)
 	}
 	defer cli3.Close()
-	if err := etcdrdzv.RequestStop(ctx, cli3, conf.prefix, runID, token, req, log); err != nil {
+	if err := etcdrdzv.RequestStop(ctx, cli3, conf.prefix, t.runID, token, req, log); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return cli.Exit(fmt.Sprintf("gorun stop: no store answered at %s within %v (is the job running, and is this its --rdzv-endpoint? a single-node job has no store: send its gorun SIGTERM): %v", strings.Join(endpoints, ","), stopTimeout, err), 1)
+			return fmt.Errorf("gorun stop: no store answered at %s within %v (is the job running, and is this its --rdzv-endpoint? a single-node job has no store: send its gorun SIGTERM): %v", strings.Join(t.endpoints, ","), stopTimeout, err)
 		}
-		return cli.Exit(err.Error(), 1)
+		return err
 	}
 	grace := "each node's --preempt-grace"
 	if req.Grace > 0 {
 		grace = req.Grace.String()
 	}
-	fmt.Fprintf(c.App.Writer, "stop requested for job %s: its workers save and exit within %s; the agents then exit %d\n", runID, grace, launcher.ExitPreempted)
+	fmt.Fprintf(c.App.Writer, "stop requested for job %s: its workers save and exit within %s; the agents then exit %d\n", t.runID, grace, launcher.ExitPreempted)
 	return nil
 }
