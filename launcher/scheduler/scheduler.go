@@ -232,6 +232,13 @@ func oneTaskPerNode(getenv func(string) string, node int) error {
 		if node < len(counts) && counts[node] > 1 {
 			return fmt.Errorf("%w: %s=%s: srun started %d tasks on this node, so %d gorun agents would each start the workers: %s", ErrScheduler, name, v, counts[node], counts[node], how)
 		}
+		// Another node's agents refuse the job: every node says so at
+		// once, instead of waiting for a store they would have hosted.
+		for i, n := range counts {
+			if n > 1 && name == "SLURM_STEP_TASKS_PER_NODE" {
+				return fmt.Errorf("%w: %s=%s: srun started %d tasks on node %d of the step, whose gorun agents refuse to run; this node stops too: %s", ErrScheduler, name, v, n, i, how)
+			}
+		}
 		if name == "SLURM_STEP_TASKS_PER_NODE" {
 			return nil // the step's own count wins over the job's
 		}

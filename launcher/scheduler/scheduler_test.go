@@ -54,6 +54,7 @@ func TestDetect(t *testing.T) {
 			given: "nnodes", want: map[string]string{"rdzv-id": "7"}},
 		{name: "salloc shell of 2 nodes, --nnodes given", env: []string{"SLURM_JOB_ID=7", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=n[1-2]", "SLURM_GPUS_ON_NODE=4"},
 			given: "nnodes", want: map[string]string{"rdzv-id": "7"}},
+		{name: "two tasks on another node (srun -N2 -n3)", env: append(append([]string{}, srunStep...), "SLURM_STEP_TASKS_PER_NODE=2,1(x3)"), err: "srun started 2 tasks on node 0 of the step"},
 		{name: "two tasks on this node", env: append(append([]string{}, srunStep...), "SLURM_STEP_TASKS_PER_NODE=2(x4)"), err: "srun started 2 tasks on this node"},
 		{name: "ntasks-per-node 8", env: []string{"SLURM_JOB_ID=7", "SLURM_STEP_ID=0", "SLURM_NNODES=1", "SLURM_NTASKS_PER_NODE=8"}, err: "SLURM_NTASKS_PER_NODE=8"},
 		{name: "host list and node count disagree", env: []string{"SLURM_JOB_ID=7", "SLURM_STEP_ID=0", "SLURM_NNODES=3", "SLURM_JOB_NODELIST=n[1-2]", "SLURM_NODEID=0"}, err: "names 2 hosts"},
