@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -117,6 +118,7 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 		return nil, 0, nil, outcomeErr(c.outcome)
 	}
 	if err := r.checkShape(ctx, c); err != nil {
+		r.failUnformed(ctx, c, err)
 		return nil, 0, nil, err
 	}
 	target := c.round
@@ -494,5 +496,27 @@ func retryBrokenWatch[T any](ctx context.Context, log logrus.FieldLogger, what s
 			return v, err
 		}
 		delay = min(2*delay, rewatchMaxDelay)
+	}
+}
+
+// failUnformed ends a job of a fixed node count that has not formed yet
+// when this node, refused (refusal, a shape that differs from the job's),
+// cannot join it: without this node the job can never form, and the
+// other nodes, told at once through the job's outcome, stop with the
+// reason instead of waiting for the join timeout. An elastic job, or one
+// that ran a round already, goes on without the refused node.
+func (r *Rendezvous) failUnformed(ctx context.Context, c *control, refusal error) {
+	var job Shape
+	if !errors.Is(refusal, ErrShapeMismatch) || c.shape == nil || json.Unmarshal(c.shape, &job) != nil ||
+		job.MinNodes != job.MaxNodes || len(c.closed) > 0 || c.round != 0 {
+		return
+	}
+	outcome := fmt.Sprintf("failed: node %s cannot join the job: %v", r.cfg.Addr, refusal)
+	_, err := r.cli.Txn(ctx).
+		If(r.is(r.k.round(), "0"), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
+		Then(r.put(r.k.outcome(), clip(outcome))).
+		Commit()
+	if err != nil {
+		r.cfg.Log.Warnf("rendezvous: tell the other nodes why this node cannot join: %v", err)
 	}
 }
