@@ -67,6 +67,7 @@ func TestSlurmExample(t *testing.T) {
 	}
 	script := strings.ReplaceAll(string(b), "\\\n", " ")
 	line := regexp.MustCompile(`(?m)^srun .*$`).FindString(script)
+	line = strings.TrimSuffix(strings.TrimSpace(line), "&") // run in the background, for the trap
 	argv := strings.Fields(line[strings.Index(line, "gorun "):])
 	for _, kv := range []string{"--nodes=4", "--ntasks-per-node=1", "--gpus-per-node=8"} {
 		if !strings.Contains(script, "#SBATCH "+kv) {
