@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PYTHON   ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
+.PHONY: all build test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
 
 all: build
 
@@ -27,6 +27,9 @@ build: bin/gorun bin/gorun-etcd bin/hello bin/ddp ## build bin/gorun, bin/gorun-
 
 test: build ## unit and integration tests, with the race detector
 	$(GO) test -race -count=1 ./...
+
+test-slurm: build ## the Slurm harness's smoke suite: munged, slurmctld and 3 slurmd in network namespaces, gorun under srun (root, slurm-wlm, munge; skips loudly without them)
+	$(GO) test -count=1 -timeout 20m -v ./internal/slurmtest/...
 
 SEED   ?= 1
 ROUNDS ?= 20
