@@ -81,15 +81,15 @@ type preemptor struct {
 	files    stopFiles
 	stopFile string
 
-	req      *rendezvous.StopRequest // set once a request is known
+	req *rendezvous.StopRequest // set once a request is known
 	// signalled is set once this agent got a preempt signal itself: only
 	// a second one stops at once. A scheduler signals every node (Slurm's
 	// scancel, a time limit): a node that learns the job's request from
 	// the store before its own signal arrives takes that signal as the
 	// same request, not as a second one.
 	signalled bool
-	since    time.Time
-	deadline time.Time
+	since     time.Time
+	deadline  time.Time
 	// published reports the local request's publication (nil when none
 	// is pending); told is set once the workers were told.
 	published chan struct{}
