@@ -225,12 +225,12 @@ wait "$srun_pid"; echo "srun exited $?"`, c.BinDir()))
 }
 
 // gorunDirs is the gorun-store-* and gorun-etcd-* folders in the
-// temporary folder (shared by the nodes).
-func gorunDirs(t *testing.T) map[string]bool {
+// temporary folder tmp (shared by the nodes).
+func gorunDirs(t *testing.T, tmp string) map[string]bool {
 	t.Helper()
 	m := map[string]bool{}
 	for _, p := range []string{"gorun-store-*", "gorun-etcd-*"} {
-		l, err := filepath.Glob(filepath.Join(os.TempDir(), p))
+		l, err := filepath.Glob(filepath.Join(tmp, p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,27 +242,32 @@ func gorunDirs(t *testing.T) map[string]bool {
 }
 
 // TestSlurmKillLeavesNothing: a job killed with SIGKILL leaves its
-// store's folders, and the next gorun on the node sweeps them. Not
-// parallel: it compares the temporary folder's gorun folders before and
-// after.
+// store's folders, and the next gorun on the node sweeps them. The job
+// and the next gorun have a temporary folder of their own (TMPDIR), so
+// no gorun of another test sweeps the folders first.
 func TestSlurmKillLeavesNothing(t *testing.T) {
+	t.Parallel()
 	c := gorunCluster(t, 2)
 	ctx := deadline(t, 60*time.Second)
-	before := gorunDirs(t)
-	script, dir := ddpJob(t, c, `$RUN`)
+	tmp, err := os.MkdirTemp(c.Dir(), "tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := gorunDirs(t, tmp)
+	script, dir := ddpJob(t, c, "export TMPDIR="+tmp+"\n$RUN")
 	id, err := c.Sbatch(ctx, script)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitTraining(ctx, t, dir)
 	var killed []string
-	for d := range gorunDirs(t) {
+	for d := range gorunDirs(t, tmp) {
 		if !before[d] {
 			killed = append(killed, d)
 		}
 	}
 	if len(killed) == 0 {
-		t.Fatalf("the running job made no gorun-store-* or gorun-etcd-* folder in %s", os.TempDir())
+		t.Fatalf("the running job made no gorun-store-* or gorun-etcd-* folder in %s", tmp)
 	}
 	// scancel --signal=KILL is, for this Slurm, a plain cancel (the step
 	// gets SIGTERM first, and gorun stops cleanly); SIGKILL what the job
@@ -295,7 +300,7 @@ func TestSlurmKillLeavesNothing(t *testing.T) {
 		t.Fatalf("none of the killed job's folders %v is left to sweep", killed)
 	}
 	cmd := c.OnNode(ctx, 0, filepath.Join(c.BinDir(), "gorun"), "--standalone", "--nproc-per-node=1", "--no-python", filepath.Join(c.BinDir(), "hello"))
-	cmd.Env = append(cmd.Env, "GORUN_RDZV_TOKEN="+Token(t))
+	cmd.Env = append(cmd.Env, "GORUN_RDZV_TOKEN="+Token(t), "TMPDIR="+tmp)
 	out, stderr, err := Output(cmd)
 	if err != nil {
 		t.Fatalf("the next gorun on the node: %v\n%s\n%s", err, out, stderr)

@@ -208,6 +208,10 @@ func TestElasticRoundClosesAfterLastCall(t *testing.T) {
 	}
 }
 
+// TestShapeMismatchRefused: a node whose shape differs from the job's is
+// refused with the reason, and the job of a fixed node count, which can
+// no longer form, ends at once on the node that waits for it, with the
+// refused node's reason.
 func TestShapeMismatchRefused(t *testing.T) {
 	t.Parallel()
 	job := shape(t.Name(), 2, 2, 8)
@@ -234,9 +238,13 @@ func TestShapeMismatchRefused(t *testing.T) {
 	if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "--nproc-per-node: this node has 4, the job has 8") {
 		t.Fatalf("Next = %v; want a shape mismatch naming --nproc-per-node", err)
 	}
-	cancel()
-	if err := <-waiting; !errors.Is(err, context.Canceled) {
-		t.Errorf("first node's Next = %v; want it still waiting until cancelled", err)
+	select {
+	case err := <-waiting:
+		if err == nil || !strings.Contains(err.Error(), "cannot join the job") || !strings.Contains(err.Error(), "--nproc-per-node: this node has 4, the job has 8") {
+			t.Errorf("first node's Next = %v; want the job failed with the refused node's reason", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the first node still waits for a job that cannot form")
 	}
 }
 
