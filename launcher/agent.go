@@ -25,7 +25,7 @@ type Rendezvous interface {
 	// Fail reports that this node's workers failed in round and says
 	// whether they restart: the failure is retriable and the restart budget
 	// (shared by all nodes where the backend has a store) allows it.
-	Fail(ctx context.Context, round rendezvous.Round, reason string, retriable bool) (bool, error)
+	Fail(ctx context.Context, round rendezvous.Round, reason string, exitCode int, retriable bool) (bool, error)
 	// Succeed reports that this node's workers all succeeded in round and
 	// waits for the job's outcome: nil when the job is done,
 	// rendezvous.ErrRoundEnded when this node must join a new round.
@@ -194,7 +194,7 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 			cfg.Log.Infof("the job already succeeded on the other nodes")
 			return Result{Restarts: restarts}, nil
 		case errors.Is(err, rendezvous.ErrJobFailed):
-			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("the job failed on another node (%w)", err)
+			return Result{ExitCode: jobExitCode(err), Restarts: restarts}, fmt.Errorf("the job failed on another node (%w)", err)
 		case err != nil:
 			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("join the next round: %w", err)
 		}
@@ -207,6 +207,17 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 			return res, err
 		}
 	}
+}
+
+// jobExitCode is the exit code of a node whose job failed elsewhere
+// (err wraps rendezvous.ErrJobFailed): the failing node's, so that every
+// node exits alike; 1 when the job failed before any worker did.
+func jobExitCode(err error) int {
+	var jf *rendezvous.JobFailure
+	if errors.As(err, &jf) && jf.ExitCode > 0 {
+		return jf.ExitCode
+	}
+	return 1
 }
 
 // runRound runs one attempt of the workers in round and says whether the
@@ -323,14 +334,17 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	if a.pre.active() && retriable {
 		retriable, why = false, "the job is stopping on a stop request ("+a.pre.req.Reason+")"
 	}
-	restart, err := a.rdzv.Fail(ctx, round, reason, retriable)
+	exitCode := 1
+	if len(failures) > 0 {
+		exitCode = failures[0].ExitCode
+	}
+	restart, err := a.rdzv.Fail(ctx, round, reason, exitCode, retriable)
 	if err != nil {
 		cfg.Log.Errorf("report the failure to the rendezvous: %v", err)
 	}
 	if !restart {
-		res.ExitCode = 1
+		res.ExitCode = exitCode
 		if len(failures) > 0 {
-			res.ExitCode = failures[0].ExitCode
 			res.Failures = failures
 			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint, failures))
 			a.printShortReport()

@@ -310,7 +310,7 @@ func (a *Agent) endPreempted(ctx context.Context, round rendezvous.Round, att *a
 			// the node hosting the store may be gone already.
 			ctx, cancel := context.WithTimeout(ctx, stopReportTimeout)
 			defer cancel()
-			_, err := a.rdzv.Fail(ctx, round, "stopped: "+why, false)
+			_, err := a.rdzv.Fail(ctx, round, "stopped: "+why, 0, false)
 			return err
 		})
 		switch {

@@ -31,7 +31,7 @@ func (c *counter) nextRound() (number, restarts int, err error) {
 
 // Fail records a failure of this node's workers and says whether they may
 // restart: the failure must be retriable and a restart left.
-func (c *counter) Fail(_ context.Context, _ Round, _ string, retriable bool) (bool, error) {
+func (c *counter) Fail(_ context.Context, _ Round, _ string, _ int, retriable bool) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !retriable || c.restarts >= c.maxRestarts {

@@ -30,6 +30,23 @@ var (
 	ErrPreempted = errors.New("rendezvous: job preempted")
 )
 
+// JobFailure is the error of a job that failed on some node: it wraps
+// ErrJobFailed and carries the exit code that the failing node's gorun
+// exits with (its failing worker's), so that every node of the job exits
+// with the same code (what srun, a batch script or an operator reads).
+type JobFailure struct {
+	// Outcome is the job's outcome as the store holds it.
+	Outcome string
+	// ExitCode is the failing node's exit code; 0 when it is not known
+	// (a job that failed before its workers ran).
+	ExitCode int
+}
+
+func (e *JobFailure) Error() string { return ErrJobFailed.Error() + ": " + e.Outcome }
+
+// Unwrap makes errors.Is(err, ErrJobFailed) true.
+func (e *JobFailure) Unwrap() error { return ErrJobFailed }
+
 // StopRequest is a job-wide request to stop (a preemption): every node's
 // workers are told, agree on a step to stop at, save and exit 0 within
 // the grace period.

@@ -146,6 +146,29 @@ fi`)
 	}
 }
 
+// TestElasticFailureExitCodeOnEveryNode: a worker that fails with no
+// restart left ends the job with its exit code on every node, the nodes
+// whose workers were only stopped included (srun and batch scripts read
+// one code for the job).
+func TestElasticFailureExitCodeOnEveryNode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	script := startWorker(t, `if [ "$RANK" = 1 ]; then while [ ! -e "$1/0.2.0."* ]; do sleep 0.01; done; exit 3; fi
+exec sleep 60`)
+	nodes := startNodes(t, 2, func(i int) []string {
+		return append(elasticArgs(ep, "exitcode", i, "--nnodes=2", "--max-restarts=0", "--no-python", script), dir)
+	})
+	for i, n := range nodes {
+		if code := waitExit(t, n.cmd); code != 3 {
+			t.Errorf("node %d exit %d; want the failed worker's 3\n%s", i, code, n.stderr)
+		}
+	}
+	if s := nodes[0].stderr.String(); !strings.Contains(s, "failed on another node") || !strings.Contains(s, "exit code 3") {
+		t.Errorf("node 0 does not say the job failed on node 1 with exit code 3:\n%s", s)
+	}
+}
+
 func TestElasticLostNodeSurvivorsReform(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -214,7 +214,7 @@ func TestFailEndsWithoutAMajority(t *testing.T) {
 	servers[0].Close()
 	servers[1].Close()
 	start := time.Now()
-	if _, err := r.Fail(ctx, round, "rank 0 failed", true); err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "did not answer within 3s") {
+	if _, err := r.Fail(ctx, round, "rank 0 failed", 1, true); err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "did not answer within 3s") {
 		t.Fatalf("Fail = %v after %v; want it to give up after the unreachable timeout", err, time.Since(start))
 	}
 }

@@ -95,7 +95,7 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 		c.stop = &req
 	case key == r.k.outcome():
 		o := string(payload)
-		if !strings.HasPrefix(o, "succeeded in round ") && !strings.HasPrefix(o, "failed: ") && !strings.HasPrefix(o, preemptedPrefix) {
+		if !strings.HasPrefix(o, "succeeded in round ") && !strings.HasPrefix(o, failedPrefix) && !strings.HasPrefix(o, preemptedPrefix) {
 			refuse("not an outcome")
 			return
 		}

@@ -23,7 +23,34 @@ func outcomeErr(outcome string) error {
 	if strings.HasPrefix(outcome, preemptedPrefix) {
 		return fmt.Errorf("%w: %s", rendezvous.ErrPreempted, outcome)
 	}
-	return fmt.Errorf("%w: %s", ErrJobFailed, outcome)
+	return &rendezvous.JobFailure{Outcome: outcome, ExitCode: outcomeExitCode(outcome)}
+}
+
+// exitCodePrefix follows failedPrefix in the outcome of a job whose
+// workers failed: "failed: exit code 3: rank 1 on ...".
+const exitCodePrefix = "exit code "
+
+// failedOutcome is the outcome of a job that failed for reason, with the
+// failing node's exit code (0: none).
+func failedOutcome(reason string, exitCode int) string {
+	if exitCode > 0 {
+		return failedPrefix + exitCodePrefix + strconv.Itoa(exitCode) + ": " + reason
+	}
+	return failedPrefix + reason
+}
+
+// outcomeExitCode is the exit code a failed outcome carries, 0 if none.
+func outcomeExitCode(outcome string) int {
+	rest, ok := strings.CutPrefix(outcome, failedPrefix+exitCodePrefix)
+	if !ok {
+		return 0
+	}
+	num, _, ok := strings.Cut(rest, ":")
+	code, err := strconv.Atoi(num)
+	if !ok || err != nil || code < 1 || code > 255 {
+		return 0
+	}
+	return code
 }
 
 // join runs one attempt to join a round: it puts this node's join key
@@ -511,7 +538,7 @@ func (r *Rendezvous) failUnformed(ctx context.Context, c *control, refusal error
 		job.MinNodes != job.MaxNodes || len(c.closed) > 0 || c.round != 0 {
 		return
 	}
-	outcome := fmt.Sprintf("failed: node %s cannot join the job: %v", r.cfg.Addr, refusal)
+	outcome := failedOutcome(fmt.Sprintf("node %s cannot join the job: %v", r.cfg.Addr, refusal), 0)
 	_, err := r.cli.Txn(ctx).
 		If(r.is(r.k.round(), "0"), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
 		Then(r.put(r.k.outcome(), clip(outcome))).

@@ -289,7 +289,7 @@ func TestFailureRestartsEveryNodeWithOneBudget(t *testing.T) {
 	rounds := nextAll(t, as, 1)
 	w1 := as[1].r.Watch(ctx, rounds[1])
 	w2 := as[2].r.Watch(ctx, rounds[2])
-	restart, err := as[0].r.Fail(ctx, rounds[0], "rank 0 exited with code 1", true)
+	restart, err := as[0].r.Fail(ctx, rounds[0], "rank 0 exited with code 1", 1, true)
 	if err != nil || !restart {
 		t.Fatalf("Fail = %v, %v; want a restart", restart, err)
 	}
@@ -299,7 +299,7 @@ func TestFailureRestartsEveryNodeWithOneBudget(t *testing.T) {
 		}
 	}
 	// A second report of the same round's failure costs nothing.
-	if restart, err := as[1].r.Fail(ctx, rounds[1], "collective error", true); err != nil || !restart {
+	if restart, err := as[1].r.Fail(ctx, rounds[1], "collective error", 1, true); err != nil || !restart {
 		t.Fatalf("second Fail = %v, %v", restart, err)
 	}
 	// Everyone rejoins; the same nodes need no last call; order is kept.
@@ -311,7 +311,7 @@ func TestFailureRestartsEveryNodeWithOneBudget(t *testing.T) {
 		}
 	}
 	// The budget (1 restart, job-wide) is spent: the next failure ends the job.
-	if restart, err := as[2].r.Fail(ctx, again[2], "again", true); err != nil || restart {
+	if restart, err := as[2].r.Fail(ctx, again[2], "again", 1, true); err != nil || restart {
 		t.Fatalf("Fail with the budget spent = %v, %v; want no restart", restart, err)
 	}
 	_, err = as[0].r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"})
@@ -403,7 +403,7 @@ func TestSucceededNodeRejoinsAfterAnotherFails(t *testing.T) {
 	rounds := nextAll(t, as, 1)
 	done := make(chan error, 1)
 	go func() { done <- as[0].r.Succeed(ctx, rounds[0]) }()
-	if _, err := as[1].r.Fail(ctx, rounds[1], "boom", true); err != nil {
+	if _, err := as[1].r.Fail(ctx, rounds[1], "boom", 1, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; !errors.Is(err, ErrRoundEnded) {

@@ -17,6 +17,9 @@ import (
 // stop request.
 const preemptedPrefix = "preempted in round "
 
+// failedPrefix begins the outcome of a job that failed.
+const failedPrefix = "failed: "
+
 // maxGrace bounds a stop request's grace period.
 const maxGrace = 24 * time.Hour
 

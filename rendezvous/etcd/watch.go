@@ -184,7 +184,10 @@ func (r *Rendezvous) endRound(ctx context.Context, t int, reason string) {
 // returns false when the budget is spent or the failure is not retriable,
 // and then the job has failed everywhere. A round already ended by another
 // node's failure costs nothing more.
-func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason string, retriable bool) (bool, error) {
+//
+// exitCode is the code this node exits with when the job fails (its
+// failing worker's); the others exit with it too.
+func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason string, exitCode int, retriable bool) (bool, error) {
 	t := round.Number
 	reason = clip(reason)
 	// Each call is bounded and tried again while etcd may stay
@@ -194,7 +197,7 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 	defer cancel()
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-		restart, done, err := r.failOnce(cctx, t, reason, retriable)
+		restart, done, err := r.failOnce(cctx, t, reason, exitCode, retriable)
 		ccancel()
 		switch {
 		case done:
@@ -207,7 +210,7 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 
 // failOnce is one try of Fail under ctx, a call's deadline; done is false
 // when it should be tried again (the deadline passed, or the fence moved).
-func (r *Rendezvous) failOnce(ctx context.Context, t int, reason string, retriable bool) (restart, done bool, err error) {
+func (r *Rendezvous) failOnce(ctx context.Context, t int, reason string, exitCode int, retriable bool) (restart, done bool, err error) {
 	c, _, err := r.readControl(ctx)
 	if err != nil {
 		return false, ctx.Err() == nil, err
@@ -231,7 +234,7 @@ func (r *Rendezvous) failOnce(ctx context.Context, t int, reason string, retriab
 			r.put(r.k.end(t), failurePrefix+reason),
 		}
 	} else {
-		then = []clientv3.Op{r.put(r.k.outcome(), "failed: "+reason)}
+		then = []clientv3.Op{r.put(r.k.outcome(), failedOutcome(reason, exitCode))}
 	}
 	resp, err := r.cli.Txn(ctx).If(fence...).Then(then...).Commit()
 	if err != nil {
