@@ -128,7 +128,12 @@ func startGuard(ctx context.Context, l Launch, signals *StoreClient) (*guard, er
 	g.handler.Abort, g.handler.BeforeDump = g.dog.AbortAll, g.dog.Refresh
 	run, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	signal.Notify(g.usr1, syscall.SIGUSR1)
+	// Where gorun starts the workers with SIGUSR1 ignored, the signal is
+	// the job's stop request (Slurm's scancel --signal=USR1 reaches every
+	// process of the step), not a request for a dump.
+	if !launcherIgnores(syscall.SIGUSR1) {
+		signal.Notify(g.usr1, syscall.SIGUSR1)
+	}
 	g.go_(func() { g.dog.Run(run) })
 	g.go_(func() { watchdog.WatchSignal(run, watch, g.handler) })
 	if os.Getenv("TORCH_NCCL_ENABLE_MONITORING") != "0" {

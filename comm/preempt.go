@@ -30,7 +30,24 @@ const (
 	// ProgressFileEnv names a file, one per worker, where the worker
 	// reports its last step (ProgressReporter).
 	ProgressFileEnv = "GORUN_PROGRESS_FILE"
+	// IgnoredSignalsEnv lists, comma-separated without "SIG", the signals
+	// gorun starts the workers with ignored: a scheduler's stop requests
+	// (Slurm's USR1), which gorun handles and passes on as StopFileEnv's
+	// file. Go installs its own handlers at start and cannot see the
+	// inherited SIG_IGN: the package reads this instead.
+	IgnoredSignalsEnv = "GORUN_IGNORED_SIGNALS"
 )
+
+// launcherIgnores says whether gorun started this worker with sig
+// ignored (IgnoredSignalsEnv).
+func launcherIgnores(sig syscall.Signal) bool {
+	for _, name := range strings.Split(os.Getenv(IgnoredSignalsEnv), ",") {
+		if s, err := parseStopSignal(name); err == nil && s == sig {
+			return true
+		}
+	}
+	return false
+}
 
 // DefaultPreemptionEvery is how often Agree runs its all-reduce unless
 // PreemptionConfig.Every says otherwise: every step.

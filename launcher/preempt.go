@@ -38,6 +38,12 @@ const (
 	// EnvStopSignal names the signal the workers get on a stop request
 	// (TERM, USR1, ...); unset when none is sent.
 	EnvStopSignal = "GORUN_STOP_SIGNAL"
+	// EnvIgnoredSignals lists, comma-separated without "SIG", the signals
+	// the workers start with ignored (workerIgnoredSignals): a scheduler's
+	// stop requests, which gorun handles. A runtime that installs its own
+	// handlers at start (Go's) cannot see the inherited SIG_IGN, and
+	// reads this instead; unset when there are none.
+	EnvIgnoredSignals = "GORUN_IGNORED_SIGNALS"
 	// stopFileName is the stop file's name in the run's folder;
 	// plainStopSuffix makes the plain-stop mark's (stopFiles).
 	stopFileName    = "stop"
@@ -127,7 +133,8 @@ func newPreemptor(ctx context.Context, cfg *Config, rdzv Rendezvous, files stopF
 	return p
 }
 
-// env is what every worker gets: the stop file's path and the signal.
+// env is what every worker gets: the stop file's path, the signal, and
+// the signals the workers start with ignored.
 func (p *preemptor) env() []EnvVar {
 	if p == nil {
 		return nil
@@ -136,6 +143,9 @@ func (p *preemptor) env() []EnvVar {
 	if p.cfg.PreemptWorkerSignal != 0 {
 		// TERM, not SIGTERM: what the shell's trap and kill -s take.
 		vars = append(vars, EnvVar{EnvStopSignal, strings.TrimPrefix(SignalName(p.cfg.PreemptWorkerSignal), "SIG")})
+	}
+	if ignored := p.cfg.workerIgnoredSignals(); len(ignored) > 0 {
+		vars = append(vars, EnvVar{EnvIgnoredSignals, strings.Join(shortSignalNames(ignored), ",")})
 	}
 	return vars
 }

@@ -43,10 +43,16 @@ func ignoringSignals(argv []string, sigs []syscall.Signal) []string {
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return argv
 	}
+	script := "trap '' " + strings.Join(shortSignalNames(sigs), " ") + `; exec "$0" "$@"`
+	return append([]string{"/bin/sh", "-c", script}, argv...)
+}
+
+// shortSignalNames names sigs without "SIG" (USR1, TERM): what the
+// shell's trap and kill -s take.
+func shortSignalNames(sigs []syscall.Signal) []string {
 	names := make([]string, len(sigs))
 	for i, s := range sigs {
 		names[i] = strings.TrimPrefix(SignalName(s), "SIG")
 	}
-	script := "trap '' " + strings.Join(names, " ") + `; exec "$0" "$@"`
-	return append([]string{"/bin/sh", "-c", script}, argv...)
+	return names
 }

@@ -260,7 +260,7 @@ func TestPreemptTorchGloo(t *testing.T) {
 // Shell workers for TestPreemptExitCodes. Each records the stop variables
 // it got ($1/env.$RANK), sets its traps, says it is ready, then waits.
 const (
-	preemptEnvScript = `printf 'signal=%s file=%s\n' "${GORUN_STOP_SIGNAL-unset}" "${GORUN_STOP_FILE:+set}" > "$1/env.$RANK"
+	preemptEnvScript = `printf 'signal=%s file=%s ignored=%s\n' "${GORUN_STOP_SIGNAL-unset}" "${GORUN_STOP_FILE:+set}" "${GORUN_IGNORED_SIGNALS-unset}" > "$1/env.$RANK"
 `
 	preemptWaitScript = `touch "$1/ready.$RANK"
 while :; do sleep 0.05 & wait $!; done
@@ -285,7 +285,8 @@ func preemptTrap(sig, then string) string {
 // workers get: GORUN_STOP_SIGNAL=TERM by default, unset with
 // --preempt-worker-signal=none (the file alone tells them), both unset
 // without preemption; and that --preempt-signal=SIGUSR1 makes SIGUSR1 the
-// stop request while the workers still get SIGTERM.
+// stop request while the workers still get SIGTERM, and start with
+// SIGUSR1 ignored (GORUN_IGNORED_SIGNALS=USR1).
 func TestPreemptExitCodes(t *testing.T) {
 	t.Parallel()
 	saveAndExit := `while [ ! -e "$GORUN_STOP_FILE" ]; do sleep 0.01; done; exit 0`
@@ -307,7 +308,7 @@ func TestPreemptExitCodes(t *testing.T) {
 			send:   syscall.SIGTERM,
 			code:   143,
 			stderr: "the workers did not stop within 1s",
-			env:    "signal=TERM file=set",
+			env:    "signal=TERM file=set ignored=unset",
 			got:    "TERM\nFILE\n",
 			least:  time.Second,
 		},
@@ -317,7 +318,7 @@ func TestPreemptExitCodes(t *testing.T) {
 			send:   syscall.SIGTERM,
 			code:   143,
 			stderr: "instead of saving and exiting 0",
-			env:    "signal=TERM file=set",
+			env:    "signal=TERM file=set ignored=unset",
 			got:    "",
 		},
 		{
@@ -326,7 +327,7 @@ func TestPreemptExitCodes(t *testing.T) {
 			send:   syscall.SIGTERM,
 			code:   preemptExit,
 			stderr: "preempted cleanly",
-			env:    "signal=TERM file=set",
+			env:    "signal=TERM file=set ignored=unset",
 			got:    "TERM\nFILE\n",
 		},
 		{
@@ -335,7 +336,7 @@ func TestPreemptExitCodes(t *testing.T) {
 			script: preemptTrap("TERM", "exit 0") + preemptWaitScript,
 			send:   syscall.SIGTERM,
 			code:   143,
-			env:    "signal=unset file=",
+			env:    "signal=unset file= ignored=unset",
 			got:    "TERM\n",
 		},
 		{
@@ -345,7 +346,7 @@ func TestPreemptExitCodes(t *testing.T) {
 			send:   syscall.SIGUSR1,
 			code:   preemptExit,
 			stderr: "preempted cleanly",
-			env:    "signal=TERM file=set",
+			env:    "signal=TERM file=set ignored=USR1",
 			got:    "TERM\nFILE\n",
 		},
 		{
@@ -358,7 +359,7 @@ echo FILE >> "$1/got.$RANK"; exit 0
 			send:   syscall.SIGUSR1,
 			code:   preemptExit,
 			stderr: "preempted cleanly",
-			env:    "signal=unset file=set",
+			env:    "signal=unset file=set ignored=USR1",
 			got:    "FILE\n",
 		},
 	} {

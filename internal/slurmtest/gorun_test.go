@@ -80,7 +80,8 @@ func waitTraining(ctx context.Context, t *testing.T, dir string) {
 }
 
 // checkPreempted: every node's gorun says the job stopped cleanly and
-// exits 75, and rank 0 saved a checkpoint.
+// exits 75, rank 0 saved a checkpoint, and no worker took the stop
+// signal for a flight recorder dump request.
 func checkPreempted(t *testing.T, dir string, nodes int) {
 	t.Helper()
 	outs := outputs(dir)
@@ -95,6 +96,9 @@ func checkPreempted(t *testing.T, dir string, nodes int) {
 	}
 	if !strings.Contains(all, "preempted: saved step") {
 		t.Errorf("ddp saved no checkpoint:\n%s", all)
+	}
+	if strings.Contains(all, "flight recorder dumped") {
+		t.Errorf("a worker dumped its flight recorder on a stop request:\n%s", all)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ckpt", "ddp.ckpt")); err != nil {
 		t.Errorf("checkpoint: %v\n%s", err, all)
