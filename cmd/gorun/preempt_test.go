@@ -443,7 +443,7 @@ if [ -n "$GORUN_STOP_FILE" ] && [ -e "$GORUN_STOP_FILE" ]; then echo stop > "$1/
 	if err := os.WriteFile(tokenFile, []byte("another-token-0123456789abcdef0123"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var noToken []string
+	noToken := []string{"HOME=" + t.TempDir()} // no job token file there either
 	for _, kv := range testEnv() {
 		if !strings.HasPrefix(kv, "GORUN_RDZV_TOKEN=") {
 			noToken = append(noToken, kv)

@@ -181,6 +181,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		}
 	}
 
+	storeEndpoint := endpoints[0] // the same on every node: names the shared token
 	var members []storeMember
 	if embedded {
 		_, epPort, _ := net.SplitHostPort(endpoints[0])
@@ -212,9 +213,15 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	if host && members == nil && c.isHost == nil && portTaken(endpoints[0]) {
 		taken()
 	}
-	token, err := jobToken(ctx, c, embedded, host, spec.MaxNodes, log)
+	// The node that hosts the store, or its first member, makes the token
+	// when none is given.
+	maker := host && member <= 0
+	token, shared, made, err := jobToken(ctx, c, jobSpec{runID: spec.RunID, endpoint: storeEndpoint, embedded: embedded, maxNodes: spec.MaxNodes}, maker, log)
 	if err != nil {
 		return nil, nil, err
+	}
+	if maker && !made && members == nil && c.isHost == nil {
+		taken() // another agent on this host made the job's token: it hosts
 	}
 	var server storeServer
 	if host {
@@ -234,6 +241,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		if server != nil {
 			server.Close()
 		}
+		shared.release()
 	}
 
 	tlsCfg, err := c.clientTLS()
@@ -263,6 +271,16 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		Token: token,
 	}
 	cli, r, err := connect(ctx, ccfg, cfg, embedded && server == nil, log)
+	for shared != nil && server == nil && errors.Is(err, rpctypes.ErrAuthFailed) {
+		// The token file was an earlier job's, read before this job's host
+		// replaced it: wait for the new one.
+		log.Infof("the store refuses the token read in %s (an earlier job's?): waiting for this job's", shared.path)
+		if token, err = shared.await(ctx, token); err != nil {
+			break
+		}
+		ccfg.Password, cfg.Token = token.EtcdPassword(), token
+		cli, r, err = connect(ctx, ccfg, cfg, true, log)
+	}
 	if err != nil {
 		release()
 		if errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, etcdrdzv.ErrInvalidConfig) {

@@ -93,7 +93,16 @@ func TestIsLocal(t *testing.T) {
 	}
 }
 
+// jobTokenOf calls jobToken for a job of nodes nodes of run "job".
+func jobTokenOf(ctx context.Context, c conf, embedded, host bool, nodes int, log logrus.FieldLogger) (etcdrdzv.Token, error) {
+	t, shared, _, err := jobToken(ctx, c, jobSpec{runID: "job", endpoint: "n0:29400", embedded: embedded, maxNodes: nodes}, host, log)
+	shared.release()
+	return t, err
+}
+
 func TestJobToken(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv(kubernetesEnv, "")
 	dir := t.TempDir()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -111,7 +120,7 @@ func TestJobToken(t *testing.T) {
 	}{
 		{name: "external etcd without a token keeps one in etcd", nodes: 4, want: ""},
 		{name: "embedded, one node", embedded: true, host: true, nodes: 1, want: "random"},
-		{name: "embedded, several nodes, no token", embedded: true, host: true, nodes: 2, err: "token_file"},
+		{name: "embedded, several nodes, no token: shared through the home folder", embedded: true, host: true, nodes: 2, want: "random"},
 		{name: "environment", c: conf{token: "  0123456789abcdef0123  \n"}, embedded: true, nodes: 2, want: "0123456789abcdef0123"},
 		{name: "too short", c: conf{token: "short"}, nodes: 2, err: "at least 16"},
 		{name: "short file", c: conf{tokenFile: short}, nodes: 2, err: "at least 16"},
@@ -119,7 +128,7 @@ func TestJobToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tok, err := jobToken(ctx, tt.c, tt.embedded, tt.host, tt.nodes, log)
+			tok, err := jobTokenOf(ctx, tt.c, tt.embedded, tt.host, tt.nodes, log)
 			switch {
 			case tt.err != "":
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
@@ -138,7 +147,7 @@ func TestJobToken(t *testing.T) {
 	}
 	t.Run("the host creates the file, a node reads it", func(t *testing.T) {
 		path := filepath.Join(dir, "job.token")
-		made, err := jobToken(ctx, conf{tokenFile: path}, true, true, 2, log)
+		made, err := jobTokenOf(ctx, conf{tokenFile: path}, true, true, 2, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +155,7 @@ func TestJobToken(t *testing.T) {
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Fatalf("token file %v, %v; want mode 0600", st, err)
 		}
-		read, err := jobToken(ctx, conf{tokenFile: path}, true, false, 2, log)
+		read, err := jobTokenOf(ctx, conf{tokenFile: path}, true, false, 2, log)
 		if err != nil || string(read) != string(made) {
 			t.Errorf("node read %q, %v; host made %q", read, err, made)
 		}
@@ -158,7 +167,7 @@ func TestJobToken(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range got {
 			wg.Go(func() {
-				got[i], errs[i] = jobToken(ctx, conf{tokenFile: path, connect: 10 * time.Second}, true, i%2 == 0, 2, log)
+				got[i], errs[i] = jobTokenOf(ctx, conf{tokenFile: path, connect: 10 * time.Second}, true, i%2 == 0, 2, log)
 			})
 		}
 		wg.Wait()

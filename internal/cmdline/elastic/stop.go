@@ -171,7 +171,14 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 			return cli.Exit(err.Error(), 2)
 		}
 	case embedded:
-		return cli.Exit("gorun stop: the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN", 2)
+		// A job started with no token shares it through the home folder.
+		shared, err := newSharedToken(t.runID, t.endpoints[0], 0)
+		if err == nil {
+			token, err = readTokenFile(shared.path)
+		}
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("gorun stop: the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of the job's in your home folder: %v)", err), 2)
+		}
 	}
 	if embedded && conf.user == "" {
 		conf.user, conf.password = etcdrdzv.EtcdUser, token.EtcdPassword()

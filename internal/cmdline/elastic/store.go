@@ -86,7 +86,7 @@ func (e *Elastic) StoreCommand() *cli.Command {
 				log.SetOutput(c.App.ErrWriter)
 				if password != "" && cluster == nil {
 					// the launcher's --standalone store: the password itself
-				} else if token, err = jobToken(ctx, kc, true, true, 1, log); err != nil {
+				} else if token, _, _, err = jobToken(ctx, kc, jobSpec{embedded: true, maxNodes: 1}, true, log); err != nil {
 					return cli.Exit("gorun store: "+err.Error(), 2)
 				}
 			}

@@ -21,24 +21,57 @@ const tokenPoll = 200 * time.Millisecond
 // jobToken finds the job's secret: --rdzv-conf token_file= (created with
 // a new token by the node that hosts the embedded store, when absent;
 // awaited by the others), else GORUN_RDZV_TOKEN. Without either, a job
-// on one node makes its own; an embedded store shared by several nodes
-// refuses to start; an external etcd's job keeps one in etcd (nil here).
-func jobToken(ctx context.Context, c conf, embedded, host bool, maxNodes int, log logrus.FieldLogger) (etcdrdzv.Token, error) {
+// on one node makes its own; the nodes of an embedded store shared by
+// several share one through the home folder (shared: the file, which the
+// caller releases; maker says whether this node made the token, or
+// another agent on this host did first); an external etcd's job keeps one
+// in etcd (nil here).
+func jobToken(ctx context.Context, c conf, spec jobSpec, maker bool, log logrus.FieldLogger) (_ etcdrdzv.Token, shared *sharedToken, madeHere bool, _ error) {
 	switch {
 	case c.tokenFile != "":
-		return tokenFromFile(ctx, c.tokenFile, host, c.connect, log)
+		t, err := tokenFromFile(ctx, c.tokenFile, maker, c.connect, log)
+		return t, nil, maker, err
 	case c.token != "":
 		t, err := etcdrdzv.ParseToken(tokenEnv, []byte(c.token))
 		if err != nil {
-			return nil, usage(err)
+			return nil, nil, false, usage(err)
 		}
-		return t, nil
-	case embedded && maxNodes <= 1:
-		return etcdrdzv.NewToken()
-	case embedded:
-		return nil, usage(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job: give every node --rdzv-conf token_file=PATH on a shared file system (the node hosting the store creates it), or the same GORUN_RDZV_TOKEN (under Slurm: export it in the batch script before srun, as examples/slurm/train.sbatch does; see docs/security.md)", etcdrdzv.ErrBadToken, maxNodes))
+		return t, nil, maker, nil
+	case spec.embedded && spec.maxNodes <= 1:
+		t, err := etcdrdzv.NewToken()
+		return t, nil, maker, err
+	case spec.embedded && os.Getenv(kubernetesEnv) != "":
+		return nil, nil, false, usage(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", etcdrdzv.ErrBadToken, spec.maxNodes))
+	case spec.embedded:
+		s, err := newSharedToken(spec.runID, spec.endpoint, c.connect)
+		if err != nil {
+			return nil, nil, false, usage(fmt.Errorf("%w: %w", etcdrdzv.ErrBadToken, err))
+		}
+		if maker {
+			made, err := s.create()
+			if err != nil {
+				return nil, nil, false, fmt.Errorf("share the job's token through %s: %w (or give every node the same GORUN_RDZV_TOKEN)", s.path, err)
+			}
+			if made {
+				log.Infof("no job token given: made one for this job in %s (yours alone); the job's other nodes read it there, through the home folder they share (where they share none, give every node the same GORUN_RDZV_TOKEN)", s.path)
+				return s.token, s, true, nil
+			}
+		}
+		t, err := s.await(ctx, nil)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		log.Infof("no job token given: read the job's token in %s", s.path)
+		return t, s, false, nil
 	}
-	return nil, nil
+	return nil, nil, maker, nil
+}
+
+// jobSpec is what jobToken needs of the job.
+type jobSpec struct {
+	runID, endpoint string
+	embedded        bool
+	maxNodes        int
 }
 
 // tokenFromFile reads the token at path; the host creates it (mode 0600)
