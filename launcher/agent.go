@@ -114,6 +114,15 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 // of the same user left when they were killed (sweepTempDirs).
 func (a *Agent) Run(ctx context.Context) (Result, error) {
 	cfg := &a.cfg
+	if cfg.LogDir == "" && (cfg.Redirects.Any() || cfg.Tee.Any()) {
+		// As torchrun: the files go to a new temporary folder, kept (its
+		// torchelastic_*), named below with the run's folder.
+		dir, err := os.MkdirTemp("", logsTempPrefix)
+		if err != nil {
+			return Result{ExitCode: 1}, fmt.Errorf("--redirects/--tee without --log-dir: make a folder for the logs: %w", err)
+		}
+		cfg.LogDir = dir
+	}
 	layout, err := newLogLayout(cfg.LogDir, cfg.RunID)
 	if err != nil {
 		return Result{ExitCode: 1}, err

@@ -296,19 +296,24 @@ fi`)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
+	runs, _ := filepath.Glob(filepath.Join(logDir, "job7_*"))
+	if len(runs) != 1 {
+		t.Fatalf("run folders %v; want one job7_<random>, as torchrun names it", runs)
+	}
+	run := runs[0]
 	for _, f := range []struct{ path, want string }{
-		{"job7/attempt_0/0/stdout.log", "out 0\n"},
-		{"job7/attempt_0/0/stderr.log", "err 0\n"},
-		{"job7/attempt_0/1/stderr.log", "err 1\n"},
-		{"job7/attempt_0/1/error.json", "failed on purpose"},
-		{"job7/attempt_1/1/stderr.log", "err 1\n"},
+		{"attempt_0/0/stdout.log", "out 0\n"},
+		{"attempt_0/0/stderr.log", "err 0\n"},
+		{"attempt_0/1/stderr.log", "err 1\n"},
+		{"attempt_0/1/error.json", "failed on purpose"},
+		{"attempt_1/1/stderr.log", "err 1\n"},
 	} {
-		data, err := os.ReadFile(filepath.Join(logDir, f.path))
+		data, err := os.ReadFile(filepath.Join(run, f.path))
 		if err != nil || !strings.Contains(string(data), f.want) {
 			t.Errorf("%s = %q, %v; want %q", f.path, data, err, f.want)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(logDir, "job7/attempt_0/1/stdout.log")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(run, "attempt_0/1/stdout.log")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("rank 1 stdout was neither redirected nor teed, but has a file: %v", err)
 	}
 	// Rank 0's stdout is teed (console and file); stderr is redirected
@@ -323,8 +328,37 @@ fi`)
 	if _, err := runAgent(t, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(logDir, "job7.1/attempt_0/0/stdout.log")); err != nil {
-		t.Errorf("second run: %v", err)
+	runs, _ = filepath.Glob(filepath.Join(logDir, "job7_*", "attempt_0", "0", "stdout.log"))
+	if len(runs) != 2 {
+		t.Errorf("after a second run: %v; want both runs' logs", runs)
+	}
+}
+
+// TestAgentTeeWithoutLogDir: --tee and --redirects without --log-dir
+// write to a new temporary folder, kept and named in the log, as
+// torchrun's torchelastic_* (torchtitan's run_train.sh gives --tee 3 and
+// no --log-dir).
+func TestAgentTeeWithoutLogDir(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	cfg, stdout, stderr := shellConfig(t, 1, `echo "out $RANK"`)
+	cfg.RunID = "tee"
+	cfg.Tee = StdSpec{Default: StdOut | StdErr}
+	if res, err := runAgent(t, cfg, nil); err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(tmp, logsTempPrefix+"*", "tee_*", "attempt_0", "0", "stdout.log"))
+	if len(logs) != 1 {
+		t.Fatalf("logs %v; want one stdout.log in %s/%s*/tee_*/attempt_0/0", logs, tmp, logsTempPrefix)
+	}
+	if b, _ := os.ReadFile(logs[0]); string(b) != "out 0\n" {
+		t.Errorf("%s = %q", logs[0], b)
+	}
+	if run := filepath.Dir(filepath.Dir(filepath.Dir(logs[0]))); !strings.Contains(stderr.String(), "worker logs in "+run) {
+		t.Errorf("gorun does not say where the logs are (%s):\n%s", run, stderr)
+	}
+	if !strings.Contains(stdout.String(), "out 0") {
+		t.Errorf("teed output missing on the console:\n%s", stdout)
 	}
 }
 

@@ -97,8 +97,8 @@ type Config struct {
 	NprocPerNode int
 	// Role is the workers' role name (ROLE_NAME).
 	Role string
-	// RunID is the job id (TORCHELASTIC_RUN_ID): a plain name
-	// (rendezvous.ValidateRunID), as it names the run's log folder.
+	// RunID is the job id (TORCHELASTIC_RUN_ID): it names the run's log
+	// folder and store keys, so no '/' (rendezvous.ValidateRunID).
 	RunID string
 	// JobSecret is the job's secret (GORUN_JOB_SECRET) when the
 	// rendezvous gives none (Round.JobSecret); empty, NewAgent makes one.
@@ -130,7 +130,7 @@ type Config struct {
 	// run ends (--report).
 	ReportFile string
 
-	// LogDir, when set, holds <run_id>/attempt_<n>/<local_rank>/ with the
+	// LogDir, when set, holds <run_id>_<random>/attempt_<n>/<local_rank>/ with the
 	// redirected streams and each worker's error.json.
 	LogDir string
 	// Redirects sends a worker's streams to files only; Tee to files and
@@ -235,8 +235,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--preempt-grace: %v, want 0 (off) or more", c.PreemptGrace)
 	case c.HangTimeout < 0:
 		return fmt.Errorf("--hang-timeout: %v, want 0 (off) or more", c.HangTimeout)
-	case (c.Redirects.Any() || c.Tee.Any()) && c.LogDir == "":
-		return fmt.Errorf("--redirects/--tee write each worker's output to files: give --log-dir DIR as well (gorun leaves no temporary log directories behind)")
 	case c.Stdout == nil || c.Stderr == nil || c.Log == nil:
 		return fmt.Errorf("launcher: Stdout, Stderr and Log must be set")
 	}

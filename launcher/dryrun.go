@@ -70,7 +70,7 @@ func PlanDryRun(cfg *Config, round rendezvous.Round, spare bool) (DryRunPlan, er
 		if cfg.LogDir == "" {
 			return filepath.Join("<temporary directory>", "attempt_0", strconv.Itoa(lr), "error.json")
 		}
-		return filepath.Join(cfg.LogDir, cfg.RunID, "attempt_0", strconv.Itoa(lr), "error.json")
+		return filepath.Join(cfg.LogDir, cfg.RunID+"_<random>", "attempt_0", strconv.Itoa(lr), "error.json")
 	}
 	workers := []WorkerSpec{}
 	if !spare {

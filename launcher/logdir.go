@@ -21,7 +21,7 @@ const (
 
 // logLayout places the files of a run: with --log-dir, torchrun's layout
 //
-//	<log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+//	<log_dir>/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
 //
 // and without it, a private temporary folder (see tempdir.go) that holds
 // only the error files and is removed when the run ends. The run's folder
@@ -40,9 +40,9 @@ type logLayout struct {
 	frBase string
 }
 
-// newLogLayout creates the run's folder. An existing <log_dir>/<run_id>
-// from an earlier run is never used: the new run gets the first free
-// name among <run_id>, <run_id>.1, <run_id>.2, ...
+// newLogLayout creates the run's folder, <log_dir>/<run_id>_<random> as
+// torchrun names it: a folder of an earlier run, or one planted under a
+// name, is never used.
 func newLogLayout(logDir, runID string) (*logLayout, error) {
 	if err := rendezvous.ValidateRunID(runID); err != nil {
 		return nil, err
@@ -58,21 +58,13 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 		if err := os.MkdirAll(logDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
 		}
-		for i := 0; ; i++ {
-			name := runID
-			if i > 0 {
-				name += "." + strconv.Itoa(i)
-			}
-			dir := filepath.Join(logDir, name)
-			err := os.Mkdir(dir, dirMode)
-			if err == nil {
-				l.root = dir
-				break
-			}
-			if !errors.Is(err, fs.ErrExist) {
-				return nil, fmt.Errorf("--log-dir: %w", err)
-			}
+		// torchrun's <run_id>_<random>: a new folder (0700) for every run,
+		// never one already there.
+		dir, err := os.MkdirTemp(logDir, runID+"_")
+		if err != nil {
+			return nil, fmt.Errorf("--log-dir: %w", err)
 		}
+		l.root = dir
 	}
 	dir, err := openOwnRoot(l.root)
 	if err != nil {

@@ -12,11 +12,11 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// TestLogLayoutRefusesRunIDs: a run id that is not a plain name never
-// builds a path.
+// TestLogLayoutRefusesRunIDs: a run id that could move a path ('/'), or
+// holds control characters or no UTF-8 text, never builds one.
 func TestLogLayoutRefusesRunIDs(t *testing.T) {
 	logDir := t.TempDir()
-	for _, id := range []string{"../../x", "a/b", "..", ".hidden", "", "-x", strings.Repeat("a", 200)} {
+	for _, id := range []string{"../../x", "a/b", "", strings.Repeat("a", 200), "line\nbreak", "nul\x00", "\xff\xfe"} {
 		if l, err := newLogLayout(logDir, id); !errors.Is(err, rendezvous.ErrInvalidRunID) {
 			if l != nil {
 				l.close()
@@ -31,6 +31,28 @@ func TestLogLayoutRefusesRunIDs(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(logDir); len(left) != 0 {
 		t.Errorf("left in --log-dir: %v", left)
+	}
+}
+
+// TestLogLayoutTakesTorchrunRunIDs: what torchrun takes as a run id names
+// a run folder <run_id>_<random> inside --log-dir, as torchrun's does.
+func TestLogLayoutTakesTorchrunRunIDs(t *testing.T) {
+	logDir := t.TempDir()
+	for _, id := range []string{"job:42", "my job", "..", ".hidden", "-x", "4242.0", "none", "ünï"} {
+		l, err := newLogLayout(logDir, id)
+		if err != nil {
+			t.Errorf("run id %q: %v", id, err)
+			continue
+		}
+		if filepath.Dir(l.root) != logDir || !strings.HasPrefix(filepath.Base(l.root), id+"_") {
+			t.Errorf("run id %q: run folder %s; want %s/%s_<random>", id, l.root, logDir, id)
+		}
+		l.close()
+		cfg := NewConfig()
+		cfg.Entrypoint.Script, cfg.RunID = "train.py", id
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("Validate with run id %q: %v", id, err)
+		}
 	}
 }
 
@@ -55,9 +77,9 @@ func TestLogLayoutModes(t *testing.T) {
 		path string
 		mode fs.FileMode
 	}{
-		{"job", 0o700}, {"job/attempt_0", 0o700}, {"job/attempt_0/0", 0o700}, {"job/attempt_0/1/stdout.log", 0o600},
+		{".", 0o700}, {"attempt_0", 0o700}, {"attempt_0/0", 0o700}, {"attempt_0/1/stdout.log", 0o600},
 	} {
-		fi, err := os.Lstat(filepath.Join(logDir, p.path))
+		fi, err := os.Lstat(filepath.Join(l.root, p.path))
 		if err != nil || fi.Mode().Perm() != p.mode {
 			t.Errorf("%s: %v, %v; want %04o", p.path, fi.Mode(), err, p.mode)
 		}
@@ -82,22 +104,22 @@ func TestLogLayoutModes(t *testing.T) {
 	}
 }
 
-// TestLogLayoutNeverUsesPlanted: a folder or link already at
-// <log_dir>/<run_id> is left alone: the run takes the next free name.
+// TestLogLayoutNeverUsesPlanted: folders or links already in --log-dir
+// under the run id's names are left alone: the run makes a new folder.
 func TestLogLayoutNeverUsesPlanted(t *testing.T) {
 	logDir := t.TempDir()
 	elsewhere := t.TempDir()
 	if err := os.Symlink(elsewhere, filepath.Join(logDir, "job")); err != nil {
 		t.Fatal(err)
 	}
-	mkdir(t, filepath.Join(logDir, "job.1"), 0o777)
+	mkdir(t, filepath.Join(logDir, "job_1"), 0o777)
 	l, err := newLogLayout(logDir, "job")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.close()
-	if want := filepath.Join(logDir, "job.2"); l.root != want {
-		t.Errorf("run folder %s; want %s", l.root, want)
+	if base := filepath.Base(l.root); !strings.HasPrefix(base, "job_") || base == "job_1" {
+		t.Errorf("run folder %s; want a new job_<random>", l.root)
 	}
 	if err := l.prepareAttempt(0, 1); err != nil {
 		t.Fatal(err)

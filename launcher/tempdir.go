@@ -24,6 +24,11 @@ import (
 // tempPrefix begins the name of every temporary folder gorun makes.
 const tempPrefix = "gorun-"
 
+// logsTempPrefix names the folder of the logs of a run with --redirects
+// or --tee and no --log-dir: kept when the run ends (as torchrun keeps its
+// torchelastic_*), so never swept (it has no owner file).
+const logsTempPrefix = tempPrefix + "logs-"
+
 // ownerFile marks a folder that a live gorun holds locked; it holds that
 // gorun's pid, for an operator. It is written after the lock is taken,
 // so a folder with an owner file and a free lock belongs to no one.

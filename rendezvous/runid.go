@@ -3,34 +3,34 @@ package rendezvous
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
-// ErrInvalidRunID: a run id (--rdzv-id) is not a plain name. Run ids name
-// log folders and store keys, so one that is not a plain name could move
-// them (`../../x`).
+// ErrInvalidRunID: a run id (--rdzv-id) cannot name a folder or a store
+// key. Run ids name log folders (<log_dir>/<run_id>_<random>) and store
+// keys (<prefix>/<run_id>/...), so one with a '/' could move them
+// (`../../x`).
 var ErrInvalidRunID = errors.New("invalid run id")
 
-// MaxRunIDLen bounds a run id.
+// MaxRunIDLen bounds a run id (bytes).
 const MaxRunIDLen = 128
 
-// ValidateRunID reports whether id is a plain name: 1 to MaxRunIDLen
-// characters, letters, digits, '.', '_' and '-', not starting with '.' or
-// '-'. Slurm job ids, Kubernetes names and torchrun's default "none" are
-// plain names.
+// ValidateRunID reports whether id can be a run id: 1 to MaxRunIDLen
+// bytes of UTF-8 text without '/' or control characters. What torchrun
+// takes as a run id (Slurm job ids, Kubernetes names, "job:42", "my job",
+// torchrun's default "none") is one.
 func ValidateRunID(id string) error {
 	if id == "" || len(id) > MaxRunIDLen {
-		return fmt.Errorf("%w: --rdzv-id=%q: want 1 to %d characters", ErrInvalidRunID, id, MaxRunIDLen)
+		return fmt.Errorf("%w: --rdzv-id=%q: want 1 to %d bytes", ErrInvalidRunID, id, MaxRunIDLen)
 	}
-	if id[0] == '.' || id[0] == '-' {
-		return fmt.Errorf("%w: --rdzv-id=%q: want a name that starts with a letter, a digit or '_'", ErrInvalidRunID, id)
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: --rdzv-id=%q: not UTF-8 text", ErrInvalidRunID, id)
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return fmt.Errorf("%w: --rdzv-id=%q: character %q at %d; allowed are letters, digits, '.', '_' and '-'", ErrInvalidRunID, id, c, i)
-		}
+	if i := strings.IndexFunc(id, func(r rune) bool { return r == '/' || unicode.IsControl(r) }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(id[i:])
+		return fmt.Errorf("%w: --rdzv-id=%q: character %q at %d; a run id names a folder and store keys: anything but '/' and control characters", ErrInvalidRunID, id, r, i)
 	}
 	return nil
 }

@@ -165,7 +165,6 @@ func TestUsageErrors(t *testing.T) {
 		{"nproc zero", nil, []string{"--nproc-per-node=0", "x.py"}, "--nproc-per-node"},
 		{"nnodes", nil, []string{"--nnodes=3:1", "x.py"}, "--nnodes"},
 		{"redirects", nil, []string{"--redirects=7", "--log-dir=/tmp", "x.py"}, "--redirects"},
-		{"tee without log dir", nil, []string{"--tee=3", "x.py"}, "--log-dir"},
 		{"max restarts", nil, []string{"--max-restarts=-1", "x.py"}, "--max-restarts"},
 		{"max restarts env", []string{"PET_MAX_RESTARTS=lots"}, []string{"x.py"}, "PET_MAX_RESTARTS"},
 		{"module and no-python", nil, []string{"-m", "--no-python", "x"}, "--no-python"},

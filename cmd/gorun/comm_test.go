@@ -234,7 +234,7 @@ func TestGoDDPHungRankTimesOut(t *testing.T) {
 	if !strings.Contains(r.stderr, "Flight recorder (gorun trace ") || !strings.Contains(r.stderr, verdict) {
 		t.Errorf("the failure summary lacks the verdict %q\n%s", verdict, r.stderr)
 	}
-	dir := filepath.Join(logs, "hang", "attempt_0", "flight_recorder")
+	dir := filepath.Join(runFolder(t, logs, "hang"), "attempt_0", "flight_recorder")
 	for rank := range 3 {
 		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("fr_trace_rank_%d.json", rank))); err != nil {
 			t.Errorf("rank %d: no dump: %v", rank, err)

@@ -121,7 +121,7 @@ echo '{"message": "x"}' > "$TORCHELASTIC_ERROR_FILE"; exit 1`)
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	var n int
-	err := filepath.WalkDir(filepath.Join(logDir, "j"), func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(runFolder(t, logDir, "j"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -144,7 +144,7 @@ echo '{"message": "x"}' > "$TORCHELASTIC_ERROR_FILE"; exit 1`)
 		t.Fatalf("%d files, %v; want the 4 logs", n, err)
 	}
 	for lr := range 2 {
-		b, err := os.ReadFile(filepath.Join(logDir, "j", "attempt_0", strconv.Itoa(lr), "stdout.log"))
+		b, err := os.ReadFile(filepath.Join(runFolder(t, logDir, "j"), "attempt_0", strconv.Itoa(lr), "stdout.log"))
 		if err != nil || string(b) != "out\n" {
 			t.Errorf("local rank %d stdout.log = %q, %v", lr, b, err)
 		}

@@ -140,3 +140,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func signalName(sig syscall.Signal) string {
 	return map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGINT: "INT", syscall.SIGHUP: "HUP"}[sig]
 }
+
+// runFolder is the folder of run runID in logDir, <run_id>_<random> as
+// torchrun names it, once it exists (one run of that id in logDir).
+func runFolder(t *testing.T, logDir, runID string) string {
+	t.Helper()
+	var run string
+	waitFor(t, "the run folder of "+runID+" in "+logDir, func() bool {
+		m, _ := filepath.Glob(filepath.Join(logDir, runID+"_*"))
+		if len(m) == 1 {
+			run = m[0]
+		}
+		return run != ""
+	})
+	return run
+}

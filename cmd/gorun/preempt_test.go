@@ -123,7 +123,7 @@ func preemptReadReport(t *testing.T, path string) preemptReport {
 // exit code 75 and time spent on the preemption.
 func checkPreemptedNode(t *testing.T, i int, logDir, run, report string) {
 	t.Helper()
-	events, err := os.ReadFile(filepath.Join(logDir, run, "events.jsonl"))
+	events, err := os.ReadFile(filepath.Join(runFolder(t, logDir, run), "events.jsonl"))
 	if err != nil || !strings.Contains(string(events), `"event":"stop_request"`) {
 		t.Errorf("node %d: events.jsonl lacks the stop request (%v):\n%s", i, err, events)
 	}

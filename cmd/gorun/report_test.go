@@ -214,12 +214,12 @@ func TestReportOfAJobWithOneFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	const runID = "report-one-failure"
-	run := filepath.Join(logDir, runID)
 	script := writeScript(t, pidRecorder)
 	before := time.Now()
 	cmd, stdout, stderr := startGorun(t, testEnv("REPORT_TEST_PID_DIR="+pidDir),
 		"--nproc-per-node=2", "--max-restarts=1", "--rdzv-id", runID, "--log-dir", logDir, "--report", reportFile,
 		"--no-python", script, ddpBin, "--steps", "40", "--step-time", "50ms")
+	run := runFolder(t, logDir, runID)
 	waitProgress(t, filepath.Join(run, "attempt_0"), 2, 3)
 	pids := proctest.PIDs(t, filepath.Join(pidDir, "pid.1"))
 	if len(pids) != 1 {
@@ -482,9 +482,9 @@ func TestReportOfARunningJob(t *testing.T) {
 	t.Parallel()
 	logDir := t.TempDir()
 	const runID = "report-running"
-	run := filepath.Join(logDir, runID)
 	cmd, stdout, stderr := startGorun(t, testEnv(), "--nproc-per-node=2", "--rdzv-id", runID, "--log-dir", logDir,
 		"--no-python", ddpBin, "--steps", "2000", "--step-time", "50ms")
+	run := runFolder(t, logDir, runID)
 	attempt := filepath.Join(run, "attempt_0")
 	waitProgress(t, attempt, 2, 3)
 

@@ -158,19 +158,21 @@ func childWithArg(t *testing.T, parent int, arg string) int {
 	return 0
 }
 
-// TestRunIDMustBePlainName: an id that is not a plain name is bad input
-// (exit 2, naming --rdzv-id and what is allowed) for a run and a dry run,
-// and nothing is made outside --log-dir.
-func TestRunIDMustBePlainName(t *testing.T) {
+// TestRunIDMustNameAFolder: an id that could move a path (a '/') or
+// holds control characters is bad input (exit 2, naming --rdzv-id and
+// what is allowed) for a run and a dry run, and nothing is made outside
+// --log-dir.
+func TestRunIDMustNameAFolder(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name, id, says string
 		args           []string
 	}{
-		{"run", "../../x", "starts with a letter", nil},
-		{"run inner dots", "a/../../../x", "allowed are", nil},
-		{"dry run", "../../x", "starts with a letter", []string{"--dry-run"}},
-		{"static nodes", "a/../../../x", "allowed are", []string{"--nnodes=2", "--node-rank=1", "--master-port=1"}},
+		{"run", "../../x", "anything but '/'", nil},
+		{"run inner dots", "a/../../../x", "anything but '/'", nil},
+		{"control character", "a\tb", "anything but '/' and control characters", nil},
+		{"dry run", "../../x", "anything but '/'", []string{"--dry-run"}},
+		{"static nodes", "a/../../../x", "anything but '/'", []string{"--nnodes=2", "--node-rank=1", "--master-port=1"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -184,14 +184,14 @@ exec sleep 300`)
 		}
 	}
 	for _, want := range []string{"restart 1 of 2", "restart 2 of 2", "FAILED", "Root Cause", "rank      : 2 (local_rank: 2)",
-		"exitcode  : 9", filepath.Join(logDir, "j/attempt_2/2/stdout.log")} {
+		"exitcode  : 9", filepath.Join(runFolder(t, logDir, "j"), "attempt_2/2/stdout.log")} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
 	}
 	for a := range 3 {
 		for lr := range 3 {
-			p := filepath.Join(logDir, "j", "attempt_"+strconv.Itoa(a), strconv.Itoa(lr), "stderr.log")
+			p := filepath.Join(runFolder(t, logDir, "j"), "attempt_"+strconv.Itoa(a), strconv.Itoa(lr), "stderr.log")
 			if b, err := os.ReadFile(p); err != nil || string(b) != "to stderr\n" {
 				t.Errorf("%s = %q, %v", p, b, err)
 			}

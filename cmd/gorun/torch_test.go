@@ -37,7 +37,7 @@ func TestTorchRecordFailureRestartedAndReported(t *testing.T) {
 	if !strings.Contains(r.stdout, "[default1]:rank 1/2 local_rank 1 backend gloo attempt 1") {
 		t.Errorf("the workers were not restarted:\n%s", r.stdout)
 	}
-	errFile := filepath.Join(logDir, "rec", "attempt_1", "1", "error.json")
+	errFile := filepath.Join(runFolder(t, logDir, "rec"), "attempt_1", "1", "error.json")
 	for _, want := range []string{"restart 1 of 1", "Root Cause", "rank      : 1 (local_rank: 1)",
 		"message   : RuntimeError: deliberate failure on rank 1 at step 2", "error_file: " + errFile,
 		`raise RuntimeError(f"deliberate failure on rank {rank} at step {step}")`} {

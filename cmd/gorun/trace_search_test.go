@@ -145,13 +145,15 @@ func TestTraceOfARealHangAndRestart(t *testing.T) {
 		t.Fatalf("the hung job succeeded\n%s", r.stderr)
 	}
 	verdict := "rank(s) 0 wait in it; rank(s) 1 never called it"
+	run := runFolder(t, logs, "hang")
+	name := "run " + filepath.Base(run) + " attempt "
 	for _, c := range []struct {
 		args []string
 		want []string
 	}{
-		{[]string{"trace", logs}, []string{"run hang attempt 1 (" + filepath.Join(logs, "hang", "attempt_1", "flight_recorder") + "):", verdict,
+		{[]string{"trace", logs}, []string{name + "1 (" + filepath.Join(run, "attempt_1", "flight_recorder") + "):", verdict,
 			"(the latest of 2 attempts with dumps below " + logs + "; --all-attempts analyses each)"}},
-		{[]string{"trace", logs, "--all-attempts"}, []string{"run hang attempt 0 (", "run hang attempt 1 (", verdict}},
+		{[]string{"trace", logs, "--all-attempts"}, []string{name + "0 (", name + "1 (", verdict}},
 	} {
 		tr := runGorun(t, testEnv(), c.args...)
 		if tr.code != 0 {
@@ -162,7 +164,7 @@ func TestTraceOfARealHangAndRestart(t *testing.T) {
 				t.Errorf("gorun %v lacks %q:\n%s", c.args, w, tr.stdout)
 			}
 		}
-		if strings.Count(tr.stdout, verdict) != strings.Count(tr.stdout, "run hang attempt") {
+		if strings.Count(tr.stdout, verdict) != strings.Count(tr.stdout, name) {
 			t.Errorf("gorun %v: not one verdict per attempt:\n%s", c.args, tr.stdout)
 		}
 	}

@@ -219,7 +219,7 @@ func launchFlags() []cli.Flag {
 		float(catRestarts, fMonitorInterval, 0.1, "accepted for torchrun compatibility; gorun sees every exit at once and does not poll", true),
 
 		// Logging.
-		str(catLogging, fLogDir, "", "keep worker files in DIR/<run_id>/attempt_<n>/<local_rank>/, and the run's timeline in DIR/<run_id>/events.jsonl (gorun report DIR)", true),
+		str(catLogging, fLogDir, "", "keep worker files in DIR/<run_id>_<random>/attempt_<n>/<local_rank>/, and the run's timeline in DIR/<run_id>_<random>/events.jsonl (gorun report DIR)", true),
 		str(catLogging, fReport, "", "write the goodput report (where wall time went: rendezvous, start-up, productive, lost to failures, preemption) to FILE as JSON when gorun ends", false),
 		str(catLogging, fRedirects, "0", "send worker streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:2", true, "r"),
 		str(catLogging, fTee, "0", "send worker streams to files and the console, same values as --redirects", true, "t"),

@@ -1,7 +1,7 @@
 // Package tracefind finds the flight-recorder dumps below a folder, the
 // way gorun lays them out:
 //
-//	<log-dir>/<run_id>/attempt_<n>/flight_recorder/fr_trace_rank_<rank>.json
+//	<log-dir>/<run_id>_<random>/attempt_<n>/flight_recorder/fr_trace_rank_<rank>.json
 //
 // (or <tmp>/gorun-flight-recorder-<uid>/<run>/attempt_<n>/ without --log-dir),
 // so that `gorun trace` can be given the log folder a user knows rather
@@ -25,7 +25,7 @@ import (
 )
 
 // DefaultMaxDepth is how many folders below the given one the search
-// reads: enough for <log-dir>/<run_id>/attempt_<n>/flight_recorder (3)
+// reads: enough for <log-dir>/<run_id>_<random>/attempt_<n>/flight_recorder (3)
 // given the folder above the log folder.
 const DefaultMaxDepth = 4
 
@@ -130,7 +130,7 @@ func Find(root string, opts Options) (Result, error) {
 	s := &search{realRoot: real, maxDepth: depth, seen: map[string]bool{}, res: &res}
 	s.walk(root, real, 0)
 	if len(res.Attempts) == 0 {
-		msg := fmt.Sprintf("trace: %v (fr_trace_rank_<rank>.json) in %s nor in its folders up to %d levels below; gorun writes them to <log-dir>/<run_id>/attempt_<n>/flight_recorder/ (with --log-dir) or %s/<run>/attempt_<n>/",
+		msg := fmt.Sprintf("trace: %v (fr_trace_rank_<rank>.json) in %s nor in its folders up to %d levels below; gorun writes them to <log-dir>/<run_id>_<random>/attempt_<n>/flight_recorder/ (with --log-dir) or %s/<run>/attempt_<n>/",
 			ErrNoDumps, root, depth, private.FlightRecorderBase())
 		if len(res.Refused) > 0 {
 			msg += fmt.Sprintf("; not followed, leading outside %s: %s", root, strings.Join(res.Refused, ", "))
