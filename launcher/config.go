@@ -219,8 +219,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--python: empty interpreter")
 	case c.NprocPerNode < 1:
 		return fmt.Errorf("--nproc-per-node: %d workers, want at least 1", c.NprocPerNode)
-	case c.Role == "":
-		return fmt.Errorf("--role: empty role name")
 	case rendezvous.ValidateRunID(c.RunID) != nil:
 		return rendezvous.ValidateRunID(c.RunID)
 	case c.MaxRestarts < 0:

@@ -73,10 +73,7 @@ func (n Node) Validate() error {
 	if n.LocalWorldSize < 1 {
 		return fmt.Errorf("%w: local world size %d, want at least 1", ErrInvalidNode, n.LocalWorldSize)
 	}
-	if n.Role == "" {
-		return fmt.Errorf("%w: empty role name", ErrInvalidNode)
-	}
-	return nil
+	return nil // any role, the empty one included, as torchrun's --role 
 }
 
 // Round is one closed rendezvous round as seen by one node.
