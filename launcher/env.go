@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -85,10 +86,15 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	if !cfg.MemoryDefaults {
 		return vars, warnings
 	}
-	if v, ok := allocConf(cfg); ok {
-		vars = append(vars, EnvVar{EnvAllocConf, v})
-	} else if slices.Contains(cfg.Entrypoint.Args, ncclUBFlag) {
+	cur, set := lookupEnv(cfg.Environ, EnvAllocConf)
+	switch {
+	case slices.Contains(cfg.Entrypoint.Args, ncclUBFlag):
 		warnings = append(warnings, "not adding expandable_segments:True to "+EnvAllocConf+": the script's "+ncclUBFlag+" (NCCL user buffer registration) does not work with expandable segments")
+	case !set || strings.TrimSpace(cur) == "":
+		vars = append(vars, EnvVar{EnvAllocConf, expandableSegments})
+	case !choosesExpandable(cur):
+		// The user's value is kept as it is.
+		warnings = append(warnings, fmt.Sprintf("keeping your %s=%s as it is; gorun's default would add %s (less fragmentation), which you may add yourself", EnvAllocConf, cur, expandableSegments))
 	}
 	if _, set := lookupEnv(cfg.Environ, EnvReuseMode); !set {
 		vars = append(vars, EnvVar{EnvReuseMode, DefaultReuseMode})
@@ -96,24 +102,15 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	return vars, warnings
 }
 
-// allocConf returns the PYTORCH_CUDA_ALLOC_CONF value with expandable
-// segments added, and false when nothing is to be added: the user already
-// chose an expandable_segments setting, or the script registers NCCL user
-// buffers.
-func allocConf(cfg *Config) (string, bool) {
-	if slices.Contains(cfg.Entrypoint.Args, ncclUBFlag) {
-		return "", false
-	}
-	cur, set := lookupEnv(cfg.Environ, EnvAllocConf)
-	if !set || strings.TrimSpace(cur) == "" {
-		return expandableSegments, true
-	}
-	for _, opt := range strings.Split(cur, ",") {
+// choosesExpandable says whether a PYTORCH_CUDA_ALLOC_CONF value sets
+// expandable_segments (either way).
+func choosesExpandable(conf string) bool {
+	for _, opt := range strings.Split(conf, ",") {
 		if k, _, _ := strings.Cut(opt, ":"); strings.TrimSpace(k) == "expandable_segments" {
-			return "", false
+			return true
 		}
 	}
-	return cur + "," + expandableSegments, true
+	return false
 }
 
 // rankEnv returns torchrun's per-worker variables (TORCHRUN.md section 2),

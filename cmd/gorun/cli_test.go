@@ -55,7 +55,7 @@ func TestWorkerEnvironment(t *testing.T) {
 			args: []string{"--nproc_per_node", "2", "--role", "trainer", "--no_python", script},
 			want: map[string]string{
 				"ROLE_NAME": "trainer", "OMP_NUM_THREADS": "4", "NCCL_ASYNC_ERROR_HANDLING": "0",
-				"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64,expandable_segments:True", "MULTI_STREAM_MEMORY_REUSE": "1",
+				"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "MULTI_STREAM_MEMORY_REUSE": "1",
 			},
 		},
 		{

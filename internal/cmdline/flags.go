@@ -175,8 +175,7 @@ func launchFlags() []cli.Flag {
 	stop.EnvVars = append(stop.EnvVars, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
 	prefix := str(catLogging, fPrefixTemplate, "[${role_name}${rank}]:", "console prefix of each worker line; placeholders ${role_name}, ${local_rank}, ${rank}", false)
 	prefix.EnvVars = append(prefix.EnvVars, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
-	logLevel := str(catLogging, fLogLevel, "info", "gorun's own messages: debug, info, warning or error", false)
-	logLevel.EnvVars = append(logLevel.EnvVars, "LOGLEVEL")
+	logLevel := str(catLogging, fLogLevel, "info", "gorun's own messages: debug, info, warning or error (else LOGLEVEL's, as torchrun: Python's level names and numbers)", false)
 
 	return []cli.Flag{
 		// Workers.

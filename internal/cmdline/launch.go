@@ -26,9 +26,16 @@ func usageError(format string, a ...any) error {
 
 // launchAction runs `gorun [flags] SCRIPT [ARGS...]`.
 func launchAction(c *cli.Context, opts Options) error {
-	log, err := newLogger(c.String(fLogLevel), c.App.ErrWriter)
+	level, levelNote := c.String(fLogLevel), ""
+	if !c.IsSet(fLogLevel) {
+		level, levelNote = levelFromPython(os.Getenv(pythonLogLevelEnv), level)
+	}
+	log, err := newLogger(level, c.App.ErrWriter)
 	if err != nil {
 		return usageError("%v", err)
+	}
+	if levelNote != "" {
+		log.Warn(levelNote)
 	}
 	schedName, fromScheduler, storeHosts, logSchedulerNote, err := applyScheduler(c)
 	if err != nil {
@@ -247,7 +254,9 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 	cfg.NoPrefix = c.Bool(fNoPrefix)
 	cfg.MemoryDefaults = !c.Bool(fNoMemoryDefaults)
 
-	if v := c.String(fLogsSpecs); v != "" {
+	// "default" is torch's own registered LogsSpecs (DefaultLogsSpecs):
+	// what gorun does with --log-dir, --redirects and --tee.
+	if v := c.String(fLogsSpecs); v != "" && v != "default" {
 		return cfg, fmt.Errorf("--logs-specs=%q names a torchrun LogsSpecs plugin, which gorun cannot load; use --log-dir, --redirects and --tee", v)
 	}
 	if v := c.String(fEventLogHandler); v != "null" {
