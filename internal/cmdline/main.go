@@ -87,7 +87,10 @@ type ElasticSpec struct {
 // Main runs the command line and returns the process exit code: the code
 // an action chose, or 2 for a usage error, as torchrun's argparse does.
 func Main(ctx context.Context, args []string, opts Options) int {
-	err := newApp(opts, args).RunContext(ctx, args)
+	args, err := expandAbbreviations(args, launchFlags())
+	if err == nil {
+		err = newApp(opts, args).RunContext(ctx, args)
+	}
 	if err == nil {
 		return 0
 	}
