@@ -89,7 +89,9 @@ type ElasticSpec struct {
 func Main(ctx context.Context, args []string, opts Options) int {
 	args, err := expandAbbreviations(args, launchFlags())
 	if err == nil {
-		err = newApp(opts, args).RunContext(ctx, args)
+		app := newApp(opts, args)
+		args = flagsFirst(app.Commands, args)
+		err = app.RunContext(ctx, args)
 	}
 	if err == nil {
 		return 0
