@@ -43,6 +43,9 @@ type attempt struct {
 	pumps   sync.WaitGroup
 	// pre is the agent's coordinated preemption (nil when off).
 	pre *preemptor
+	// stdin is what the workers read; the terminal is taken back at
+	// finish.
+	stdin stdinPlan
 }
 
 // outcomeKind says how an attempt ended.
@@ -112,8 +115,11 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	procs := make([]*process, len(specs))
 	starts := make([]<-chan error, len(specs))
 	ignored := cfg.workerIgnoredSignals()
+	att.stdin = planStdin(cfg.Stdin)
 	for i, spec := range specs {
-		procs[i], starts[i] = startProcessIn(ignoringSignals(spec.Argv, ignored), spec.Env, childEnds[i][0], childEnds[i][1], att.exited, 0, group.cgroupFD())
+		in, fg := att.stdin.forRank(spec.LocalRank)
+		files := procFiles{stdin: in, stdout: childEnds[i][0], stderr: childEnds[i][1], foreground: fg}
+		procs[i], starts[i] = startProcessIn(ignoringSignals(spec.Argv, ignored), spec.Env, files, att.exited, 0, group.cgroupFD())
 	}
 	var startErr error
 	for i, w := range att.workers {
@@ -398,6 +404,7 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 // and files. Call it once every worker has exited.
 func (att *attempt) finish() {
 	att.group.killLeftovers()
+	att.stdin.reclaim()
 	drained := make(chan struct{})
 	go func() {
 		att.pumps.Wait()

@@ -171,6 +171,9 @@ type Config struct {
 	// Stdout and Stderr receive the workers' console output and the
 	// failure summary.
 	Stdout, Stderr io.Writer
+	// Stdin is what the workers read (gorun's own, as under torchrun;
+	// stdin.go); nil: nothing (/dev/null).
+	Stdin *os.File
 	// Log receives the agent's own messages.
 	Log logrus.FieldLogger
 }

@@ -70,24 +70,39 @@ type process struct {
 // thread, so setting it on the child after the fork would miss the
 // threads it already started).
 func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process, nice int) (*process, <-chan error) {
-	return startProcessIn(argv, env, stdout, stderr, exited, nice, -1)
+	return startProcessIn(argv, env, procFiles{stdout: stdout, stderr: stderr}, exited, nice, -1)
+}
+
+// procFiles are a process's standard files (stdin nil: /dev/null);
+// foreground makes its process group the foreground one of the terminal
+// stdin is (stdin.go).
+type procFiles struct {
+	stdin, stdout, stderr *os.File
+	foreground            bool
 }
 
 // startProcessIn is startProcess with the process cloned into the cgroup
 // whose directory is open as cgroupFD (-1: this process's own). If the
 // clone into the cgroup fails, the process is started outside it and
 // p.cgroupErr says why.
-func startProcessIn(argv, env []string, stdout, stderr *os.File, exited chan<- *process, nice, cgroupFD int) (*process, <-chan error) {
+func startProcessIn(argv, env []string, files procFiles, exited chan<- *process, nice, cgroupFD int) (*process, <-chan error) {
 	command := func(cgroupFD int) *exec.Cmd {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = env
-		cmd.Stdout = stdout
-		cmd.Stderr = stderr
+		cmd.Stdout = files.stdout
+		cmd.Stderr = files.stderr
+		if files.stdin != nil {
+			cmd.Stdin = files.stdin
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Setpgid: true,
 			// Delivered when the forking thread ends; the goroutine below
 			// keeps that thread alive until the worker has exited.
 			Pdeathsig: syscall.SIGKILL,
+		}
+		if files.foreground {
+			// Set in the child, before its exec, with signals blocked.
+			cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, int(files.stdin.Fd())
 		}
 		if cgroupFD >= 0 {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD

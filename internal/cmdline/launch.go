@@ -182,6 +182,7 @@ func startLocalStore(log *logrus.Logger, secret launcher.Secret) *launcher.Local
 func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 	cfg := launcher.NewConfig()
 	cfg.Stdout, cfg.Stderr, cfg.Log = c.App.Writer, c.App.ErrWriter, log
+	cfg.Stdin = os.Stdin // the workers' own, as torchrun's
 
 	args := c.Args().Slice()
 	if len(args) == 0 {
