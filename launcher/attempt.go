@@ -316,6 +316,14 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 				out.stoppedBySignal = true
 				continue
 			}
+			if !stopping && st.Signal == syscall.SIGINT && att.stdin.holdsTerminal(w.spec.LocalRank) {
+				// Ctrl-C on the terminal reached only the worker that holds
+				// it: the user's interrupt, for the whole job.
+				out.kind, out.signal = outcomeSignalled, syscall.SIGINT
+				cfg.Log.Warnf("local rank %d, which holds the terminal, was interrupted (Ctrl-C): stopping the other workers, SIGKILL in %v", w.spec.LocalRank, cfg.StopTimeout)
+				beginStop(syscall.SIGINT)
+				continue
+			}
 			out.failures = append(out.failures, Failure{
 				LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.pid,
 				ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname, Hung: w.hung,

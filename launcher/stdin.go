@@ -51,6 +51,10 @@ func (p stdinPlan) forRank(lr int) (*os.File, bool) {
 	return p.in, p.foreground
 }
 
+// holdsTerminal says whether local rank lr holds the terminal: Ctrl-C
+// reaches it alone, and its death by SIGINT is the user's interrupt.
+func (p stdinPlan) holdsTerminal(lr int) bool { return p.foreground && lr == 0 }
+
 // reclaim makes gorun's process group the terminal's foreground again
 // after a worker held it. A process outside the foreground group that
 // sets it gets SIGTTOU, ignored for the call.

@@ -33,13 +33,49 @@ func TestWorkersReadStdin(t *testing.T) {
 // and gorun has the terminal back when the workers end.
 func TestWorkerGetsTheTerminal(t *testing.T) {
 	t.Parallel()
+	script := writeScript(t, `echo "rank $RANK ready"; read x; echo "rank $RANK read [$x]"`)
+	master, wait, done, seen := onTerminal(t, script)
+	wait("rank 0 ready")
+	wait("rank 1 read []") // the other workers read nothing
+	if _, err := io.WriteString(master, "hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	wait("rank 0 read [hello]")
+	if code := done(); code != 0 {
+		t.Errorf("gorun exit %d\n%s", code, seen())
+	}
+}
+
+// TestCtrlCOnTheTerminalStopsTheJob: Ctrl-C on the terminal reaches the
+// worker that holds it; its death by SIGINT stops the whole job as
+// gorun's own SIGINT does (exit 130, no restart).
+func TestCtrlCOnTheTerminalStopsTheJob(t *testing.T) {
+	t.Parallel()
+	script := writeScript(t, `echo "rank $RANK ready attempt $TORCHELASTIC_RESTART_COUNT"; if [ "$RANK" = 0 ]; then read x; else sleep 60 & wait; fi`)
+	master, wait, done, seen := onTerminal(t, script, "--max-restarts=2")
+	wait("rank 0 ready attempt 0")
+	wait("rank 1 ready attempt 0")
+	if _, err := io.WriteString(master, "\x03"); err != nil { // Ctrl-C
+		t.Fatal(err)
+	}
+	if code := done(); code != 130 || strings.Contains(seen(), "attempt 1") {
+		t.Errorf("gorun exit %d; want 130 and no restart\n%s", code, seen())
+	}
+}
+
+// onTerminal runs gorun with script as two workers on a new
+// pseudo-terminal, in its own session with the terminal as its
+// controlling one (gorun in its foreground group, as a shell runs it).
+// wait waits for a text on the terminal; done waits for gorun's exit code;
+// seen is what the terminal showed.
+func onTerminal(t *testing.T, script string, flags ...string) (master *os.File, wait func(string), done func() int, seen func() string) {
+	t.Helper()
 	master, slave, err := openPty()
 	if err != nil {
 		t.Skipf("no pseudo-terminal here: %v", err)
 	}
-	defer master.Close()
-	script := writeScript(t, `echo "rank $RANK ready"; read x; echo "rank $RANK read [$x]"`)
-	cmd := exec.Command(gorunBin, "--nproc-per-node=2", "--no-python", script)
+	t.Cleanup(func() { master.Close() })
+	cmd := exec.Command(gorunBin, append(append([]string{"--nproc-per-node=2"}, flags...), "--no-python", script)...)
 	cmd.Env = testEnv()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	// Its own session, with the terminal as its controlling one: gorun is
@@ -49,8 +85,8 @@ func TestWorkerGetsTheTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	slave.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	lines := make(chan string, 100)
 	go func() {
 		r := bufio.NewReader(master)
@@ -65,38 +101,34 @@ func TestWorkerGetsTheTerminal(t *testing.T) {
 			}
 		}
 	}()
-	var seen strings.Builder
-	wait := func(want string) {
+	var out strings.Builder
+	wait = func(want string) {
 		t.Helper()
 		deadline := time.After(30 * time.Second)
-		for !strings.Contains(seen.String(), want) {
+		for !strings.Contains(out.String(), want) {
 			select {
 			case l, ok := <-lines:
 				if !ok {
-					t.Fatalf("terminal closed before %q:\n%s", want, seen.String())
+					t.Fatalf("terminal closed before %q:\n%s", want, out.String())
 				}
-				seen.WriteString(l)
+				out.WriteString(l)
 			case <-deadline:
 				_ = cmd.Process.Kill()
-				t.Fatalf("no %q on the terminal within 30s:\n%s", want, seen.String())
+				t.Fatalf("no %q on the terminal within 30s:\n%s", want, out.String())
 			}
 		}
 	}
-	wait("rank 0 ready")
-	wait("rank 1 read []") // the other workers read nothing
-	if _, err := io.WriteString(master, "hello\n"); err != nil {
-		t.Fatal(err)
-	}
-	wait("rank 0 read [hello]")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("gorun: %v\n%s", err, seen.String())
+	done = func() int {
+		t.Helper()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("gorun did not end:\n%s", out.String())
 		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("gorun did not end after its workers:\n%s", seen.String())
+		return cmd.ProcessState.ExitCode()
 	}
+	return master, wait, done, out.String
 }
 
 // openPty opens a new pseudo-terminal pair.
