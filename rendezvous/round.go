@@ -73,7 +73,7 @@ func (n Node) Validate() error {
 	if n.LocalWorldSize < 1 {
 		return fmt.Errorf("%w: local world size %d, want at least 1", ErrInvalidNode, n.LocalWorldSize)
 	}
-	return nil // any role, the empty one included, as torchrun's --role
+	return nil // any role, the empty one included (torchrun's --role '')
 }
 
 // Round is one closed rendezvous round as seen by one node.
