@@ -94,7 +94,13 @@ type preemptor struct {
 	// the store before its own signal arrives takes that signal as the
 	// same request, not as a second one.
 	signalled bool
-	since     time.Time
+	// firstSignal and firstAt are the first preempt signal and when it
+	// came: the same signal again within signalRepeatWindow is the same
+	// request (Slurm's slurmd sends a step SIGTERM twice, milliseconds
+	// apart, at a time limit or a preemption without GraceTime).
+	firstSignal syscall.Signal
+	firstAt     time.Time
+	since       time.Time
 	deadline  time.Time
 	// published reports the local request's publication (nil when none
 	// is pending); told is set once the workers were told.
@@ -162,17 +168,36 @@ func (p *preemptor) storeRequests() <-chan rendezvous.StopRequest {
 // active reports whether a stop request is known.
 func (p *preemptor) active() bool { return p != nil && p.req != nil }
 
+// signalRepeatWindow is how soon after the first preempt signal the same
+// signal again is taken for a repeat of the same request, not for "stop
+// the workers now": far above a scheduler's repeat (Slurm's: ~7 ms), below
+// a person's second try.
+const signalRepeatWindow = time.Second
+
 // isPreemptSignal reports whether sig asks for a clean stop: one of
-// PreemptSignals, the first this agent got.
+// PreemptSignals, the first this agent got, or a quick repeat of it.
 func (p *preemptor) isPreemptSignal(sig syscall.Signal) bool {
-	return p != nil && slices.Contains(p.cfg.PreemptSignals, sig) && !p.signalled
+	if p == nil || !slices.Contains(p.cfg.PreemptSignals, sig) {
+		return false
+	}
+	return !p.signalled || p.isRepeat(sig)
+}
+
+// isRepeat says whether sig repeats the first preempt signal within
+// signalRepeatWindow.
+func (p *preemptor) isRepeat(sig syscall.Signal) bool {
+	return p.signalled && sig == p.firstSignal && time.Since(p.firstAt) < signalRepeatWindow
 }
 
 // fromSignal makes the local stop request for sig and publishes it to the
 // job in the background (published fires when done); with a request
 // known already (the store's), the signal joins it.
 func (p *preemptor) fromSignal(sig syscall.Signal) {
-	p.signalled = true
+	if p.isRepeat(sig) {
+		p.cfg.Log.Warnf("received %s again within %v: the same stop request (a scheduler's repeat); send it again later to stop the workers now", SignalName(sig), signalRepeatWindow)
+		return
+	}
+	p.signalled, p.firstSignal, p.firstAt = true, sig, time.Now()
 	if p.req != nil {
 		p.cfg.Log.Warnf("received %s: the job is already stopping on a stop request (%s); send it again to stop the workers now", SignalName(sig), printable(p.req.Reason))
 		return

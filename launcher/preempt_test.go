@@ -4,9 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -96,5 +98,55 @@ func TestPreemptStoreRequestBeforeOwn(t *testing.T) {
 	close(rdzv.release)
 	if res := <-done; res.ExitCode != ExitPreempted || !res.Preempted {
 		t.Fatalf("Run = %+v; want exit %d, preempted", res, ExitPreempted)
+	}
+}
+
+// TestPreemptRepeatedSignalIsTheSameRequest: a scheduler that sends
+// SIGTERM twice, milliseconds apart (Slurm's slurmd at a time limit or a
+// preemption without GraceTime), makes one stop request: the workers save
+// and the run ends preempted (75), not stopped at once (143).
+func TestPreemptRepeatedSignalIsTheSameRequest(t *testing.T) {
+	t.Parallel()
+	cfg, _, stderr := shellConfig(t, 2, `trap 'saving=1' TERM; echo $$ > $DIR/ready.$RANK; while [ ! -e "$GORUN_STOP_FILE" ]; do sleep 0.02; done; sleep 0.3; exit 0`)
+	dir := dirOf(cfg)
+	sigs := make(chan os.Signal, 2)
+	a, err := NewAgent(cfg, rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test"}), sigs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := a.Run(context.Background())
+		done <- res
+	}()
+	waitFor(t, "workers ready", func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "ready.*"))
+		return len(m) == 2
+	})
+	sigs <- syscall.SIGTERM
+	sigs <- syscall.SIGTERM
+	if res := <-done; res.ExitCode != ExitPreempted || !res.Preempted {
+		t.Fatalf("Run = %+v; want exit %d, preempted\n%s", res, ExitPreempted, stderr)
+	}
+	if !strings.Contains(stderr.String(), "again within 1s: the same stop request") {
+		t.Errorf("the repeat is not named as such:\n%s", stderr)
+	}
+}
+
+// TestPreemptSignalRepeatWindow: the same preempt signal within the
+// window repeats the request; later, or another signal, is a second one.
+func TestPreemptSignalRepeatWindow(t *testing.T) {
+	t.Parallel()
+	cfg := &Config{PreemptGrace: time.Second, PreemptSignals: []syscall.Signal{syscall.SIGTERM, syscall.SIGUSR1}}
+	p := &preemptor{cfg: cfg, signalled: true, firstSignal: syscall.SIGTERM, firstAt: time.Now()}
+	if !p.isPreemptSignal(syscall.SIGTERM) {
+		t.Error("SIGTERM again at once: not taken as the same request")
+	}
+	if p.isPreemptSignal(syscall.SIGUSR1) {
+		t.Error("SIGUSR1 after SIGTERM: taken as the same request")
+	}
+	p.firstAt = time.Now().Add(-signalRepeatWindow)
+	if p.isPreemptSignal(syscall.SIGTERM) {
+		t.Errorf("SIGTERM again after %v: taken as the same request", signalRepeatWindow)
 	}
 }
