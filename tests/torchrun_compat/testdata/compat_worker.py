@@ -1,0 +1,97 @@
+"""Worker stand-ins for the torchrun compatibility tests (standard library only).
+
+Run as a script, as a module (-m compat_worker) or through --run-path:
+
+  compat_worker.py MODE DIR [ARGS...]
+
+touch DIR [--fail]   a file named by RANK in DIR (PyTorch's bin/test_script.py)
+env DIR [TAG]        the worker's torchrun variables as JSON in DIR
+failonce DIR         env, then rank 1 kills itself with SIGKILL on attempt 0
+bipolar DIR CODE     env, then odd ranks exit with CODE
+sad DIR              rank 1 writes an @record error file and exits 1
+sleep DIR            writes its pid to DIR/pid.RANK and sleeps until stopped
+echo DIR             prints "hello stdout from RANK" to stdout and
+                     "hello stderr from RANK" to stderr (upstream's echo1.py)
+stdin DIR            prints "read: " and the first line of its stdin
+launched DIR         writes whether torch.distributed.is_torchelastic_launched()
+                     would say True (TORCHELASTIC_RUN_ID is set)
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+KEYS = [
+    "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
+    "LOCAL_WORLD_SIZE", "WORLD_SIZE", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
+    "OMP_NUM_THREADS", "TEST_SENTINEL_PARENT",
+]
+
+
+def dump(out, tag=""):
+    env = {k: os.environ[k] for k in KEYS if k in os.environ}
+    env["TAG"] = tag
+    name = "a%s.r%s.json" % (os.environ.get("TORCHELASTIC_RESTART_COUNT", "x"), os.environ["RANK"])
+    tmp = os.path.join(out, name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(env, f)
+    os.rename(tmp, os.path.join(out, name))
+
+
+def main(argv):
+    mode, out = argv[0], argv[1]
+    rank = int(os.environ["RANK"])
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if mode == "touch":
+        if os.environ.get("TEST_SENTINEL_PARENT") != "FOOBAR":
+            sys.exit("TEST_SENTINEL_PARENT not inherited from the launcher")
+        if "--fail" in argv[2:]:
+            raise RuntimeError("failing on purpose (--fail)")
+        open(os.path.join(out, str(rank)), "w").close()
+    elif mode == "env":
+        dump(out, argv[2] if len(argv) > 2 else "")
+    elif mode == "failonce":
+        dump(out)
+        if rank == 1 and attempt == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "bipolar":
+        dump(out)
+        if rank % 2 == 1:
+            sys.exit(int(argv[2]))
+    elif mode == "sad":
+        dump(out)
+        if rank == 1:
+            # What @record writes for an uncaught exception.
+            msg = "RuntimeError: sad because i throw"
+            data = {"message": {"message": msg, "extraInfo": {
+                "py_callstack": "Traceback (most recent call last):\n  File \"compat_worker.py\"\n" + msg + "\n",
+                "timestamp": str(int(time.time()))}}}
+            with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+                json.dump(data, f)
+            sys.exit(1)
+    elif mode == "sleep":
+        tmp = os.path.join(out, ".pid.%d.tmp" % rank)
+        with open(tmp, "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(tmp, os.path.join(out, "pid.%d" % rank))
+        time.sleep(600)
+    elif mode == "echo":
+        print("hello stdout from %d" % rank, flush=True)
+        print("hello stderr from %d" % rank, file=sys.stderr, flush=True)
+    elif mode == "stdin":
+        print("read: " + sys.stdin.readline().strip(), flush=True)
+    elif mode == "launched":
+        with open(os.path.join(out, "launched.%d" % rank), "w") as f:
+            f.write(str("TORCHELASTIC_RUN_ID" in os.environ))
+    else:
+        sys.exit("unknown mode " + mode)
+    print("worker %d done" % rank, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
