@@ -232,6 +232,7 @@ func TestAgentSecondSignalKillsAtOnce(t *testing.T) {
 		cfg, _, _ := shellConfig(t, 1, `trap '' TERM; echo $$ > $DIR/ready.$RANK; while :; do sleep 0.05; done`)
 		cfg.StopTimeout = time.Hour
 		cfg.PreemptGrace = tt.grace
+		cfg.signalRepeatWindow = time.Nanosecond // each signal is a new one
 		dir := dirOf(cfg)
 		sigs := make(chan os.Signal, 3)
 		done := make(chan Result, 1)

@@ -171,6 +171,9 @@ type Config struct {
 	// Stdout and Stderr receive the workers' console output and the
 	// failure summary.
 	Stdout, Stderr io.Writer
+	// signalRepeatWindow replaces signalRepeatWindow when set (tests
+	// that send a second signal at once).
+	signalRepeatWindow time.Duration
 	// Stdin is what the workers read (gorun's own, as under torchrun;
 	// stdin.go); nil: nothing (/dev/null).
 	Stdin *os.File

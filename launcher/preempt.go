@@ -186,7 +186,11 @@ func (p *preemptor) isPreemptSignal(sig syscall.Signal) bool {
 // isRepeat says whether sig repeats the first preempt signal within
 // signalRepeatWindow.
 func (p *preemptor) isRepeat(sig syscall.Signal) bool {
-	return p.signalled && sig == p.firstSignal && time.Since(p.firstAt) < signalRepeatWindow
+	window := signalRepeatWindow
+	if p.cfg.signalRepeatWindow != 0 {
+		window = p.cfg.signalRepeatWindow
+	}
+	return p.signalled && sig == p.firstSignal && time.Since(p.firstAt) < window
 }
 
 // fromSignal makes the local stop request for sig and publishes it to the
