@@ -241,3 +241,33 @@ exec sleep 300`))
 		}
 	}
 }
+
+// TestStoreMembersOutliveTheSchedulersSIGTERM: Slurm's scancel (and its
+// time limit) sends SIGTERM to every process of the step, the store's
+// members too. The members ignore it and serve until their agents stop
+// them, so the stop request completes: the workers save and every agent
+// exits 75 (it used to exit 1 after 30 s, its store gone).
+func TestStoreMembersOutliveTheSchedulersSIGTERM(t *testing.T) {
+	t.Parallel()
+	_, nodes, _ := haJob(t, "sigterm", startWorker(t, `trap : TERM
+while [ ! -e "$GORUN_STOP_FILE" ]; do sleep 0.02; done
+exit 0`))
+	var pids []int
+	for i, n := range nodes {
+		pid := memberPid(n)
+		if pid == 0 {
+			t.Fatalf("node %d does not say its member's pid:\n%s", i, n.stderr)
+		}
+		pids = append(pids, pid, n.cmd.Process.Pid)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range nodes {
+		if code := waitExit(t, n.cmd); code != preemptExit {
+			t.Errorf("node %d exit %d; want %d\n%s", i, code, preemptExit, n.stderr)
+		}
+	}
+}

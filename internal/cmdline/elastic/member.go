@@ -56,8 +56,12 @@ type memberProcess struct {
 	log    logrus.FieldLogger
 	stderr io.Writer
 
-	mu       sync.Mutex
-	pid      int
+	mu  sync.Mutex
+	pid int
+	// stdin is the running member's standard input: closing it stops
+	// the member, which ignores stop signals (a scheduler's, meant for
+	// the job's processes).
+	stdin    io.WriteCloser
 	stopping bool
 	stop     chan struct{} // closed by Close
 	done     chan struct{} // closed when the supervisor has returned
@@ -80,7 +84,7 @@ func startMember(ctx context.Context, c conf, token etcdrdzv.Token, members []st
 		peers = append(peers, m.peer)
 	}
 	argv := []string{exe, "store", "--listen", members[index].client, "--cluster", strings.Join(peers, ","),
-		"--member", strconv.Itoa(index), "--data-dir", dir.Path(), "--log-level", "panic", "--token-stdin",
+		"--member", strconv.Itoa(index), "--data-dir", dir.Path(), "--log-level", "panic", "--token-stdin", "--stop-on-stdin-close",
 		"--ready-timeout", c.connect.String(), "--prefix", c.prefix}
 	if c.tls.CertFile != "" {
 		argv = append(argv, "--cert", c.tls.CertFile, "--key", c.tls.KeyFile)
@@ -153,8 +157,11 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	defer runtime.UnlockOSThread()
 	cmd := exec.Command(m.argv[0], m.argv[1:]...)
 	cmd.Env = withoutKeys(os.Environ(), tokenEnv, secretEnv["token_file"], passwordEnv)
-	cmd.Stdin = strings.NewReader(string(m.token))
 	cmd.Stderr = m.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return false, 0, err
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return false, 0, err
@@ -169,7 +176,11 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	}
 	err = cmd.Start()
 	if err == nil {
-		m.pid = cmd.Process.Pid
+		m.pid, m.stdin = cmd.Process.Pid, stdin
+		// The token's line; the pipe stays open while the member serves.
+		if _, werr := io.WriteString(stdin, string(m.token)+"\n"); werr != nil {
+			_ = cmd.Process.Kill() // its end is reported below
+		}
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -191,7 +202,7 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	}
 	_ = cmd.Wait()
 	m.mu.Lock()
-	m.pid = 0
+	m.pid, m.stdin = 0, nil
 	m.mu.Unlock()
 	status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ready != nil {
@@ -204,19 +215,19 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	return served, status, nil
 }
 
-// Close stops the member (SIGTERM: etcd hands its leadership over; SIGKILL
-// after memberStopTimeout) and removes its data. It is safe to call more
-// than once.
+// Close stops the member (its standard input closed: etcd hands its
+// leadership over; SIGKILL after memberStopTimeout) and removes its data.
+// It is safe to call more than once.
 func (m *memberProcess) Close() error {
 	m.mu.Lock()
 	already := m.stopping
 	m.stopping = true
-	pid := m.pid
+	stdin := m.stdin
 	m.mu.Unlock()
 	if !already {
 		close(m.stop)
-		if pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGTERM)
+		if stdin != nil {
+			_ = stdin.Close()
 		}
 	}
 	t := time.NewTimer(memberStopTimeout)

@@ -1,6 +1,8 @@
 package elastic
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -36,6 +38,7 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			&cli.IntFlag{Name: "member", Value: -1, Usage: "this member's place (from 0) in --cluster"},
 			&cli.DurationFlag{Name: "ready-timeout", Value: etcdrdzv.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
 			&cli.BoolFlag{Name: "token-stdin", Usage: "read the jobs' token from standard input (how an agent hands it to the store member it runs)"},
+			&cli.BoolFlag{Name: "stop-on-stdin-close", Usage: "ignore stop signals and serve until standard input closes (how an agent runs its store member: a scheduler signals every process of a job, and only the agent may stop the member); with --token-stdin, the token is the first line"},
 		},
 		Action: func(c *cli.Context) error {
 			switch c.String("log-level") {
@@ -61,19 +64,45 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			} else if c.IsSet("member") {
 				return cli.Exit("--member is a place in --cluster: give --cluster too", 2)
 			}
+			stdin := bufio.NewReader(os.Stdin)
+			var stdinToken []byte
+			if c.Bool("token-stdin") {
+				var err error
+				if c.Bool("stop-on-stdin-close") {
+					// The first line: the end of the input stops the member.
+					var line string
+					line, err = stdin.ReadString('\n')
+					stdinToken = []byte(line)
+				} else {
+					stdinToken, err = io.ReadAll(io.LimitReader(stdin, 1<<16))
+				}
+				if err != nil {
+					return cli.Exit("gorun store: --token-stdin: "+err.Error(), 2)
+				}
+			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if c.Bool("stop-on-stdin-close") {
+				// Slurm's scancel and time limit signal every process of
+				// the step, this member too: only its agent stops it, once
+				// the workers have saved and left the store.
+				stop()
+				signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(c.Context)
+				defer cancel()
+				go func() {
+					_, _ = io.Copy(io.Discard, stdin)
+					cancel()
+				}()
+			}
 			var token etcdrdzv.Token
 			var password string
 			if !c.Bool("no-auth") {
 				var err error
 				kc := conf{tokenFile: c.String("token-file"), token: os.Getenv(tokenEnv)}
 				if c.Bool("token-stdin") {
-					b, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<16))
-					if err != nil {
-						return cli.Exit("gorun store: --token-stdin: "+err.Error(), 2)
-					}
-					kc.tokenFile, kc.token = "", string(b)
+					kc.tokenFile, kc.token = "", string(stdinToken)
 				}
 				password = os.Getenv(passwordEnv)
 				if cluster != nil && kc.tokenFile == "" && kc.token == "" {
