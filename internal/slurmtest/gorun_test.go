@@ -241,6 +241,47 @@ wait "$srun_pid"; echo "srun exited $?"`, c.BinDir()))
 	checkPreempted(t, dir, 2)
 }
 
+// TestSlurmGorunStopLeavesOtherSteps: `gorun stop` with no flags stops
+// the allocation's gorun step (one node: through SIGUSR1) and leaves a
+// step that runs something else alone, saying so.
+func TestSlurmGorunStopLeavesOtherSteps(t *testing.T) {
+	t.Parallel()
+	c := gorunCluster(t, 1)
+	ctx := deadline(t, 60*time.Second)
+	out, err := os.MkdirTemp(c.Dir(), "out-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := c.BinDir()
+	script := fmt.Sprintf(`#!/bin/bash
+#SBATCH -N 1
+#SBATCH -n 2
+OUT=%s
+srun -N1 -n1 --exact -c1 --output=$OUT/node-%%n.out %s/gorun --nproc-per-node=1 --no-python %s/ddp --steps 600 --step-time 100ms --checkpoint $OUT/ckpt &
+g=$!
+srun -N1 -n1 --exact -c1 bash -c "touch $OUT/prep; while [ ! -e $OUT/go ]; do sleep 0.1; done; echo prep done" &
+p=$!
+for i in $(seq 400); do grep -qs 'step 3 loss' "$OUT"/node-*.out && [ -e $OUT/prep ] && break; sleep 0.1; done
+%s/gorun stop; echo "gorun stop exited $?"
+wait $g; echo "gorun step exited $?"
+touch $OUT/go
+wait $p; echo "prep step exited $?"
+`, out, bin, bin, bin)
+	id, err := c.Sbatch(ctx, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitJobGone(ctx, id); err != nil {
+		t.Fatalf("%v\n%s", err, batchOutput(c, id))
+	}
+	b := batchOutput(c, id)
+	for _, want := range []string{"does not run gorun: left alone", "gorun stop exited 0", "gorun step exited 75", "prep done", "prep step exited 0"} {
+		if !strings.Contains(b, want) {
+			t.Errorf("batch output lacks %q:\n%s", want, b)
+		}
+	}
+}
+
 // gorunDirs is the gorun-store-* and gorun-etcd-* folders in the
 // temporary folder tmp (shared by the nodes).
 func gorunDirs(t *testing.T, tmp string) map[string]bool {

@@ -21,7 +21,14 @@ type SlurmStep struct {
 	Endpoints []string
 	// Nodes is the step's node count.
 	Nodes int
+	// Name is the step's name: srun's --job-name, else the basename of
+	// the program srun ran ("gorun" for a gorun step).
+	Name string
 }
+
+// IsGorun says whether the step runs gorun, by its name (srun names a
+// step after the program it runs).
+func (s SlurmStep) IsGorun() bool { return strings.HasPrefix(s.Name, "gorun") }
 
 // squeueTimeout bounds the look-up of a job's steps.
 const squeueTimeout = 10 * time.Second
@@ -32,7 +39,7 @@ const squeueTimeout = 10 * time.Second
 func RunningSlurmSteps(ctx context.Context, jobID, exclude string) ([]SlurmStep, error) {
 	ctx, cancel := context.WithTimeout(ctx, squeueTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "squeue", "--steps", "--jobs="+jobID, "--noheader", "--format=%i %N").Output()
+	out, err := exec.CommandContext(ctx, "squeue", "--steps", "--jobs="+jobID, "--noheader", "--format=%i %N %j").Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
 			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
@@ -42,13 +49,18 @@ func RunningSlurmSteps(ctx context.Context, jobID, exclude string) ([]SlurmStep,
 	return parseSlurmSteps(jobID, exclude, string(out))
 }
 
-// parseSlurmSteps reads squeue's "%i %N" lines for the steps of jobID.
+// parseSlurmSteps reads squeue's "%i %N %j" lines for the steps of jobID
+// (a step's name, last, may hold spaces).
 func parseSlurmSteps(jobID, exclude, out string) ([]SlurmStep, error) {
 	var steps []SlurmStep
 	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
+		f := strings.SplitN(strings.TrimSpace(line), " ", 3)
+		if len(f) < 2 {
 			continue
+		}
+		name := ""
+		if len(f) == 3 {
+			name = strings.TrimSpace(f[2])
 		}
 		job, step, ok := strings.Cut(f[0], ".")
 		if !ok || job != jobID || f[0] == exclude {
@@ -61,7 +73,7 @@ func parseSlurmSteps(jobID, exclude, out string) ([]SlurmStep, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: squeue: step %s: %v", ErrScheduler, f[0], err)
 		}
-		s := SlurmStep{RunID: f[0], Nodes: len(hosts)}
+		s := SlurmStep{RunID: f[0], Nodes: len(hosts), Name: name}
 		if len(hosts) > 1 {
 			port := strconv.Itoa(StorePort(s.RunID))
 			for _, h := range hosts[:min(3, len(hosts))] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -93,7 +94,7 @@ func stopAction(c *cli.Context) error {
 		}
 		targets = []stopTarget{{runID, endpoints}}
 	case job != "" && embedded:
-		if targets, err = slurmStopTargets(c.Context, job, runID); err != nil {
+		if targets, err = slurmStopTargets(c.Context, job, runID, c.App.ErrWriter); err != nil {
 			return cli.Exit("gorun stop: "+err.Error(), 1)
 		}
 	default:
@@ -119,9 +120,11 @@ func stopAction(c *cli.Context) error {
 	return nil
 }
 
-// slurmStopTargets are the running gorun steps of Slurm job job (all of
-// them, or the one whose run id is runID), found with squeue.
-func slurmStopTargets(ctx context.Context, job, runID string) ([]stopTarget, error) {
+// slurmStopTargets are the running gorun steps of Slurm job job, found
+// with squeue: the one whose run id is runID, else every step named after
+// gorun (srun names a step after its program); the others are named on
+// skipped, not signalled.
+func slurmStopTargets(ctx context.Context, job, runID string, skipped io.Writer) ([]stopTarget, error) {
 	self := ""
 	if step := os.Getenv("SLURM_STEP_ID"); step != "" {
 		self = job + "." + step
@@ -132,7 +135,11 @@ func slurmStopTargets(ctx context.Context, job, runID string) ([]stopTarget, err
 	}
 	var targets []stopTarget
 	for _, s := range steps {
-		if runID == "" || s.RunID == runID {
+		switch {
+		case runID != "" && s.RunID != runID:
+		case runID == "" && !s.IsGorun():
+			fmt.Fprintf(skipped, "gorun stop: step %s (%s) does not run gorun: left alone (give its run id to stop it anyway)\n", s.RunID, s.Name)
+		default:
 			targets = append(targets, stopTarget{s.RunID, s.Endpoints})
 		}
 	}
@@ -140,7 +147,7 @@ func slurmStopTargets(ctx context.Context, job, runID string) ([]stopTarget, err
 		if runID != "" {
 			return nil, fmt.Errorf("Slurm job %s has no running step %s (squeue --steps --jobs=%s)", job, runID, job)
 		}
-		return nil, fmt.Errorf("Slurm job %s has no running step to stop (start gorun with srun)", job)
+		return nil, fmt.Errorf("Slurm job %s has no running gorun step to stop (start gorun with srun)", job)
 	}
 	return targets, nil
 }
