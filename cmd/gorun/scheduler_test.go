@@ -183,3 +183,23 @@ func TestSchedulerDryRun(t *testing.T) {
 		t.Errorf("--scheduler=none: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// TestSlurmWarnsOfAnotherWorkerSignal: under Slurm, whose scancel sends
+// the workers SIGTERM directly, a worker signal other than TERM is named
+// with a warning at launch.
+func TestSlurmWarnsOfAnotherWorkerSignal(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		signal string
+		warns  bool
+	}{{"none", true}, {"USR2", true}, {"SIGTERM", false}, {"", false}} {
+		args := []string{"--no-python", "/bin/true"}
+		if tt.signal != "" {
+			args = append([]string{"--preempt-worker-signal=" + tt.signal}, args...)
+		}
+		r := runGorun(t, testEnv(slurmEnv("77", 1, 0)...), args...)
+		if r.code != 0 || strings.Contains(r.stderr, "under Slurm: scancel and the time limit send SIGTERM") != tt.warns {
+			t.Errorf("--preempt-worker-signal=%q: exit %d, warning %v:\n%s", tt.signal, r.code, tt.warns, r.stderr)
+		}
+	}
+}

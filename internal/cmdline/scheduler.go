@@ -75,9 +75,22 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerS
 		}
 		settings = append(settings, st)
 	}
-	if len(applied) > 0 {
+	// scancel and a time limit send SIGTERM to the workers themselves:
+	// a worker that waits for another signal dies of it before it saves.
+	var warn string
+	if det.Scheduler == scheduler.Slurm {
+		if ws := c.String(fPreemptWorkerSig); ws != "" && !strings.EqualFold(strings.TrimPrefix(strings.ToUpper(ws), "SIG"), "TERM") {
+			warn = fmt.Sprintf("--%s=%s under Slurm: scancel and the time limit send SIGTERM to the workers themselves, which ends workers that do not take SIGTERM as the stop request before they save; keep the default (TERM) under Slurm", fPreemptWorkerSig, ws)
+		}
+	}
+	if len(applied) > 0 || warn != "" {
 		logNote = func(log *logrus.Logger) {
-			log.Infof("%s: %s (from the environment; --dry-run shows where each came from)", det.Scheduler, strings.Join(applied, " "))
+			if len(applied) > 0 {
+				log.Infof("%s: %s (from the environment; --dry-run shows where each came from)", det.Scheduler, strings.Join(applied, " "))
+			}
+			if warn != "" {
+				log.Warn(warn)
+			}
 		}
 	}
 	return det.Scheduler, settings, storeHosts, logNote, nil
