@@ -355,6 +355,9 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		res.ExitCode = exitCode
 		if len(failures) > 0 {
 			res.Failures = failures
+			if err := writeRootCause(cfg.Environ, failures[0]); err != nil {
+				cfg.Log.Warnf("%v", err)
+			}
 			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint, failures))
 			a.printShortReport()
 		}

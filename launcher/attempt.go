@@ -450,6 +450,7 @@ func (att *attempt) completeFailures(failures []Failure, layout *logLayout) []Fa
 	for i := range failures {
 		f := &failures[i]
 		w := byRank[f.LocalRank]
+		f.errorFile = w.spec.ErrorFile
 		rep, err := ReadErrorFile(w.spec.ErrorFile)
 		switch {
 		case err != nil:

@@ -135,7 +135,7 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 		{"TORCHELASTIC_MAX_RESTARTS", itoa(cfg.MaxRestarts)},
 		{"TORCHELASTIC_RUN_ID", round.RunID},
 		{"TORCHELASTIC_USE_AGENT_STORE", pythonBool(round.UseAgentStore)},
-		{"TORCHELASTIC_ERROR_FILE", errorFile},
+		{EnvErrorFile, errorFile},
 	}
 	if cfg.HangTimeout > 0 {
 		vars = append(vars, EnvVar{EnvHeartbeatFile, filepath.Join(filepath.Dir(errorFile), "heartbeat")})

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -88,4 +89,56 @@ func unixTime(raw json.RawMessage) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(sec, 0)
+}
+
+// EnvErrorFile names a worker's error file; in the launcher's own
+// environment, the file where the launcher leaves the job's root cause.
+const EnvErrorFile = "TORCHELASTIC_ERROR_FILE"
+
+// writeRootCause copies the root cause's error file (the first failed
+// worker's) to the file the launcher's own TORCHELASTIC_ERROR_FILE names,
+// as torchrun's @record does: platforms collect a job's failures there.
+// As torchrun, the exit code goes into the message's "errorCode" (a
+// worker killed by a signal cannot write it), and nothing is written when
+// the worker left no error file or the variable is unset.
+func writeRootCause(environ []string, f Failure) error {
+	dst, ok := lookupEnv(environ, EnvErrorFile)
+	if !ok || dst == "" || f.errorFile == "" {
+		return nil
+	}
+	data, err := os.ReadFile(f.errorFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil || len(data) > maxErrorFile {
+		return fmt.Errorf("%s=%s: the root cause's error file %s: %v", EnvErrorFile, dst, f.errorFile, err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("%s=%s: the root cause's error file %s is not JSON: %v", EnvErrorFile, dst, f.errorFile, err)
+	}
+	if msg, ok := doc["message"].(map[string]any); ok && f.ExitCode != 0 {
+		msg["errorCode"] = f.ExitCode
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	// A file already there (an earlier run's) is replaced, never
+	// written through.
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s=%s: %w", EnvErrorFile, dst, err)
+	}
+	fd, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode)
+	if err != nil {
+		return fmt.Errorf("%s=%s: %w", EnvErrorFile, dst, err)
+	}
+	_, err = fd.Write(out)
+	if cerr := fd.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s=%s: %w", EnvErrorFile, dst, err)
+	}
+	return nil
 }

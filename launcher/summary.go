@@ -27,6 +27,9 @@ type Failure struct {
 	Logs []string `json:"logs,omitempty"`
 	// Hung says why gorun judged the worker hung (--hang-timeout).
 	Hung string `json:"hung,omitempty"`
+	// errorFile is the worker's error file, kept or not, while the run
+	// lasts (writeRootCause).
+	errorFile string
 }
 
 // Traceback lines shown in the summary: a longer traceback keeps its first
