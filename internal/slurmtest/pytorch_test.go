@@ -317,8 +317,8 @@ func lineWith(s, sub string) string {
 
 // TestSlurmPyUnevenGPUs: `srun -N2 --gpus=3` gives one node 2 GPUs and
 // the other 1, so --nproc-per-node=gpu starts 2 workers on one and 1 on
-// the other. Every node ends promptly, the job's differing worker counts
-// named, instead of waiting for the join timeout.
+// the other: one job of 3 workers, as torchrun forms it from nodes of
+// different worker counts.
 func TestSlurmPyUnevenGPUs(t *testing.T) {
 	t.Parallel()
 	c := pyCluster(t, Options{Nodes: 2}, true)
@@ -327,28 +327,13 @@ func TestSlurmPyUnevenGPUs(t *testing.T) {
 		c.BinDir(), c.root)
 	cmd := pyCommand(ctx, c, "srun", "-N2", "--gpus=3", "--ntasks-per-node=1", "--label", "bash", "-c", script)
 	cmd.Env = append(cmd.Env, "GORUN_RDZV_TOKEN="+Token(t))
-	start := time.Now()
 	out, stderr, err := Output(cmd)
-	took := time.Since(start)
-	all := out + stderr
-	t.Logf("srun -N2 --gpus=3 ended in %v (%s):\nstdout:\n%s\nstderr:\n%s", took.Round(time.Millisecond), cmd.ProcessState, out, stderr)
+	t.Logf("srun -N2 --gpus=3 (%s):\nstdout:\n%s\nstderr:\n%s", cmd.ProcessState, out, stderr)
 	gpus := regexp.MustCompile(`(?m)^(\d+): gpus on \S+: (\S+)$`).FindAllStringSubmatch(out, -1)
 	if len(gpus) != 2 || gpus[0][2] == gpus[1][2] {
 		t.Fatalf("Slurm did not give the nodes different GPU counts: %v", gpus)
 	}
-	if err == nil {
-		t.Fatalf("the job of 2 + 1 workers succeeded; if heterogeneous nodes are now supported, this test should expect a world of 3")
-	}
-	if took > 30*time.Second {
-		t.Errorf("the nodes ended after %v, want under 30 s (the join timeout is 600 s)", took.Round(time.Millisecond))
-	}
-	// The node that does not match is refused; the other stops at once
-	// with its reason: each names both counts.
-	have := map[string]bool{gpus[0][2]: true, gpus[1][2]: true}
-	for _, task := range []string{"0", "1"} {
-		m := regexp.MustCompile(`(?m)^` + task + `: gorun: .*--nproc-per-node: this node has (\d+), the job has (\d+)`).FindStringSubmatch(all)
-		if m == nil || m[1] == m[2] || !have[m[1]] || !have[m[2]] {
-			t.Errorf("node %s does not name the differing worker counts %v (%v)", task, gpus, m)
-		}
+	if err != nil || !strings.Contains(out, "parameters identical on all 3 ranks: True") || !strings.Contains(out, "world=3") {
+		t.Errorf("the job of 2 + 1 workers did not run as one world of 3: %v", err)
 	}
 }

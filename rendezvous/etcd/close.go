@@ -175,10 +175,9 @@ func (j *joiner) writeRanks(ordered []NodeRecord, fence []clientv3.Cmp) (bool, e
 		return false, err
 	}
 	var ops []clientv3.Op
-	base := 0
+	ranks := assignRanks(ordered)
 	for i, m := range ordered {
-		ops = append(ops, r.put(r.k.rank(j.target, m.ID), rankValue(i, base)))
-		base += m.Nproc
+		ops = append(ops, r.put(r.k.rank(j.target, m.ID), rankValue(ranks[i])))
 		if len(ops) == rankBatch || i == len(ordered)-1 {
 			resp, err := r.cli.Txn(j.ctx).If(fence...).Then(ops...).Commit()
 			if err != nil || !resp.Succeeded {

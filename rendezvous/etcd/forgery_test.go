@@ -162,7 +162,7 @@ func TestNodeWithAnotherTokenIsRefused(t *testing.T) {
 // TestRecordsOutOfRangeAreRefused checks the range checks on records that
 // carry a valid MAC (a buggy agent of this job).
 func TestRecordsOutOfRangeAreRefused(t *testing.T) {
-	sh := Shape{RunID: "x", Role: "default", NprocPerNode: 2, MinNodes: 1, MaxNodes: 4, MaxRestarts: 3}
+	sh := Shape{RunID: "x", MinNodes: 1, MaxNodes: 4, MaxRestarts: 3}
 	good := `{"round":1,"size":2,"world_size":4,"master_addr":"10.0.0.1","master_port":29500,"restarts":0}`
 	cases := []struct{ name, rec, want string }{
 		{"good", good, ""},

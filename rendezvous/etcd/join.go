@@ -384,8 +384,8 @@ func (j *joiner) claim(ctx context.Context) error {
 
 // joined is this node's place in a closed round.
 type joined struct {
-	rec         RoundRecord
-	group, base int
+	rec RoundRecord
+	memberRanks
 }
 
 // check says whether the wait is over: the round closed (with or without
@@ -401,7 +401,9 @@ func (j *joiner) check() (joined, bool, error) {
 		}
 		if rec.Arrivals != nil {
 			if g, member := arrivalRank(rec.Arrivals, j.joinRev); member {
-				return joined{rec: rec, group: g, base: g * j.r.cfg.Shape.NprocPerNode}, true, nil
+				// Every member has this node's workers and role.
+				nproc := j.r.node.LocalWorldSize
+				return joined{rec: rec, memberRanks: memberRanks{group: g, base: g * nproc, roleBase: g * nproc, roleWorld: rec.WorldSize}}, true, nil
 			}
 			j.left(rec)
 			return joined{}, true, errRetry
@@ -420,10 +422,10 @@ func (j *joiner) check() (joined, bool, error) {
 		if len(resp.Kvs) > 0 {
 			kv := resp.Kvs[0]
 			v, ok := j.r.g.open(key, kv.Value, kv.ModRevision)
-			g, b, parsed := parseRank(v)
+			m, parsed := parseRank(v)
 			switch {
-			case ok && parsed && checkRank(g, b, rec, j.r.cfg.Shape) == nil:
-				return joined{rec: rec, group: g, base: b}, true, nil
+			case ok && parsed && checkRank(m, j.r.node.LocalWorldSize, rec) == nil:
+				return joined{rec: rec, memberRanks: m}, true, nil
 			case ok:
 				j.r.g.refuse(key, kv.ModRevision, fmt.Sprintf("rank %q is not a rank of round %d", v, j.target))
 			}

@@ -11,11 +11,11 @@ import (
 )
 
 // Shape is what every node of a job must agree on. The first node to
-// arrive records it; a node with a different shape is refused.
+// arrive records it; a node with a different shape is refused. A node's
+// worker count and role are its own (NodeRecord): nodes may differ in
+// both, as torchrun's do.
 type Shape struct {
 	RunID        string `json:"run_id"`
-	Role         string `json:"role"`
-	NprocPerNode int    `json:"nproc_per_node"`
 	MinNodes     int    `json:"min_nodes"`
 	MaxNodes     int    `json:"max_nodes"`
 	MaxRestarts  int    `json:"max_restarts"`
@@ -80,8 +80,6 @@ func (s Shape) Diff(other Shape) []string {
 		}
 	}
 	add("--rdzv-id", s.RunID, other.RunID)
-	add("--role", s.Role, other.Role)
-	add("--nproc-per-node", s.NprocPerNode, other.NprocPerNode)
 	add("--nnodes (min)", s.MinNodes, other.MinNodes)
 	add("--nnodes (max)", s.MaxNodes, other.MaxNodes)
 	add("--max-restarts", s.MaxRestarts, other.MaxRestarts)
@@ -98,6 +96,9 @@ type NodeRecord struct {
 	Addr       string `json:"addr"`
 	MasterPort int    `json:"master_port"`
 	Nproc      int    `json:"nproc"`
+	// Role is the node's workers' role (--role): ranks within a role
+	// (ROLE_RANK) count that role's workers only.
+	Role string `json:"role"`
 	// NodeRank is the rank asked for with --node-rank, or -1.
 	NodeRank int `json:"node_rank"`
 	// PrevRank is the node's group rank in the last round it ran, or -1;
@@ -149,7 +150,9 @@ const maxArrivalRuns = 64
 func arrivalRuns(ordered []NodeRecord) [][2]int64 {
 	var runs [][2]int64
 	for _, m := range ordered {
-		if m.NodeRank >= 0 || m.PrevRank >= 0 || m.Revision <= 0 {
+		// A member finds its ranks from its group rank alone only when
+		// every member has the same workers and role.
+		if m.NodeRank >= 0 || m.PrevRank >= 0 || m.Revision <= 0 || m.Nproc != ordered[0].Nproc || m.Role != ordered[0].Role {
 			return nil
 		}
 		if n := len(runs); n > 0 && runs[n-1][0]+runs[n-1][1] == m.Revision {
@@ -176,18 +179,48 @@ func arrivalRank(runs [][2]int64, rev int64) (group int, ok bool) {
 	return 0, false
 }
 
-// rankValue is a member's rank key: its group rank and the global rank of
-// its first worker.
-func rankValue(group, base int) string { return strconv.Itoa(group) + " " + strconv.Itoa(base) }
+// memberRanks is a member's place in a round: its group rank, the global
+// rank of its first worker, and within its role the rank of its first
+// worker and the role's worker count, as torchrun assigns them (in group
+// rank order).
+type memberRanks struct {
+	group, base, roleBase, roleWorld int
+}
 
-func parseRank(v []byte) (group, base int, ok bool) {
-	g, b, found := strings.Cut(string(v), " ")
-	if !found {
-		return 0, 0, false
+// assignRanks gives the members, in group-rank order, their ranks.
+func assignRanks(ordered []NodeRecord) []memberRanks {
+	roleWorld := map[string]int{}
+	for _, m := range ordered {
+		roleWorld[m.Role] += m.Nproc
 	}
-	gi, err1 := strconv.Atoi(g)
-	bi, err2 := strconv.Atoi(b)
-	return gi, bi, err1 == nil && err2 == nil
+	out := make([]memberRanks, len(ordered))
+	base, roleBase := 0, map[string]int{}
+	for i, m := range ordered {
+		out[i] = memberRanks{group: i, base: base, roleBase: roleBase[m.Role], roleWorld: roleWorld[m.Role]}
+		base += m.Nproc
+		roleBase[m.Role] += m.Nproc
+	}
+	return out
+}
+
+// rankValue is a member's rank key: "group base roleBase roleWorld".
+func rankValue(m memberRanks) string {
+	return fmt.Sprintf("%d %d %d %d", m.group, m.base, m.roleBase, m.roleWorld)
+}
+
+func parseRank(v []byte) (memberRanks, bool) {
+	f := strings.Fields(string(v))
+	if len(f) != 4 {
+		return memberRanks{}, false
+	}
+	var n [4]int
+	for i, s := range f {
+		var err error
+		if n[i], err = strconv.Atoi(s); err != nil {
+			return memberRanks{}, false
+		}
+	}
+	return memberRanks{n[0], n[1], n[2], n[3]}, true
 }
 
 // orderMembers sorts joined nodes into group-rank order. A rank asked

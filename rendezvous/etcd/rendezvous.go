@@ -90,6 +90,8 @@ type Config struct {
 type Rendezvous struct {
 	cli *clientv3.Client
 	cfg Config
+	// node is this node as Next last described it: its workers and role.
+	node rendezvous.Node
 	k   keys
 	id  string
 	// lease is the node's current lease: a new one replaces it when it
@@ -303,15 +305,13 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 	if err := node.Validate(); err != nil {
 		return rendezvous.Round{}, err
 	}
-	if node.LocalWorldSize != r.cfg.Shape.NprocPerNode {
-		return rendezvous.Round{}, fmt.Errorf("%w: --nproc-per-node %d, the job's shape says %d", ErrShapeMismatch, node.LocalWorldSize, r.cfg.Shape.NprocPerNode)
-	}
+	r.node = node
 	port, err := rendezvous.FreePort(r.cfg.Addr)
 	if err != nil {
 		return rendezvous.Round{}, err
 	}
 	r.spareSince = time.Time{}
-	me := NodeRecord{ID: r.id, Addr: r.cfg.Addr, MasterPort: port, Nproc: node.LocalWorldSize, NodeRank: r.cfg.NodeRank, PrevRank: r.prevRank, PrevRound: r.lastRound}
+	me := NodeRecord{ID: r.id, Addr: r.cfg.Addr, MasterPort: port, Nproc: node.LocalWorldSize, Role: node.Role, NodeRank: r.cfg.NodeRank, PrevRank: r.prevRank, PrevRound: r.lastRound}
 	jctx, cancel := context.WithTimeout(ctx, r.cfg.JoinTimeout)
 	defer cancel()
 	delay := 50 * time.Millisecond
@@ -414,7 +414,7 @@ func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 	return rendezvous.Round{
 		RunID: r.cfg.Shape.RunID, Number: rec.Round, RestartCount: rec.Restarts,
 		GroupRank: res.group, GroupWorldSize: rec.Size, BaseRank: res.base, WorldSize: rec.WorldSize,
-		BaseRoleRank: res.base, RoleWorldSize: rec.WorldSize,
+		BaseRoleRank: res.roleBase, RoleWorldSize: res.roleWorld,
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
 		StoreEndpoints: r.cli.Endpoints(), StorePrefix: r.k.store(rec.Round),
 		JobSecret: r.WorkerSecret(), SpareSince: r.spareSince,

@@ -122,7 +122,7 @@ func shape(run string, minN, maxN, nproc int) Shape {
 	runIDN++
 	id := fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(run, "/", "_"), os.Getpid(), runIDN)
 	runIDMu.Unlock()
-	return Shape{RunID: id, Role: "default", NprocPerNode: nproc, MinNodes: minN, MaxNodes: maxN, MaxRestarts: 1}
+	return Shape{RunID: id, MinNodes: minN, MaxNodes: maxN, MaxRestarts: 1}
 }
 
 // nextAll runs Next on every agent at once.
@@ -229,18 +229,18 @@ func TestShapeMismatchRefused(t *testing.T) {
 		return err == nil && len(resp.Kvs) == 1
 	})
 	other := job
-	other.NprocPerNode = 4
+	other.MaxRestarts = 5
 	a, err := newAgent(t, Config{Shape: other, NodeRank: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.r.Next(ctx, rendezvous.Node{LocalWorldSize: 4, Role: "default"})
-	if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "--nproc-per-node: this node has 4, the job has 8") {
-		t.Fatalf("Next = %v; want a shape mismatch naming --nproc-per-node", err)
+	_, err = a.r.Next(ctx, rendezvous.Node{LocalWorldSize: 8, Role: "default"})
+	if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "--max-restarts: this node has 5, the job has 1") {
+		t.Fatalf("Next = %v; want a shape mismatch naming --max-restarts", err)
 	}
 	select {
 	case err := <-waiting:
-		if err == nil || !strings.Contains(err.Error(), "cannot join the job") || !strings.Contains(err.Error(), "--nproc-per-node: this node has 4, the job has 8") {
+		if err == nil || !strings.Contains(err.Error(), "cannot join the job") || !strings.Contains(err.Error(), "--max-restarts: this node has 5, the job has 1") {
 			t.Errorf("first node's Next = %v; want the job failed with the refused node's reason", err)
 		}
 	case <-time.After(30 * time.Second):

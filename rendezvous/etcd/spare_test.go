@@ -33,7 +33,7 @@ func TestShapeUsable(t *testing.T) {
 			t.Errorf("%s: largest %d smallest %d, want %d %d", tt.name, l, s, tt.largest, tt.smallest)
 		}
 	}
-	if _, err := New(context.Background(), nil, Config{Shape: Shape{RunID: "x", Role: "r", NprocPerNode: 1, MinNodes: 1, MaxNodes: 3, Sizes: []int{4}}}); err == nil || !strings.Contains(err.Error(), "no node count") {
+	if _, err := New(context.Background(), nil, Config{Shape: Shape{RunID: "x", MinNodes: 1, MaxNodes: 3, Sizes: []int{4}}}); err == nil || !strings.Contains(err.Error(), "no node count") {
 		t.Errorf("a shape with no valid size: %v", err)
 	}
 }

@@ -44,8 +44,8 @@ func parseRound(payload []byte, t int, sh Shape) (RoundRecord, error) {
 		return rec, fmt.Errorf("round %d under the key of round %d", rec.Round, t)
 	case rec.Size < 1 || rec.Size > sh.MaxNodes:
 		return rec, fmt.Errorf("%d nodes: want 1 to %d", rec.Size, sh.MaxNodes)
-	case rec.WorldSize != rec.Size*sh.NprocPerNode:
-		return rec, fmt.Errorf("world size %d: want %d nodes x %d workers", rec.WorldSize, rec.Size, sh.NprocPerNode)
+	case rec.WorldSize < rec.Size || rec.WorldSize > rec.Size*maxNproc:
+		return rec, fmt.Errorf("world size %d: want %d nodes x 1 to %d workers", rec.WorldSize, rec.Size, maxNproc)
 	case rec.Restarts < 0 || rec.Restarts > sh.MaxRestarts:
 		return rec, fmt.Errorf("%d restarts: want 0 to %d", rec.Restarts, sh.MaxRestarts)
 	case len(rec.Arrivals) > maxArrivalRuns:
@@ -81,8 +81,10 @@ func parseNode(payload []byte, id string, sh Shape) (NodeRecord, error) {
 	switch {
 	case n.ID != id:
 		return n, fmt.Errorf("node %q under the key of node %q", n.ID, id)
-	case n.Nproc != sh.NprocPerNode:
-		return n, fmt.Errorf("%d workers: the job's shape says %d", n.Nproc, sh.NprocPerNode)
+	case n.Nproc < 1 || n.Nproc > maxNproc:
+		return n, fmt.Errorf("%d workers: want 1 to %d", n.Nproc, maxNproc)
+	case len(n.Role) > maxRoleLen:
+		return n, fmt.Errorf("role of %d bytes: want at most %d", len(n.Role), maxRoleLen)
 	case n.NodeRank < -1 || n.NodeRank >= sh.MaxNodes:
 		return n, fmt.Errorf("node rank %d: want -1 to %d", n.NodeRank, sh.MaxNodes-1)
 	case n.PrevRank < -1 || n.PrevRank >= sh.MaxNodes:
@@ -96,10 +98,18 @@ func parseNode(payload []byte, id string, sh Shape) (NodeRecord, error) {
 	return n, checkPort("master port", n.MasterPort)
 }
 
-// checkRank checks a member's rank key against its round.
-func checkRank(group, base int, rec RoundRecord, sh Shape) error {
-	if group < 0 || group >= rec.Size || base != group*sh.NprocPerNode {
-		return fmt.Errorf("group rank %d, base rank %d: want a group rank below %d and base = group x %d", group, base, rec.Size, sh.NprocPerNode)
+// Bounds of a node's join record.
+const (
+	maxNproc   = 1 << 16
+	maxRoleLen = 256
+)
+
+// checkRank checks a member's rank key, for a node of nproc workers,
+// against its round.
+func checkRank(m memberRanks, nproc int, rec RoundRecord) error {
+	if m.group < 0 || m.group >= rec.Size || m.base < m.group || m.base+nproc > rec.WorldSize ||
+		m.roleBase < 0 || m.roleBase+nproc > m.roleWorld || m.roleWorld > rec.WorldSize {
+		return fmt.Errorf("ranks %+v for %d workers: want a group rank below %d and the node's workers within the world of %d and within their role's", m, nproc, rec.Size, rec.WorldSize)
 	}
 	return nil
 }

@@ -179,7 +179,7 @@ func measureRendezvous(ctx context.Context, clients []*clientv3.Client) (time.Du
 	if os.Getenv("GORUN_BENCH_DEBUG") != "" {
 		log.SetOutput(os.Stderr)
 	}
-	shape := etcdrdzv.Shape{RunID: "bench", Role: "default", NprocPerNode: 8, MinNodes: n, MaxNodes: n}
+	shape := etcdrdzv.Shape{RunID: "bench", MinNodes: n, MaxNodes: n}
 	rdzvs := make([]*etcdrdzv.Rendezvous, n)
 	var mu sync.Mutex
 	ranks := map[int]bool{}

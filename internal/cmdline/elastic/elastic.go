@@ -264,7 +264,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		ccfg.DialKeepAliveTime, ccfg.DialKeepAliveTimeout = etcdrdzv.ClientKeepAliveTime, etcdrdzv.ClientKeepAliveTimeout
 	}
 	cfg := etcdrdzv.Config{
-		Shape: etcdrdzv.Shape{RunID: spec.RunID, Role: spec.Role, NprocPerNode: spec.NprocPerNode,
+		Shape: etcdrdzv.Shape{RunID: spec.RunID,
 			MinNodes: spec.MinNodes, MaxNodes: spec.MaxNodes, MaxRestarts: spec.MaxRestarts, Sizes: spec.Sizes},
 		NodeRank: spec.NodeRank, Addr: addr, Prefix: c.prefix,
 		LastCallTimeout: c.lastCall, JoinTimeout: c.join, LeaseTTL: c.leaseTTL, UnreachableTimeout: c.connect, Log: log,
