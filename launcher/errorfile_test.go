@@ -61,10 +61,10 @@ func TestWriteRootCause(t *testing.T) {
 	flat := `{"message": "RuntimeError: sad", "timestamp": 1700000000}`
 	for _, tt := range []struct {
 		name, worker string // "" for no worker file
-		code             int
-		plant            string // "file" or "link" at the destination
-		unset            bool
-		want             string // "" for no file
+		code         int
+		plant        string // "file" or "link" at the destination
+		unset        bool
+		want         string // "" for no file
 	}{
 		{name: "nested", worker: nested, code: 3, want: `{"message":{"errorCode":3,"extraInfo":{"py_callstack":"tb","timestamp":"1700000000"},"message":"RuntimeError: sad"}}`},
 		{name: "flat", worker: flat, code: 1, want: `{"message":"RuntimeError: sad","timestamp":1700000000}`},

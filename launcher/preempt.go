@@ -101,7 +101,7 @@ type preemptor struct {
 	firstSignal syscall.Signal
 	firstAt     time.Time
 	since       time.Time
-	deadline  time.Time
+	deadline    time.Time
 	// published reports the local request's publication (nil when none
 	// is pending); told is set once the workers were told.
 	published chan struct{}

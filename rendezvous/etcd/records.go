@@ -15,10 +15,10 @@ import (
 // worker count and role are its own (NodeRecord): nodes may differ in
 // both, as torchrun's do.
 type Shape struct {
-	RunID        string `json:"run_id"`
-	MinNodes     int    `json:"min_nodes"`
-	MaxNodes     int    `json:"max_nodes"`
-	MaxRestarts  int    `json:"max_restarts"`
+	RunID       string `json:"run_id"`
+	MinNodes    int    `json:"min_nodes"`
+	MaxNodes    int    `json:"max_nodes"`
+	MaxRestarts int    `json:"max_restarts"`
 	// Sizes, when set, are the only node counts a round may close with
 	// (ascending, within MinNodes..MaxNodes): the sizes at which the job's
 	// parallel layout is valid (gorun --plan). A round closes with the

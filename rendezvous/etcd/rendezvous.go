@@ -92,8 +92,8 @@ type Rendezvous struct {
 	cfg Config
 	// node is this node as Next last described it: its workers and role.
 	node rendezvous.Node
-	k   keys
-	id  string
+	k    keys
+	id   string
 	// lease is the node's current lease: a new one replaces it when it
 	// was lost (etcd unreachable for longer than its TTL) and the node
 	// joins again.
