@@ -2,13 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
 // dryRunWorkers runs the gorun command line argv (argv[0] is "gorun")
@@ -83,59 +87,80 @@ func TestSlurmExample(t *testing.T) {
 	})
 }
 
+// kubeContainer is a manifest's container: its command and variables
+// (ValueFrom set for those the downward API or a Secret gives).
+type kubeContainer struct {
+	Command []string `yaml:"command"`
+	Env     []struct {
+		Name, Value string
+		ValueFrom   map[string]any `yaml:"valueFrom"`
+	}
+}
+
+type kubePodTemplate struct {
+	Spec struct{ Containers []kubeContainer } `yaml:"spec"`
+}
+
+// readManifest reads examples/kubernetes/name into v.
+func readManifest(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/kubernetes/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// pytorchJob is what the tests read of a PyTorchJob manifest.
+type pytorchJob struct {
+	Metadata struct{ Name string }
+	Spec     struct {
+		NprocPerNode  string `yaml:"nprocPerNode"`
+		ElasticPolicy *struct {
+			MinReplicas int `yaml:"minReplicas"`
+			MaxReplicas int `yaml:"maxReplicas"`
+			MaxRestarts int `yaml:"maxRestarts"`
+		} `yaml:"elasticPolicy"`
+		Replicas map[string]struct {
+			Replicas int
+			Template kubePodTemplate
+		} `yaml:"pytorchReplicaSpecs"`
+	}
+}
+
 // TestKubernetesExamples: the containers of examples/kubernetes, under
-// the variables their controllers set (the training operator for a
-// PyTorchJob; Kubernetes' indexed Job for a JobSet), make the job the
-// manifest describes on every pod.
+// the variables their controllers set (the training operator v1's
+// setPodEnv for a PyTorchJob: MASTER_*, PET_MASTER_*, PET_NNODES,
+// PET_NODE_RANK, PET_NPROC_PER_NODE, WORLD_SIZE = replicas x nprocPerNode,
+// RANK, PYTHONUNBUFFERED=1; Kubernetes' indexed Job and the manifest's
+// downward API for a JobSet), make the job the manifest describes on
+// every pod.
 func TestKubernetesExamples(t *testing.T) {
 	t.Parallel()
-	type container struct {
-		Command []string `yaml:"command"`
-		Env     []struct{ Name, Value string }
-	}
-	type podTemplate struct {
-		Spec struct{ Containers []container } `yaml:"spec"`
-	}
-	read := func(name string, v any) {
-		b, err := os.ReadFile("../../examples/kubernetes/" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := yaml.Unmarshal(b, v); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-
-	var job struct {
-		Metadata struct{ Name string }
-		Spec     struct {
-			NprocPerNode string `yaml:"nprocPerNode"`
-			Replicas     map[string]struct {
-				Replicas int
-				Template podTemplate
-			} `yaml:"pytorchReplicaSpecs"`
-		}
-	}
-	read("pytorchjob.yaml", &job)
+	var job pytorchJob
+	readManifest(t, "pytorchjob.yaml", &job)
 	nodes := job.Spec.Replicas["Master"].Replicas + job.Spec.Replicas["Worker"].Replicas
 	nproc, _ := strconv.Atoi(job.Spec.NprocPerNode)
 	if nodes != 4 || nproc != 8 {
 		t.Fatalf("pytorchjob.yaml: %d pods of %d workers; the test expects 4 of 8", nodes, nproc)
 	}
+	master := job.Metadata.Name + "-master-0"
 	for rank := range nodes {
 		kind := "Worker"
 		if rank == 0 {
 			kind = "Master"
 		}
 		c := job.Spec.Replicas[kind].Template.Spec.Containers[0]
-		// What the training operator adds to pod `rank`.
-		env := []string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "MASTER_ADDR=" + job.Metadata.Name + "-master-0", "MASTER_PORT=23456",
+		env := []string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "PYTHONUNBUFFERED=1",
+			"MASTER_ADDR=" + master, "MASTER_PORT=23456", "PET_MASTER_ADDR=" + master, "PET_MASTER_PORT=23456",
 			"PET_NNODES=" + strconv.Itoa(nodes), "PET_NODE_RANK=" + strconv.Itoa(rank), "PET_NPROC_PER_NODE=" + job.Spec.NprocPerNode,
-			"WORLD_SIZE=" + strconv.Itoa(nodes), "RANK=" + strconv.Itoa(rank), "PYTHONUNBUFFERED=0"}
+			"WORLD_SIZE=" + strconv.Itoa(nodes*nproc), "RANK=" + strconv.Itoa(rank)}
 		workers := dryRunWorkers(t, env, c.Command)
 		checkWorkers(t, "pytorchjob.yaml "+kind, workers, nproc, map[string]string{
 			"RANK": strconv.Itoa(rank * nproc), "WORLD_SIZE": strconv.Itoa(nodes * nproc), "GROUP_RANK": strconv.Itoa(rank),
-			"MASTER_ADDR": "gorun-ddp-master-0", "MASTER_PORT": "23456",
+			"MASTER_ADDR": master, "MASTER_PORT": "23456",
 		})
 	}
 
@@ -144,33 +169,116 @@ func TestKubernetesExamples(t *testing.T) {
 		Spec     struct {
 			ReplicatedJobs []struct {
 				Name     string
+				Replicas int
 				Template struct {
 					Spec struct {
 						Completions int
-						Template    podTemplate
+						Template    kubePodTemplate
 					}
 				}
 			} `yaml:"replicatedJobs"`
 		}
 	}
-	read("jobset.yaml", &set)
+	readManifest(t, "jobset.yaml", &set)
 	rj := set.Spec.ReplicatedJobs[0]
-	c := rj.Template.Spec.Template.Spec.Containers[0]
-	var manifest []string
-	for _, e := range c.Env {
-		manifest = append(manifest, e.Name+"="+e.Value)
+	pods := rj.Template.Spec.Completions
+	if rj.Replicas < 2 {
+		t.Fatalf("jobset.yaml: %d Jobs; the test expects several (their pods' indexes collide)", rj.Replicas)
 	}
-	for index := range rj.Template.Spec.Completions {
-		// Kubernetes adds JOB_COMPLETION_INDEX; the node's GPUs are 8 (the
-		// probe finds none here: --nproc-per-node=gpu is given 8 as the
-		// GPU probe would).
-		env := append([]string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "JOB_COMPLETION_INDEX=" + strconv.Itoa(index), "GORUN_NPROC_PER_NODE=8"}, manifest...)
-		cmd := slicesWithout(c.Command, "--nproc-per-node=gpu")
-		workers := dryRunWorkers(t, env, cmd)
-		checkWorkers(t, "jobset.yaml pod "+strconv.Itoa(index), workers, 8, map[string]string{
-			"RANK": strconv.Itoa(index * 8), "WORLD_SIZE": strconv.Itoa(rj.Template.Spec.Completions * 8), "GROUP_RANK": strconv.Itoa(index),
-			"MASTER_ADDR": set.Metadata.Name + "-" + rj.Name + "-0-0." + set.Metadata.Name, "MASTER_PORT": "29500",
-		})
+	c := rj.Template.Spec.Template.Spec.Containers[0]
+	for jobIndex := range rj.Replicas {
+		// The downward API gives the Job's index label.
+		var manifest []string
+		for _, e := range c.Env {
+			v := e.Value
+			if e.ValueFrom != nil {
+				if !strings.Contains(fmt.Sprint(e.ValueFrom), "jobset.sigs.k8s.io/job-global-index") {
+					t.Fatalf("jobset.yaml: %s comes from %v", e.Name, e.ValueFrom)
+				}
+				v = strconv.Itoa(jobIndex)
+			}
+			manifest = append(manifest, e.Name+"="+v)
+		}
+		for index := range pods {
+			// Kubernetes adds JOB_COMPLETION_INDEX; the node's GPUs are 8
+			// (the probe finds none here: --nproc-per-node=gpu is given 8
+			// as the GPU probe would).
+			env := append([]string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "JOB_COMPLETION_INDEX=" + strconv.Itoa(index), "GORUN_NPROC_PER_NODE=8"}, manifest...)
+			cmd := slicesWithout(c.Command, "--nproc-per-node=gpu")
+			workers := dryRunWorkers(t, env, cmd)
+			node := jobIndex*pods + index
+			checkWorkers(t, fmt.Sprintf("jobset.yaml Job %d pod %d", jobIndex, index), workers, 8, map[string]string{
+				"RANK": strconv.Itoa(node * 8), "WORLD_SIZE": strconv.Itoa(rj.Replicas * pods * 8), "GROUP_RANK": strconv.Itoa(node),
+				"MASTER_ADDR": set.Metadata.Name + "-" + rj.Name + "-0-0." + set.Metadata.Name, "MASTER_PORT": "29500",
+			})
+		}
+	}
+}
+
+// TestKubernetesElasticExample: the elastic PyTorchJob of
+// examples/kubernetes, under the variables the training operator's
+// elastic policy sets (PET_RDZV_BACKEND=c10d, PET_RDZV_ENDPOINT at the
+// first worker, PET_NNODES=MIN:MAX, PET_MAX_RESTARTS) and the token its
+// Secret gives, forms one job of two pods (run for real, one worker
+// each, the service name replaced by this host's address); a pod without
+// the Secret's token is refused at once, naming the Secret.
+func TestKubernetesElasticExample(t *testing.T) {
+	t.Parallel()
+	var job pytorchJob
+	readManifest(t, "pytorchjob-elastic.yaml", &job)
+	ep := job.Spec.ElasticPolicy
+	if ep == nil || ep.MinReplicas != 2 {
+		t.Fatalf("pytorchjob-elastic.yaml: elastic policy %+v; the test expects a minimum of 2", ep)
+	}
+	c := job.Spec.Replicas["Worker"].Template.Spec.Containers[0]
+	token := ""
+	for _, e := range c.Env {
+		if e.Name == "GORUN_RDZV_TOKEN" && strings.Contains(fmt.Sprint(e.ValueFrom), "secretKeyRef") {
+			token = "0123456789abcdef0123456789abcdef" // what the Secret holds
+		}
+	}
+	if token == "" {
+		t.Fatal("pytorchjob-elastic.yaml: no GORUN_RDZV_TOKEN from a Secret")
+	}
+	dir := t.TempDir()
+	script := writeScript(t, `echo "$RANK $WORLD_SIZE $GROUP_RANK" > "$1/rank.$RANK"`)
+	port := freePort(t, "127.0.0.1")
+	operator := func(withToken bool) []string {
+		env := append(proctest.GorunEnv(), "HOME="+t.TempDir(), "KUBERNETES_SERVICE_HOST=10.96.0.1", "PYTHONUNBUFFERED=1",
+			"PET_RDZV_BACKEND=c10d", fmt.Sprintf("PET_RDZV_ENDPOINT=127.0.0.1:%d", port),
+			fmt.Sprintf("PET_NNODES=%d:%d", ep.MinReplicas, ep.MaxReplicas), "PET_MAX_RESTARTS="+strconv.Itoa(ep.MaxRestarts),
+			// One worker per pod here, and a short last call: the round
+			// closes once both pods joined, not after torchrun's 30 s.
+			"PET_NPROC_PER_NODE=1", "PET_RDZV_CONF=last_call_timeout=1")
+		if withToken {
+			env = append(env, "GORUN_RDZV_TOKEN="+token)
+		}
+		return env
+	}
+	// The manifest's command, with the stand-in script for train_ddp.py.
+	args := []string{"--no-python", script, dir}
+	if len(c.Command) < 2 || c.Command[0] != "gorun" || c.Command[1] != "examples/pytorch/train_ddp.py" {
+		t.Fatalf("pytorchjob-elastic.yaml: command %q; the test expects gorun examples/pytorch/train_ddp.py", c.Command)
+	}
+	r := runGorun(t, operator(false), args...)
+	if r.code != 2 || !strings.Contains(r.stderr, "Secret") {
+		t.Errorf("a pod without the token: exit %d; want 2, naming a Secret\n%s", r.code, r.stderr)
+	}
+	var pods []*node
+	for range 2 {
+		cmd, out, errb := startGorun(t, operator(true), args...)
+		pods = append(pods, &node{cmd, out, errb})
+	}
+	for i, p := range pods {
+		if code := waitExit(t, p.cmd); code != 0 {
+			t.Fatalf("pod %d exit %d\n%s", i, code, p.stderr)
+		}
+	}
+	for rank := range 2 {
+		b, err := os.ReadFile(filepath.Join(dir, "rank."+strconv.Itoa(rank)))
+		if err != nil || !strings.HasPrefix(string(b), strconv.Itoa(rank)+" 2 ") {
+			t.Errorf("rank %d: %q, %v; want world size 2", rank, b, err)
+		}
 	}
 }
 

@@ -203,3 +203,15 @@ func TestSlurmWarnsOfAnotherWorkerSignal(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeRankBeyondNodeCount: an indexed Job's pod of index 2 without
+// PET_NNODES would run alone, pointed at pod 0's store: refused, naming
+// the node count to give.
+func TestNodeRankBeyondNodeCount(t *testing.T) {
+	t.Parallel()
+	env := testEnv("KUBERNETES_SERVICE_HOST=10.96.0.1", "JOB_COMPLETION_INDEX=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555")
+	r := runGorun(t, env, "--no-python", "/bin/true")
+	if r.code != 2 || !strings.Contains(r.stderr, "--node-rank=2 is not below --nnodes (1)") || !strings.Contains(r.stderr, "PET_NNODES") {
+		t.Errorf("exit %d; want 2 and the node count named:\n%s", r.code, r.stderr)
+	}
+}

@@ -317,6 +317,11 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 	if err := rendezvous.ValidateRunID(cfg.RunID); err != nil {
 		return rendezvousPlan{}, err
 	}
+	// A node rank beyond the node count (an indexed Job's pod without
+	// PET_NNODES) would run alone, pointed at node 0's store.
+	if c.IsSet(fNodeRank) && !c.Bool(fStandalone) && c.Int(fNodeRank) >= maxNodes {
+		return rendezvousPlan{}, fmt.Errorf("--node-rank=%d is not below --nnodes (%d): give --nnodes (PET_NNODES) the job's node count (on Kubernetes the pod count; the node rank may come from JOB_COMPLETION_INDEX: --dry-run shows where each value came from)", c.Int(fNodeRank), maxNodes)
+	}
 	round := rendezvous.Round{
 		RunID: cfg.RunID, GroupWorldSize: 1, WorldSize: cfg.NprocPerNode, RoleWorldSize: cfg.NprocPerNode,
 		MasterAddr: rendezvous.DefaultLocalAddr,

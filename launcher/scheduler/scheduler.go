@@ -267,13 +267,41 @@ func detectKubernetes(getenv func(string) string) (Detection, error) {
 		}
 		add("master-port", v, "MASTER_PORT="+v)
 	}
-	// An indexed Job's (and JobSet's) pod index is the node rank where
-	// nothing else gives one.
+	// An indexed Job's pod index is the node rank where nothing else
+	// gives one. A JobSet of several Jobs numbers each Job's pods from 0:
+	// the manifest hands over the Job's index (its label
+	// jobset.sigs.k8s.io/job-global-index, through the downward API) and
+	// the Job's pod count, and the node rank counts the Jobs before it.
 	if v := strings.TrimSpace(getenv("JOB_COMPLETION_INDEX")); v != "" {
-		if _, err := count("JOB_COMPLETION_INDEX", v); err != nil {
+		idx, err := count("JOB_COMPLETION_INDEX", v)
+		if err != nil {
 			return d, err
 		}
-		add("node-rank", v, "JOB_COMPLETION_INDEX="+v)
+		rank, source := idx, "JOB_COMPLETION_INDEX="+v
+		if jv := strings.TrimSpace(getenv(JobIndexEnv)); jv != "" {
+			job, err := count(JobIndexEnv, jv)
+			if err != nil {
+				return d, err
+			}
+			pv := strings.TrimSpace(getenv(PodsPerJobEnv))
+			pods, err := count(PodsPerJobEnv, pv)
+			if err != nil || pods < 1 {
+				return d, fmt.Errorf("%w: %s=%s needs %s, the pod count of each Job (its completions), at least 1 (got %q)", ErrScheduler, JobIndexEnv, jv, PodsPerJobEnv, pv)
+			}
+			if idx >= pods {
+				return d, fmt.Errorf("%w: JOB_COMPLETION_INDEX=%d is not below %s=%d", ErrScheduler, idx, PodsPerJobEnv, pods)
+			}
+			rank = job*pods + idx
+			source = fmt.Sprintf("%s=%d x %s=%d + JOB_COMPLETION_INDEX=%d", JobIndexEnv, job, PodsPerJobEnv, pods, idx)
+		}
+		add("node-rank", strconv.Itoa(rank), source)
 	}
 	return d, nil
 }
+
+// The variables through which a JobSet's manifest hands over a pod's Job
+// index and each Job's pod count (detectKubernetes).
+const (
+	JobIndexEnv   = "GORUN_JOB_INDEX"
+	PodsPerJobEnv = "GORUN_PODS_PER_JOB"
+)

@@ -69,6 +69,12 @@ func TestDetect(t *testing.T) {
 			want: map[string]string{"master-addr": "job-master-0", "master-port": "23456"}},
 		{name: "JobSet pod", env: []string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "JOB_COMPLETION_INDEX=3", "JOBSET_NAME=train",
 			"MASTER_ADDR=train-workers-0-0.train"}, want: map[string]string{"master-addr": "train-workers-0-0.train", "node-rank": "3"}},
+		{name: "JobSet pod of Job 2 of 4-pod Jobs", env: []string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "JOB_COMPLETION_INDEX=1",
+			"GORUN_JOB_INDEX=2", "GORUN_PODS_PER_JOB=4"}, want: map[string]string{"node-rank": "9"}},
+		{name: "JobSet job index without pods per job", env: []string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "JOB_COMPLETION_INDEX=1",
+			"GORUN_JOB_INDEX=2"}, err: "needs GORUN_PODS_PER_JOB"},
+		{name: "pod index beyond its Job's pods", env: []string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "JOB_COMPLETION_INDEX=4",
+			"GORUN_JOB_INDEX=0", "GORUN_PODS_PER_JOB=4"}, err: "JOB_COMPLETION_INDEX=4 is not below GORUN_PODS_PER_JOB=4"},
 		{name: "bad master port", env: []string{"KUBERNETES_SERVICE_HOST=10.96.0.1", "MASTER_PORT=99999"}, err: "MASTER_PORT"},
 		{name: "bad scheduler name", which: "pbs", err: "want auto, slurm"},
 	} {
