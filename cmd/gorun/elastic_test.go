@@ -222,17 +222,19 @@ func TestElasticLateJoinerScalesUp(t *testing.T) {
 	}
 }
 
+// TestElasticMismatchedNodeRefused: a node whose job shape differs (its
+// --max-restarts) is refused with the difference named, exit 2.
 func TestElasticMismatchedNodeRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
 	script := startWorker(t, "")
 	first := startNodes(t, 1, func(i int) []string {
-		return append(elasticArgs(ep, "shape", i, "--nnodes=2", "--nproc-per-node=2", "--no-python", script), dir)
+		return append(elasticArgs(ep, "shape", i, "--nnodes=2", "--max-restarts=1", "--no-python", script), dir)
 	})[0]
 	waitFor(t, "the store to be hosted", func() bool { return strings.Contains(first.stderr.String(), "hosting") })
-	r := runGorun(t, testEnv(), append(elasticArgs(ep, "shape", 1, "--nnodes=2", "--nproc-per-node=1", "--no-python", script), dir)...)
-	if r.code != 2 || !strings.Contains(r.stderr, "--nproc-per-node: this node has 1, the job has 2") {
+	r := runGorun(t, testEnv(), append(elasticArgs(ep, "shape", 1, "--nnodes=2", "--max-restarts=2", "--no-python", script), dir)...)
+	if r.code != 2 || !strings.Contains(r.stderr, "--max-restarts: this node has 2, the job has 1") {
 		t.Errorf("mismatched node: exit %d\n%s", r.code, r.stderr)
 	}
 	_ = first.cmd.Process.Signal(syscall.SIGTERM)
