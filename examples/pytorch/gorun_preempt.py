@@ -40,6 +40,10 @@ class Preemption:
         # A plain stop (the attempt ends after a failure): die of it as before.
         if self.file and not self._is_request():
             signal.signal(sig, signal.SIG_DFL), os.kill(os.getpid(), sig)
+        # The request is known: more of the same signal (Slurm sends SIGTERM
+        # twice, gorun once more) must not kill the rank as it saves or exits
+        # (Python restores the default action while it shuts down).
+        signal.signal(sig, signal.SIG_IGN)
         self.flag = True
 
     def _is_request(self, wait=5.0):
