@@ -76,19 +76,7 @@ func TestPreemptStoreRequestBeforeOwn(t *testing.T) {
 	dir := dirOf(cfg)
 	rdzv := &sharedStop{Local: rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test"}), requests: make(chan rendezvous.StopRequest, 1), release: make(chan struct{})}
 	sigs := make(chan os.Signal, 1)
-	a, err := NewAgent(cfg, rdzv, sigs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan Result, 1)
-	go func() {
-		res, _ := a.Run(context.Background())
-		done <- res
-	}()
-	waitFor(t, "workers ready", func() bool {
-		m, _ := filepath.Glob(filepath.Join(dir, "ready.*"))
-		return len(m) == 2
-	})
+	done := runUntilReady(t, cfg, rdzv, sigs, 2)
 	sigs <- syscall.SIGTERM
 	// The store's request tells the workers while the recording blocks.
 	waitFor(t, "the workers to see the stop file", func() bool {
@@ -108,21 +96,8 @@ func TestPreemptStoreRequestBeforeOwn(t *testing.T) {
 func TestPreemptRepeatedSignalIsTheSameRequest(t *testing.T) {
 	t.Parallel()
 	cfg, _, stderr := shellConfig(t, 2, `trap 'saving=1' TERM; echo $$ > $DIR/ready.$RANK; while [ ! -e "$GORUN_STOP_FILE" ]; do sleep 0.02; done; sleep 0.3; exit 0`)
-	dir := dirOf(cfg)
 	sigs := make(chan os.Signal, 2)
-	a, err := NewAgent(cfg, rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test"}), sigs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan Result, 1)
-	go func() {
-		res, _ := a.Run(context.Background())
-		done <- res
-	}()
-	waitFor(t, "workers ready", func() bool {
-		m, _ := filepath.Glob(filepath.Join(dir, "ready.*"))
-		return len(m) == 2
-	})
+	done := runUntilReady(t, cfg, rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test"}), sigs, 2)
 	sigs <- syscall.SIGTERM
 	sigs <- syscall.SIGTERM
 	if res := <-done; res.ExitCode != ExitPreempted || !res.Preempted {
@@ -149,4 +124,26 @@ func TestPreemptSignalRepeatWindow(t *testing.T) {
 	if p.isPreemptSignal(syscall.SIGTERM) {
 		t.Errorf("SIGTERM again after %v: taken as the same request", signalRepeatWindow)
 	}
+}
+
+// runUntilReady runs an agent of cfg in the background and waits until
+// its n workers wrote $DIR/ready.<rank>; the agent's result comes on the
+// returned channel.
+func runUntilReady(t *testing.T, cfg Config, rdzv Rendezvous, sigs chan os.Signal, n int) <-chan Result {
+	t.Helper()
+	a, err := NewAgent(cfg, rdzv, sigs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := a.Run(context.Background())
+		done <- res
+	}()
+	dir := dirOf(cfg)
+	waitFor(t, "workers ready", func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "ready.*"))
+		return len(m) == n
+	})
+	return done
 }
