@@ -20,7 +20,13 @@ import (
 // checking that `make build` made the binaries.
 func gorunCluster(t *testing.T, n int) *Cluster {
 	t.Helper()
-	c := Start(t, Options{Nodes: n})
+	return gorunClusterOf(t, Options{Nodes: n})
+}
+
+// gorunClusterOf is gorunCluster with the cluster's options.
+func gorunClusterOf(t *testing.T, opts Options) *Cluster {
+	t.Helper()
+	c := Start(t, opts)
 	for _, b := range []string{"gorun", "ddp", "hello"} {
 		if _, err := os.Stat(filepath.Join(c.BinDir(), b)); err != nil {
 			t.Fatalf("%v: run `make build` first (make test-slurm does)", err)

@@ -58,19 +58,7 @@ func pyCluster(t *testing.T, opts Options, torch bool) *Cluster {
 	if torch {
 		requireTorch(t)
 	}
-	c := Start(t, opts)
-	for _, b := range []string{"gorun", "hello"} {
-		if _, err := os.Stat(filepath.Join(c.BinDir(), b)); err != nil {
-			t.Fatalf("%v: run `make build` first (make test-slurm does)", err)
-		}
-	}
-	return c
-}
-
-func pyDeadline(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+	return gorunClusterOf(t, opts)
 }
 
 // pyCommand is c.Command with PYTHON_EXEC set for gorun.

@@ -23,7 +23,7 @@ import (
 func TestSlurmPyExampleScript(t *testing.T) {
 	t.Parallel()
 	c := pyCluster(t, Options{Nodes: 3}, true)
-	ctx := pyDeadline(t, 5*time.Minute)
+	ctx := deadline(t, 5*time.Minute)
 	start := time.Now()
 	r := newPyExample(t, c).submit(ctx, t, []string{"--nodes=3", "--gpus-per-node=2"}, nil)
 	state, exit := r.gone(ctx, t)
@@ -48,7 +48,7 @@ func TestSlurmPyExampleScript(t *testing.T) {
 func TestSlurmPyExampleWarningSignal(t *testing.T) {
 	t.Parallel()
 	c := pyCluster(t, Options{Nodes: 2}, true)
-	ctx := pyDeadline(t, 8*time.Minute)
+	ctx := deadline(t, 8*time.Minute)
 	e := newPyExample(t, c)
 	start := time.Now()
 	r := e.submit(ctx, t, []string{"--nodes=2", "--gpus-per-node=2", "--time=2"}, []string{"--steps", "100000", "--step-time", "0.05"})
@@ -108,7 +108,7 @@ func TestSlurmPyScancel(t *testing.T) {
 		{"USR1-step", func(id string) []string { return []string{"--signal=USR1", id + ".0"} }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := pyDeadline(t, 4*time.Minute)
+			ctx := deadline(t, 4*time.Minute)
 			r, ckpt := pyJob(ctx, t, c, 2)
 			r.waitTraining(ctx, t)
 			asked := time.Now()
@@ -136,7 +136,7 @@ func TestSlurmPyScancel(t *testing.T) {
 func TestSlurmPyTimeLimit(t *testing.T) {
 	t.Parallel()
 	c := pyCluster(t, Options{Nodes: 2}, true)
-	ctx := pyDeadline(t, 5*time.Minute)
+	ctx := deadline(t, 5*time.Minute)
 	start := time.Now()
 	r, ckpt := pyJob(ctx, t, c, 2, "--time=1")
 	r.waitTraining(ctx, t)
@@ -181,7 +181,7 @@ func TestSlurmPyPreemptedByHigherPriority(t *testing.T) {
 		{"requeue", requeue, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := pyDeadline(t, 6*time.Minute)
+			ctx := deadline(t, 6*time.Minute)
 			r, ckpt := pyJob(ctx, t, c, 2, "-p", tc.partition)
 			r.waitTraining(ctx, t)
 			asked := time.Now()
@@ -241,7 +241,7 @@ func TestSlurmPySallocOneNode(t *testing.T) {
 	c := pyCluster(t, Options{Nodes: 2}, false)
 	gorun, hello := filepath.Join(c.BinDir(), "gorun"), filepath.Join(c.BinDir(), "hello")
 
-	ctx := pyDeadline(t, 2*time.Minute)
+	ctx := deadline(t, 2*time.Minute)
 	start := time.Now()
 	out, stderr, err := Output(c.Command(ctx, "salloc", "-N2", gorun, "--nnodes=1", "--nproc-per-node=2", "--no-python", hello))
 	took := time.Since(start)
@@ -322,7 +322,7 @@ func lineWith(s, sub string) string {
 func TestSlurmPyUnevenGPUs(t *testing.T) {
 	t.Parallel()
 	c := pyCluster(t, Options{Nodes: 2}, true)
-	ctx := pyDeadline(t, 3*time.Minute)
+	ctx := deadline(t, 3*time.Minute)
 	script := fmt.Sprintf(`echo "gpus on $SLURMD_NODENAME: ${SLURM_GPUS_ON_NODE-unset}"; exec %s/gorun --nproc-per-node=gpu %s/examples/pytorch/train_ddp.py --steps 20`,
 		c.BinDir(), c.root)
 	cmd := pyCommand(ctx, c, "srun", "-N2", "--gpus=3", "--ntasks-per-node=1", "--label", "bash", "-c", script)
