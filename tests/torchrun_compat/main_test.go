@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -47,32 +46,19 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// The cases mostly wait: on rendezvous, on Python starting. Run more of
-	// them at once than there are cores, unless -parallel says otherwise.
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", fmt.Sprint(max(8, runtime.GOMAXPROCS(0))))
-	}
+	// The cases mostly wait: on rendezvous, on Python starting.
+	proctest.RunMostlyWaiting(8)
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gorun-compat-bin-")
-	if err != nil {
+	var remove func()
+	var err error
+	if gorunBin, remove, err = proctest.BuildGorun("../.."); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	gorunBin = filepath.Join(dir, "gorun")
-	for _, b := range [][2]string{{gorunBin, "../../cmd/gorun"}, {filepath.Join(dir, "gorun-etcd"), "../../cmd/gorun-etcd"}} {
-		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", b[0], b[1])
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", b[1], err)
-			return 1
-		}
-	}
+	defer remove()
 	if testdata, err = filepath.Abs("testdata"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
