@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -99,11 +100,11 @@ func Main(ctx context.Context, args []string, opts Options) int {
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
 		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(os.Stderr, "gorun: "+msg)
+			fmt.Fprintln(os.Stderr, prefixed(msg))
 		}
 		return ec.ExitCode()
 	}
-	fmt.Fprintln(os.Stderr, "gorun: "+err.Error())
+	fmt.Fprintln(os.Stderr, prefixed(err.Error()))
 	fmt.Fprintln(os.Stderr, "run 'gorun --help' for usage")
 	return 2
 }
@@ -156,4 +157,13 @@ func placeholder(name, usage string) *cli.Command {
 			return execCompanion("gorun " + name)
 		},
 	}
+}
+
+// prefixed is msg after "gorun: ", unless it names its command already
+// ("gorun stop: ...").
+func prefixed(msg string) string {
+	if strings.HasPrefix(msg, "gorun ") || strings.HasPrefix(msg, "gorun:") {
+		return msg
+	}
+	return "gorun: " + msg
 }
