@@ -164,8 +164,9 @@ exec sleep 60`)
 			t.Errorf("node %d exit %d; want the failed worker's 3\n%s", i, code, n.stderr)
 		}
 	}
-	if s := nodes[0].stderr.String(); !strings.Contains(s, "failed on another node") || !strings.Contains(s, "exit code 3") {
-		t.Errorf("node 0 does not say the job failed on node 1 with exit code 3:\n%s", s)
+	// Ranks follow arrival: either node may run rank 1.
+	if s := nodes[0].stderr.String() + nodes[1].stderr.String(); !strings.Contains(s, "failed on another node") || !strings.Contains(s, "exit code 3") {
+		t.Errorf("no node says the job failed on the other with exit code 3:\n%s", s)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -201,8 +202,11 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 	}
 	defer cli3.Close()
 	if err := etcdrdzv.RequestStop(ctx, cli3, conf.prefix, t.runID, token, req, log); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("gorun stop: no store answered at %s within %v (is the job running, and is this its --rdzv-endpoint? a single-node job has no store: send its gorun SIGTERM): %v", strings.Join(t.endpoints, ","), stopTimeout, err)
+		case errors.Is(err, rpctypes.ErrAuthFailed):
+			return fmt.Errorf("gorun stop: the store at %s refuses this token: it is not job %s's (%v)", strings.Join(t.endpoints, ","), t.runID, err)
 		}
 		return err
 	}
