@@ -64,7 +64,7 @@ func PlanWorkers(cfg *Config, shared []EnvVar, round rendezvous.Round, restartCo
 			Rank:      round.BaseRank + lr,
 			Argv:      argv,
 			Added:     added,
-			Env:       withEnv(cfg.Environ, added),
+			Env:       withEnv(withoutSecrets(cfg.Environ), added),
 			ErrorFile: ef,
 		}
 	}

@@ -42,6 +42,28 @@ func lookupEnv(environ []string, name string) (string, bool) {
 	return "", false
 }
 
+// isLauncherSecret says whether the launcher's variable name holds the
+// job's token or a store password: the workers never get those (they get
+// GORUN_JOB_SECRET, derived from the token for them alone).
+func isLauncherSecret(name string) bool {
+	switch name {
+	case "GORUN_RDZV_TOKEN", "GORUN_RDZV_TOKEN_FILE", "GORUN_RDZV_PASSWORD", "GORUN_STORE_PASSWORD":
+		return true
+	}
+	return false
+}
+
+// withoutSecrets is environ without the launcher's secrets.
+func withoutSecrets(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if k, _, _ := strings.Cut(kv, "="); !isLauncherSecret(k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // withEnv returns environ with vars set, replacing earlier entries of the
 // same names.
 func withEnv(environ []string, vars []EnvVar) []string {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/hex"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -185,6 +187,60 @@ func TestRunIDMustNameAFolder(t *testing.T) {
 			}
 			if _, err := os.Lstat(filepath.Join(base, "x")); err == nil {
 				t.Error("a folder was made outside --log-dir")
+			}
+		})
+	}
+}
+
+// TestWorkersNeverSeeTheToken keeps docs/security.md's claim true: the
+// job token, its file and the store passwords in the launcher's
+// environment (exported in a batch script, mounted from a Secret) do not
+// reach the workers, on one node or several; the workers get the job's
+// own derived secret.
+func TestWorkersNeverSeeTheToken(t *testing.T) {
+	t.Parallel()
+	secrets := []string{"GORUN_RDZV_TOKEN", "GORUN_RDZV_TOKEN_FILE", "GORUN_RDZV_PASSWORD", "GORUN_STORE_PASSWORD"}
+	script := writeScript(t, `env > "$1/env.$RANK"`)
+	for _, tt := range []struct {
+		name  string
+		nodes int
+	}{{"one node", 1}, {"two nodes", 2}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			tokenFile := filepath.Join(dir, "token")
+			if err := os.WriteFile(tokenFile, []byte(testToken), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			env := testEnv("GORUN_RDZV_TOKEN_FILE="+tokenFile, "GORUN_RDZV_PASSWORD=p4ss", "GORUN_STORE_PASSWORD=p4ss")
+			ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+			var cmds []*exec.Cmd
+			for i := range tt.nodes {
+				args := []string{"--no-python", script, dir}
+				if tt.nodes > 1 {
+					args = append(elasticArgs(ep, "secret", i, "--nnodes=2"), args...)
+				}
+				cmd, _, _ := startGorun(t, env, args...)
+				cmds = append(cmds, cmd)
+			}
+			for i, c := range cmds {
+				if code := waitExit(t, c); code != 0 {
+					t.Fatalf("node %d exit %d", i, code)
+				}
+			}
+			for rank := range tt.nodes {
+				b, err := os.ReadFile(filepath.Join(dir, "env."+strconv.Itoa(rank)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, name := range secrets {
+					if strings.Contains("\n"+string(b), "\n"+name+"=") {
+						t.Errorf("rank %d sees %s", rank, name)
+					}
+				}
+				if !strings.Contains(string(b), "\nGORUN_JOB_SECRET=") {
+					t.Errorf("rank %d lacks GORUN_JOB_SECRET", rank)
+				}
 			}
 		})
 	}
