@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,6 +110,11 @@ func TestJobToken(t *testing.T) {
 	ctx := context.Background()
 	short := filepath.Join(dir, "short")
 	os.WriteFile(short, []byte("abc\n"), 0o600)
+	// Hostile token files: a FIFO would block, /dev/zero never ends.
+	fifo, zero, huge := filepath.Join(dir, "fifo"), filepath.Join(dir, "zero"), filepath.Join(dir, "huge")
+	syscall.Mkfifo(fifo, 0o600)
+	os.Symlink("/dev/zero", zero)
+	os.WriteFile(huge, bytes.Repeat([]byte("a"), 1<<20), 0o600)
 	tests := []struct {
 		name     string
 		c        conf
@@ -124,6 +130,9 @@ func TestJobToken(t *testing.T) {
 		{name: "environment", c: conf{token: "  0123456789abcdef0123  \n"}, embedded: true, nodes: 2, want: "0123456789abcdef0123"},
 		{name: "too short", c: conf{token: "short"}, nodes: 2, err: "at least 16"},
 		{name: "short file", c: conf{tokenFile: short}, nodes: 2, err: "at least 16"},
+		{name: "FIFO", c: conf{tokenFile: fifo}, nodes: 2, err: "not a token file"},
+		{name: "link to /dev/zero", c: conf{tokenFile: zero}, nodes: 2, err: "is a link"},
+		{name: "a megabyte", c: conf{tokenFile: huge}, nodes: 2, err: "under 4096 bytes"},
 		{name: "missing file, not the host", c: conf{tokenFile: filepath.Join(dir, "none"), connect: 10 * time.Millisecond}, nodes: 2, err: "still missing"},
 	}
 	for _, tt := range tests {

@@ -204,7 +204,12 @@ func (s *sharedToken) await(ctx context.Context, stale etcdrdzv.Token) (etcdrdzv
 
 // openTokenFile opens path for reading if it is a regular file of this
 // user's: never a link, a FIFO (which would block) or another's file.
-func openTokenFile(path string) (*os.File, error) {
+func openTokenFile(path string) (*os.File, error) { return openSecretFile(path, true) }
+
+// openSecretFile opens path for reading if it is a regular file under
+// maxTokenFile bytes, never through a link nor blocking on a FIFO (or
+// growing without end, as /dev/zero); mine: the user's own too.
+func openSecretFile(path string, mine bool) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
@@ -218,16 +223,23 @@ func openTokenFile(path string) (*os.File, error) {
 		return nil, err
 	}
 	sys, _ := st.Sys().(*syscall.Stat_t)
-	if !st.Mode().IsRegular() || sys == nil || int(sys.Uid) != os.Getuid() || st.Size() > maxTokenFile {
+	if !st.Mode().IsRegular() || sys == nil || (mine && int(sys.Uid) != os.Getuid()) || st.Size() > maxTokenFile {
 		f.Close()
-		return nil, fmt.Errorf("%s is not a token file of yours (a regular file under %d bytes): remove it", path, maxTokenFile)
+		whose := ""
+		if mine {
+			whose = " of yours"
+		}
+		return nil, fmt.Errorf("%s is not a token file%s (a regular file under %d bytes, not a link): remove it", path, whose, maxTokenFile)
 	}
 	return f, nil
 }
 
 // readTokenFile reads the token in path (openTokenFile's checks).
-func readTokenFile(path string) (etcdrdzv.Token, error) {
-	f, err := openTokenFile(path)
+func readTokenFile(path string) (etcdrdzv.Token, error) { return readSecretFile(path, true) }
+
+// readSecretFile reads the token in path (openSecretFile's checks).
+func readSecretFile(path string, mine bool) (etcdrdzv.Token, error) {
+	f, err := openSecretFile(path, mine)
 	if err != nil {
 		return nil, err
 	}

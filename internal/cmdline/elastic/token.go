@@ -79,16 +79,17 @@ type jobSpec struct {
 func tokenFromFile(ctx context.Context, path string, host bool, wait time.Duration, log logrus.FieldLogger) (etcdrdzv.Token, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		b, err := os.ReadFile(path)
+		// Never through a link, never blocking on a FIFO, never more than
+		// a token's size (a link to /dev/zero).
+		t, err := readSecretFile(path, false)
 		if err == nil {
 			if st, serr := os.Stat(path); serr == nil && st.Mode().Perm()&0o077 != 0 {
 				log.Warnf("--rdzv-conf token_file=%s is readable by other users (mode %v): anyone who reads it can join or steer the job; chmod 600 it", path, st.Mode().Perm())
 			}
-			t, perr := etcdrdzv.ParseToken("token_file "+path, b)
-			if perr != nil {
-				return nil, usage(perr)
-			}
 			return t, nil
+		}
+		if errors.Is(err, etcdrdzv.ErrBadToken) {
+			return nil, usage(err)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, usage(fmt.Errorf("--rdzv-conf token_file=%s: %w", path, err))
@@ -111,11 +112,11 @@ func tokenFromFile(ctx context.Context, path string, host bool, wait time.Durati
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("--rdzv-conf token_file=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", path, wait)
 		}
-		t := time.NewTimer(tokenPoll)
+		poll := time.NewTimer(tokenPoll)
 		select {
-		case <-t.C:
+		case <-poll.C:
 		case <-ctx.Done():
-			t.Stop()
+			poll.Stop()
 			return nil, ctx.Err()
 		}
 	}
