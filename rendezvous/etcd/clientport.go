@@ -1,9 +1,11 @@
 package etcd
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // clientPort is the embedded store's client port. etcd serves its clients
@@ -20,6 +22,8 @@ type clientPort struct {
 	conns  map[net.Conn]bool
 	closed bool
 	wg     sync.WaitGroup
+	// done is closed by close: it ends a back-off of the accept loop.
+	done chan struct{}
 }
 
 // bindClientPort binds addr for the store whose socket is at socket.
@@ -28,7 +32,11 @@ func bindClientPort(addr, socket string) (*clientPort, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clientPort{ln: ln, socket: socket, conns: map[net.Conn]bool{}}, nil
+	return newClientPort(ln, socket), nil
+}
+
+func newClientPort(ln net.Listener, socket string) *clientPort {
+	return &clientPort{ln: ln, socket: socket, conns: map[net.Conn]bool{}, done: make(chan struct{})}
 }
 
 // addr is the bound address.
@@ -41,13 +49,34 @@ func (p *clientPort) open() {
 	go p.accept()
 }
 
+// Back-off of the accept loop after an error other than the close (out
+// of descriptors: EMFILE), as net/http's: the port keeps accepting once
+// descriptors are free again.
+const (
+	acceptMinDelay = 5 * time.Millisecond
+	acceptMaxDelay = time.Second
+)
+
 func (p *clientPort) accept() {
 	defer p.wg.Done()
+	var delay time.Duration
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			return // closed
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			delay = min(max(2*delay, acceptMinDelay), acceptMaxDelay)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+				continue
+			case <-p.done:
+				t.Stop()
+				return
+			}
 		}
+		delay = 0
 		if !p.track(c) {
 			c.Close()
 			return
@@ -104,6 +133,9 @@ func (p *clientPort) forward(c net.Conn) {
 // the forwarding goroutines.
 func (p *clientPort) close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	for c := range p.conns {
 		c.Close()
