@@ -136,9 +136,10 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	// more often than every 5 s by default).
 	ec.GRPCKeepAliveMinTime = ClientKeepAliveTime / 2
 	if !cfg.clustered() {
-		peer := url.URL{Scheme: "http", Host: cfg.PeerAddr}
-		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: cfg.peerListen}}, []url.URL{peer}
+		peer := url.URL{Scheme: "https", Host: cfg.PeerAddr}
+		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{{Scheme: "https", Host: cfg.peerListen}}, []url.URL{peer}
 		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+		ec.PeerTLSInfo = cfg.peerTLS
 		return ec
 	}
 	ec.Name = memberName(cfg.Member)
@@ -250,7 +251,24 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	}
-	if cfg.clustered() {
+	if !cfg.clustered() {
+		// One member has no peers, but etcd always opens a peer port,
+		// which speaks raft to whoever connects: in plain HTTP, another
+		// local user could pose as a leader and switch authentication
+		// off. It takes only certificates of a CA made for this store
+		// alone (a throwaway key), that is, nobody's.
+		host, _, err := net.SplitHostPort(cfg.PeerAddr)
+		if err != nil {
+			return nil, fmt.Errorf("embedded etcd: peer address %q: %w", cfg.PeerAddr, err)
+		}
+		alone, err := NewToken()
+		if err != nil {
+			return nil, err
+		}
+		if cfg.peerTLS, err = peerTLS(alone, s.runDir, host); err != nil {
+			return nil, err
+		}
+	} else {
 		host, _, err := net.SplitHostPort(cfg.PeerAddr)
 		if err != nil {
 			return nil, fmt.Errorf("embedded etcd: member %d's peer address %q: %w", cfg.Member, cfg.PeerAddr, err)
