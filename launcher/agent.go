@@ -348,8 +348,14 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		exitCode = failures[0].ExitCode
 	}
 	restart, err := a.rdzv.Fail(ctx, round, reason, exitCode, retriable)
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, rendezvous.ErrJobFailed):
+		why = fmt.Sprintf("the job failed on another node too (%v)", err)
+	default:
+		// Without the store no node can agree on a restart.
 		cfg.Log.Errorf("report the failure to the rendezvous: %v", err)
+		why = fmt.Sprintf("the job's store could not record the failure, so no restart can be agreed (%v)", err)
 	}
 	if !restart {
 		res.ExitCode = exitCode

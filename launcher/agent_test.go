@@ -435,3 +435,27 @@ func TestAgentBackoffInterruptedBySignal(t *testing.T) {
 		}
 	}
 }
+
+// lostStore is a rendezvous whose store is gone when a failure is
+// reported.
+type lostStore struct{ *rendezvous.Local }
+
+func (lostStore) Fail(context.Context, rendezvous.Round, string, int, bool) (bool, error) {
+	return false, errors.New("etcd at n0:29400 did not answer within 60s")
+}
+
+// TestFailureWithoutTheStoreSaysSo: a failure the store cannot record
+// ends the job saying so, not "no restarts left" with restarts left.
+func TestFailureWithoutTheStoreSaysSo(t *testing.T) {
+	t.Parallel()
+	cfg, _, stderr := shellConfig(t, 1, `exit 3`)
+	cfg.MaxRestarts = 3
+	a, err := NewAgent(cfg, lostStore{rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test", MaxRestarts: 3})}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := a.Run(context.Background())
+	if res.ExitCode != 3 || !strings.Contains(stderr.String(), "the job's store could not record the failure") || strings.Contains(stderr.String(), "no restarts left") {
+		t.Errorf("Run = %+v\n%s", res, stderr)
+	}
+}
