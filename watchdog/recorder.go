@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -290,10 +291,30 @@ func WriteDump(dir string, d Dump) (string, error) {
 	return path, nil
 }
 
-// ReadDump reads one rank's dump.
+// MaxDumpBytes bounds a dump that ReadDump reads: far above a recorder's
+// (TORCH_NCCL_TRACE_BUFFER_SIZE entries of a few hundred bytes each), so
+// that a file that is not one (a sparse file of gigabytes) costs nothing.
+const MaxDumpBytes = 64 << 20
+
+// ReadDump reads one rank's dump: a regular file (not through a link, not
+// blocking on a FIFO) of at most MaxDumpBytes.
 func ReadDump(path string) (Dump, error) {
 	var d Dump
-	b, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return d, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return d, err
+	case !st.Mode().IsRegular():
+		return d, fmt.Errorf("%s: not a regular file (skipped)", path)
+	case st.Size() > MaxDumpBytes:
+		return d, fmt.Errorf("%s: %d bytes, above the %d MiB a flight recorder dump can hold (skipped)", path, st.Size(), MaxDumpBytes>>20)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxDumpBytes+1))
 	if err != nil {
 		return d, err
 	}

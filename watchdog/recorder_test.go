@@ -268,3 +268,35 @@ func TestStopCutsTheDumpWait(t *testing.T) {
 		t.Errorf("log %q", log.String())
 	}
 }
+
+// TestReadDumpRefusesWhatIsNotADump: a sparse file of gigabytes, a FIFO
+// or a link where a dump should be is refused at once, naming why,
+// instead of read into memory or waited on.
+func TestReadDumpRefusesWhatIsNotADump(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	huge := filepath.Join(dir, "huge.json")
+	f, err := os.Create(huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(3 << 30); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	f.Close()
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	os.Symlink(huge, link)
+	for _, tt := range []struct{ path, err string }{
+		{huge, "above the 64 MiB"},
+		{fifo, "not a regular file"},
+		{link, "too many levels of symbolic links"},
+	} {
+		if _, err := ReadDump(tt.path); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("ReadDump(%s) = %v; want an error with %q", filepath.Base(tt.path), err, tt.err)
+		}
+	}
+}

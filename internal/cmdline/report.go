@@ -119,9 +119,10 @@ func isRegular(path string) bool {
 
 // readEventsFile reads an events file: a file it cannot open is a usage
 // error (exit 2), bad content exit 1.
-// maxEventsBytes bounds the timeline read: far beyond any real run's
-// (an event is ~200 bytes; a year of restarts every minute is ~100 MiB).
-const maxEventsBytes = 256 << 20
+// maxEventsBytes bounds the timeline read: far beyond any real run's (an
+// event is ~200 bytes: 32 MiB is 150,000 events, a restart every 5 minutes
+// for a year), so that a file that is not one costs nothing.
+const maxEventsBytes = 32 << 20
 
 func readEventsFile(path string) ([]launcher.Event, error) {
 	// Without blocking, then checked: a FIFO swapped in must not hold us.
@@ -130,8 +131,12 @@ func readEventsFile(path string) ([]launcher.Event, error) {
 		return nil, usageError("report: %v", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
 		return nil, usageError("report: %s is not a regular file", path)
+	}
+	if st.Size() > maxEventsBytes {
+		return nil, cli.Exit(fmt.Sprintf("report: %s is %d MiB, above the %d MiB a run's timeline can hold: not read (is it gorun's?)", path, st.Size()>>20, maxEventsBytes>>20), 1)
 	}
 	events, err := launcher.ReadEvents(io.LimitReader(f, maxEventsBytes))
 	if err != nil {

@@ -129,6 +129,10 @@ func TestReportErrors(t *testing.T) {
 		`{"time":"2026-03-01T12:00:00Z","event":"start"}`+"\n"+`{"time":"2026-03-01T12:00:01Z","event":"end","how":"failed"}`+"\n"))
 	file := writeFile(t, dir, "file", "")
 	none := t.TempDir()
+	huge := filepath.Dir(writeFile(t, dir, "huge/"+launcher.EventsFile, ""))
+	if err := os.Truncate(filepath.Join(huge, launcher.EventsFile), 1<<30); err != nil { // sparse
+		t.Fatal(err)
+	}
 	for i, tt := range []struct {
 		name string
 		args []string
@@ -143,6 +147,7 @@ func TestReportErrors(t *testing.T) {
 		{"no events", []string{empty}, 2, "has no events"},
 		{"bad line", []string{bad}, 1, filepath.Join(bad, launcher.EventsFile) + ": line 2 is not a JSON event"},
 		{"bad timeline", []string{order}, 1, "attempt 0 ended without a \"spawn\" event"},
+		{"a gigabyte", []string{huge}, 1, "is 1024 MiB, above the 32 MiB a run's timeline can hold: not read"},
 		{"format", []string{"--format", "yaml", empty}, 2, `--format="yaml": want text or json`},
 		{"now", []string{"--now", "noon", empty}, 2, `--now="noon": want an RFC3339 time`},
 	} {
