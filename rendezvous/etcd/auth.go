@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,8 +19,12 @@ const jobRole = "gorun-job"
 // port is not open yet: it creates root (with a random password nobody
 // keeps) and the job's user and role, which may read and write the auth
 // prefix only. It does nothing if authentication is on already (a kept
-// data directory). In a store of several members, member 0 does it,
-// through raft, for all; the others wait until it is on.
+// data directory). In a store of several members every member that
+// starts does it, through raft, for all: each step may be done twice
+// (they are idempotent, the job user's password is the token's), and a
+// member whose step fails because another turned authentication on first
+// is done. So a majority of the members starts the store, member 0 or
+// not.
 func setUpAuth(ctx context.Context, e *embed.Etcd, cfg ServerConfig) error {
 	prefix := cfg.AuthPrefix
 	if prefix == "" {
@@ -34,10 +37,11 @@ func setUpAuth(ctx context.Context, e *embed.Etcd, cfg ServerConfig) error {
 	defer cancel()
 	cli := v3client.New(e.Server)
 	defer cli.Close()
-	if cfg.clustered() && cfg.Member != 0 {
-		return awaitAuth(ctx, cli, cfg)
+	enabled := func() bool {
+		st, err := cli.AuthStatus(ctx)
+		return err == nil && st.Enabled
 	}
-	if st, err := cli.AuthStatus(ctx); err == nil && st.Enabled {
+	if enabled() {
 		return nil
 	}
 	rootPassword, err := NewToken()
@@ -69,31 +73,13 @@ func setUpAuth(ctx context.Context, e *embed.Etcd, cfg ServerConfig) error {
 	}
 	for _, st := range steps {
 		if err := st.do(); err != nil {
+			if cfg.clustered() && enabled() {
+				return nil // another member finished first
+			}
 			return fmt.Errorf("embedded etcd: %s: %w", st.what, err)
 		}
 	}
 	return nil
-}
-
-// authPoll spaces a member's checks that member 0 turned authentication
-// on (a setting read from the member's own state, so cheap).
-const authPoll = 20 * time.Millisecond
-
-// awaitAuth waits until the store's authentication is on.
-func awaitAuth(ctx context.Context, cli *clientv3.Client, cfg ServerConfig) error {
-	for {
-		st, err := cli.AuthStatus(ctx)
-		if err == nil && st.Enabled {
-			return nil
-		}
-		t := time.NewTimer(authPoll)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("embedded etcd: member %d: member 0 (%s) did not set up authentication within %v", cfg.Member, cfg.Cluster[0], cfg.ReadyTimeout)
-		}
-	}
 }
 
 func ignoreExists(err error) error {

@@ -218,3 +218,50 @@ func TestFailEndsWithoutAMajority(t *testing.T) {
 		t.Fatalf("Fail = %v after %v; want it to give up after the unreachable timeout", err, time.Since(start))
 	}
 }
+
+// TestClusterStartsWithoutMemberZero: two of three members are a
+// majority: they start the store, authentication on, without member 0's
+// host (it used to wait for member 0 to set up authentication, then fail).
+func TestClusterStartsWithoutMemberZero(t *testing.T) {
+	t.Parallel()
+	token := Token("gorun-cluster-test-token-no-zero-01")
+	addrs := freeAddrs(t, 6)
+	peers, clients := addrs[:3], addrs[3:]
+	servers := make([]*Server, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for _, i := range []int{1, 2} {
+		wg.Go(func() {
+			servers[i], errs[i] = StartServer(context.Background(), ServerConfig{
+				ClientAddr: clients[i], Token: token, Cluster: peers, Member: i, ReadyTimeout: 30 * time.Second,
+			})
+		})
+	}
+	wg.Wait()
+	for _, i := range []int{1, 2} {
+		if servers[i] != nil {
+			t.Cleanup(func() { servers[i].Close() })
+		}
+		if errs[i] != nil {
+			t.Fatalf("member %d: %v", i, errs[i])
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: clients[1:], DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Username: EtcdUser, Password: token.EtcdPassword()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, DefaultPrefix+"/job/k", "v"); err != nil {
+		t.Fatalf("the job's user cannot write to the two members: %v", err)
+	}
+	anon, err := clientv3.New(clientv3.Config{Endpoints: clients[1:], DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err == nil {
+		defer anon.Close()
+		if _, err := anon.Put(ctx, DefaultPrefix+"/job/x", "v"); err == nil {
+			t.Error("a client without the job's password wrote to the store")
+		}
+	}
+}
