@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -38,7 +39,7 @@ const shmFileSize = shmHeader + shmRingSize
 // mapRing maps the ring file at path: created afresh (it must not
 // exist), or opened as a peer named it, which it must be a regular file
 // of this user of shmFileSize bytes, not a symbolic link.
-func mapRing(path string, create bool) (*shmRing, error) {
+func mapRing(path string, create bool) (_ *shmRing, err error) {
 	flags := syscall.O_RDWR | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
 	if create {
 		flags |= syscall.O_CREAT | syscall.O_EXCL
@@ -52,8 +53,20 @@ func mapRing(path string, create bool) (*shmRing, error) {
 	}
 	defer syscall.Close(fd)
 	if create {
-		if err := syscall.Ftruncate(fd, shmFileSize); err != nil {
-			return nil, &os.PathError{Op: "truncate", Path: path, Err: err}
+		// A ring that fails is never left behind.
+		defer func() {
+			if err != nil {
+				os.Remove(path)
+			}
+		}()
+		// The pages are taken now: on a tmpfs that cannot hold them (a
+		// container's 64 MiB /dev/shm) the first write to a page would
+		// otherwise kill the process with SIGBUS.
+		if err := syscall.Fallocate(fd, 0, 0, shmFileSize); err != nil {
+			if err == syscall.ENOSPC {
+				return nil, shmFullError(filepath.Dir(path))
+			}
+			return nil, &os.PathError{Op: "allocate", Path: path, Err: err}
 		}
 	}
 	var st syscall.Stat_t
@@ -261,4 +274,15 @@ func (l *shmLink) read(b []byte, deadline time.Time) error {
 func (l *shmLink) close() {
 	l.out.unmap()
 	l.in.unmap()
+}
+
+// shmFullError says that dir (the shared-memory folder) cannot hold a
+// ring, with its size and what is free, and what to do.
+func shmFullError(dir string) error {
+	var fs syscall.Statfs_t
+	size := ""
+	if syscall.Statfs(dir, &fs) == nil {
+		size = fmt.Sprintf(" (%d MiB, %d MiB free)", uint64(fs.Blocks)*uint64(fs.Bsize)>>20, uint64(fs.Bavail)*uint64(fs.Bsize)>>20)
+	}
+	return fmt.Errorf("%s is full%s: a pair of ranks on one host needs two rings of %d MiB; give it more room (docker run --shm-size, a Kubernetes emptyDir of medium Memory) or set %s=tcp", dir, size, shmFileSize>>20, TransportEnv)
 }
