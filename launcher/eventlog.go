@@ -186,10 +186,13 @@ func parseTimeline(events []Event) (parsedTimeline, error) {
 		case EventRendezvous:
 			t.rdzv = append(t.rdzv, e)
 		case EventSpawn:
+			// An attempt's number may come again: a membership change
+			// reruns it in a new round, and a store that restarted empty
+			// counts from 0 again. The times order the spans.
 			if n := len(t.attempts); open {
 				return t, fmt.Errorf("%s: attempt %d spawned while attempt %d has not ended", where, e.Attempt, t.attempts[n-1].spawn.Attempt)
-			} else if n > 0 && e.Attempt <= t.attempts[n-1].spawn.Attempt {
-				return t, fmt.Errorf("%s: attempt %d after attempt %d; attempt numbers must increase", where, e.Attempt, t.attempts[n-1].spawn.Attempt)
+			} else if e.Attempt < 0 {
+				return t, fmt.Errorf("%s: attempt %d; want 0 or more", where, e.Attempt)
 			}
 			t.attempts = append(t.attempts, attemptSpan{spawn: e})
 		case EventEnd:
