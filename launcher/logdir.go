@@ -128,7 +128,17 @@ func (l *logLayout) rankDir(attempt, localRank int) string {
 func (l *logLayout) prepareAttempt(attempt, nproc int) error {
 	name := attemptName(attempt)
 	if l.attempts[attempt] {
-		if err := l.dir.RemoveAll(name); err != nil {
+		// A membership change reruns the attempt in a new round: with
+		// --log-dir the earlier round's files are kept beside it, as
+		// attempt_<n>.rerun_<k>; the temporary layout only held error
+		// files, read already.
+		var err error
+		if l.kept() {
+			err = l.keepRerun(name)
+		} else {
+			err = l.dir.RemoveAll(name)
+		}
+		if err != nil {
 			return fmt.Errorf("clear %s: %w", filepath.Join(l.root, name), err)
 		}
 	}
@@ -247,4 +257,15 @@ func (l *logLayout) createStopFile(content string) error {
 	}
 	_, err = f.WriteString(content)
 	return errors.Join(err, f.Close())
+}
+
+// keepRerun moves the folder name of an attempt that runs again to the
+// first free attempt_<n>.rerun_<k>.
+func (l *logLayout) keepRerun(name string) error {
+	for k := 1; ; k++ {
+		dst := name + ".rerun_" + strconv.Itoa(k)
+		if _, err := l.dir.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
+			return l.dir.Rename(name, dst)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -129,9 +130,9 @@ func TestLogLayoutNeverUsesPlanted(t *testing.T) {
 	}
 }
 
-// TestPrepareAttemptRemovesOnlyItsOwn: an attempt folder this run made is
-// emptied for a rerun of the attempt; one it did not make is an error,
-// and nothing in it is removed.
+// TestPrepareAttemptRemovesOnlyItsOwn: an attempt folder this run made
+// moves aside (attempt_<n>.rerun_<k>) for a rerun of the attempt; one it
+// did not make is an error, and nothing in it is removed.
 func TestPrepareAttemptRemovesOnlyItsOwn(t *testing.T) {
 	l, err := newLogLayout(t.TempDir(), "job")
 	if err != nil {
@@ -142,14 +143,23 @@ func TestPrepareAttemptRemovesOnlyItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := filepath.Join(l.rankDir(0, 0), "stdout.log")
-	if err := os.WriteFile(old, nil, 0o600); err != nil {
+	if err := os.WriteFile(old, []byte("round 0\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.prepareAttempt(0, 1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("rerun of attempt 0 kept its old log: %v", err)
+	// A membership change reruns attempt 0: the earlier round's log is
+	// kept beside the new, empty folder (it used to be removed).
+	for k := 1; k <= 2; k++ {
+		if err := l.prepareAttempt(0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("rerun %d of attempt 0 starts with the old log: %v", k, err)
+		}
+		kept := filepath.Join(l.root, "attempt_0.rerun_"+strconv.Itoa(k), "0", "stdout.log")
+		if _, err := os.Stat(kept); err != nil {
+			t.Errorf("rerun %d: the earlier round's log is not kept: %v", k, err)
+		}
+		os.WriteFile(old, nil, 0o600)
 	}
 	foreign := filepath.Join(l.root, "attempt_1", "keep")
 	if err := os.MkdirAll(foreign, 0o700); err != nil {
