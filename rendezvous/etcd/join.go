@@ -127,7 +127,7 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 		Else(r.createOrRead(guess, val, readCtl)).
 		Commit()
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("%w: %w", errEtcd, err)
+		return nil, 0, nil, etcdFailure(err)
 	}
 	joinedNow := resp.Succeeded
 	if !joinedNow {
@@ -168,7 +168,7 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 		Then(r.joinOps(target, val)...).
 		Commit()
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("%w: %w", errEtcd, err)
+		return nil, 0, nil, etcdFailure(err)
 	}
 	if !resp.Succeeded {
 		return nil, 0, nil, errRetry
@@ -219,7 +219,7 @@ func (r *Rendezvous) joinOps(t int, val string, more ...clientv3.Op) []clientv3.
 // still there is a second node asking for the same rank, refused.
 func (r *Rendezvous) nodeRankTaken(ctx context.Context, t int, holder string, rev int64) error {
 	if _, err := r.cli.Delete(ctx, r.k.join(t, r.id)); err != nil {
-		return fmt.Errorf("%w: %w", errEtcd, err)
+		return etcdFailure(err)
 	}
 	key := r.k.nodeRank(t, r.cfg.NodeRank)
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL+time.Second)
@@ -417,7 +417,7 @@ func (j *joiner) check() (joined, bool, error) {
 			resp, err = j.r.cli.Get(j.ctx, key)
 		}
 		if err != nil {
-			return joined{}, true, fmt.Errorf("%w: %w", errEtcd, err)
+			return joined{}, true, etcdFailure(err)
 		}
 		if len(resp.Kvs) > 0 {
 			kv := resp.Kvs[0]

@@ -1,8 +1,12 @@
 package etcd
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -36,5 +40,20 @@ func TestFailedOutcomeCarriesExitCode(t *testing.T) {
 				t.Errorf("outcomeErr(%q) = %+v; want exit code %d", tt.outcome, *jf, tt.want)
 			}
 		})
+	}
+}
+
+// TestLeaseGoneIsNotUnreachable: a lease etcd no longer knows (revoked,
+// or a store restarted empty) is an etcd failure that says so, not
+// "etcd unreachable".
+func TestLeaseGoneIsNotUnreachable(t *testing.T) {
+	t.Parallel()
+	err := etcdFailure(rpctypes.ErrLeaseNotFound)
+	if !errors.Is(err, errEtcd) || !errors.Is(err, rpctypes.ErrLeaseNotFound) || strings.Contains(err.Error(), "unreachable") ||
+		!strings.Contains(err.Error(), "lease is gone") {
+		t.Errorf("etcdFailure(lease not found) = %v", err)
+	}
+	if err := etcdFailure(context.DeadlineExceeded); !errors.Is(err, errEtcd) || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("etcdFailure(deadline) = %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun-dev/gorun/rendezvous"
@@ -249,7 +250,7 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 		Then(r.put(r.k.shape(), r.shape), r.put(r.k.round(), "0"), r.put(r.k.restarts(), "0")).
 		Else(clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())).Commit()
 	if err != nil {
-		return fmt.Errorf("%w: %w", errEtcd, err)
+		return etcdFailure(err)
 	}
 	if resp.Succeeded {
 		c.shape, c.round, c.restarts = []byte(r.shape), 0, 0
@@ -391,7 +392,7 @@ func (r *Rendezvous) joinedNodes(ctx context.Context) string {
 func (r *Rendezvous) joinLeased(ctx context.Context, me NodeRecord) (joined, error) {
 	if r.lease.Load().lost() {
 		if err := r.openLease(ctx); err != nil {
-			return joined{}, fmt.Errorf("%w: %w", errEtcd, err)
+			return joined{}, etcdFailure(err)
 		}
 		r.cfg.Log.Warnf("rendezvous %s: this node's lease had ended (etcd unreachable for longer than %v); joining again with a new one", r.cfg.Shape.RunID, r.cfg.LeaseTTL)
 	}
@@ -453,6 +454,24 @@ func (r *Rendezvous) WaitForOthersToLeave(ctx context.Context) {
 }
 
 // errRetry asks Next to start its join over (the round moved on);
+// etcdFailure marks err, a failed call to etcd, with errEtcd. A lease
+// that etcd no longer knows is not an unreachable etcd, and says so.
+func etcdFailure(err error) error {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return &leaseGone{err}
+	}
+	return fmt.Errorf("%w: %w", errEtcd, err)
+}
+
+// leaseGone is an etcd failure: this node's lease is gone from the store.
+type leaseGone struct{ err error }
+
+func (e *leaseGone) Error() string {
+	return "this node's lease is gone from the store (revoked by someone with the store's password, or the store restarted without its data): " + e.err.Error()
+}
+
+func (e *leaseGone) Unwrap() []error { return []error{errEtcd, e.err} }
+
 // errEtcd marks a failed call to etcd, as opposed to a wait for nodes.
 var (
 	errRetry = errors.New("rendezvous: retry")
