@@ -49,7 +49,7 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 	}
 	l := &logLayout{attempts: map[int]bool{}}
 	if logDir == "" {
-		d, err := makeTempDir("", tempPrefix+runID+"-")
+		d, err := makeTempDir("", tempPrefix+runID+"-*")
 		if err != nil {
 			return nil, fmt.Errorf("create a folder for worker error files: %w", err)
 		}
@@ -60,7 +60,7 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 		}
 		// torchrun's <run_id>_<random>: a new folder (0700) for every run,
 		// never one already there.
-		dir, err := os.MkdirTemp(logDir, runID+"_")
+		dir, err := os.MkdirTemp(logDir, runID+"_*") // the random part last, whatever the id holds
 		if err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
 		}

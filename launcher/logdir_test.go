@@ -39,7 +39,7 @@ func TestLogLayoutRefusesRunIDs(t *testing.T) {
 // a run folder <run_id>_<random> inside --log-dir, as torchrun's does.
 func TestLogLayoutTakesTorchrunRunIDs(t *testing.T) {
 	logDir := t.TempDir()
-	for _, id := range []string{"job:42", "my job", "..", ".hidden", "-x", "4242.0", "none", "ünï"} {
+	for _, id := range []string{"job:42", "my job", "..", ".hidden", "-x", "4242.0", "none", "ünï", "x*y"} {
 		l, err := newLogLayout(logDir, id)
 		if err != nil {
 			t.Errorf("run id %q: %v", id, err)

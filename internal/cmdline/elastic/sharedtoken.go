@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +23,7 @@ import (
 // GORUN_RDZV_TOKEN) shares one through the user's home folder, which the
 // nodes of an HPC cluster share, as torchrun needs no token line: the
 // node that hosts the store writes a fresh token to a file of the job's
-// (named after the run id and the store's endpoint) in a folder only the
+// (named after the run id and the store's port) in a folder only the
 // user can open, and the others read it there. The file is the user's
 // alone, as the user's SSH keys are; anyone who can read it could also
 // read the job's code.
@@ -57,7 +58,7 @@ type sharedToken struct {
 const kubernetesEnv = "KUBERNETES_SERVICE_HOST"
 
 // newSharedToken names the shared token file of the job runID whose store
-// is at endpoint, making the private folder when missing. It refuses a
+// is at endpoint (by its port), making the private folder when missing. It refuses a
 // folder that others can open or that is not the user's.
 func newSharedToken(runID, endpoint string, wait time.Duration) (*sharedToken, error) {
 	home, err := os.UserHomeDir()
@@ -67,6 +68,14 @@ func newSharedToken(runID, endpoint string, wait time.Duration) (*sharedToken, e
 	dir := filepath.Join(home, sharedTokenDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("share the job's token: %w", err)
+	}
+	// Its parent too is the user's, and no one else may rename in it
+	// (another user could put a folder of theirs in the tokens' place).
+	if st, err := os.Lstat(filepath.Dir(dir)); err == nil {
+		sys, _ := st.Sys().(*syscall.Stat_t)
+		if !st.IsDir() || sys == nil || int(sys.Uid) != os.Getuid() || st.Mode().Perm()&0o022 != 0 {
+			return nil, fmt.Errorf("share the job's token: %s must be a folder of yours that others cannot write to (mode %v): chmod go-w it", filepath.Dir(dir), st.Mode().Perm())
+		}
 	}
 	st, err := os.Lstat(dir)
 	if err != nil {
@@ -81,7 +90,13 @@ func newSharedToken(runID, endpoint string, wait time.Duration) (*sharedToken, e
 	case st.Mode().Perm()&0o077 != 0:
 		return nil, fmt.Errorf("share the job's token: %s is open to other users (mode %v): chmod 700 it", dir, st.Mode().Perm())
 	}
-	sum := sha256.Sum256([]byte(runID + "\x00" + endpoint))
+	// The run id and the store's port, not its host: nodes may spell the
+	// host differently (localhost, 127.0.0.1, node0, node0.cluster).
+	port := endpoint
+	if _, p, err := net.SplitHostPort(endpoint); err == nil {
+		port = p
+	}
+	sum := sha256.Sum256([]byte(runID + "\x00" + port))
 	name := fileSafe(runID) + "-" + hex.EncodeToString(sum[:8])
 	return &sharedToken{path: filepath.Join(dir, name), wait: wait, start: time.Now()}, nil
 }
@@ -189,7 +204,7 @@ func (s *sharedToken) await(ctx context.Context, stale etcdrdzv.Token) (etcdrdzv
 			if err == nil {
 				what = "still holds a token the store refuses (an earlier job's)"
 			}
-			return nil, fmt.Errorf("%w: no job token given, and the job's token file %s, which the node hosting the store writes, %s within %v (--rdzv-conf connect_timeout): do this node and that one share your home folder? If not, give every node the same GORUN_RDZV_TOKEN (docs/security.md)",
+			return nil, fmt.Errorf("%w: no job token given, and the job's token file %s, which the node hosting the store writes, %s within %v (--rdzv-conf connect_timeout): does the store's host run this job (the same --rdzv-id and port), and do the two share your home folder? If they share none, give every node the same GORUN_RDZV_TOKEN (docs/security.md)",
 				etcdrdzv.ErrBadToken, s.path, what, s.wait)
 		}
 		t2 := time.NewTimer(tokenPoll)

@@ -59,9 +59,13 @@ func TestSharedTokenMakerAndReaders(t *testing.T) {
 	if err != nil || made2 || !bytes.Equal(second, tok) {
 		t.Errorf("second maker on the host: %q, made %v, %v; want the live maker's %q", second, made2, err, tok)
 	}
-	other, otherShared, _, err := jobToken(ctx, c, jobSpec{runID: "job:42 a/b", endpoint: "n1:29400", embedded: true, maxNodes: 2}, true, quietLog())
+	spelled, _, _, err := jobToken(ctx, c, jobSpec{runID: "job:42 a/b", endpoint: "127.0.0.1:29400", embedded: true, maxNodes: 2}, false, quietLog())
+	if err != nil || !bytes.Equal(spelled, tok) {
+		t.Errorf("a node that spells the store's host otherwise got %q, %v; want the job's %q", spelled, err, tok)
+	}
+	other, otherShared, _, err := jobToken(ctx, c, jobSpec{runID: "job:42 a/b", endpoint: "n0:29401", embedded: true, maxNodes: 2}, true, quietLog())
 	if err != nil || bytes.Equal(other, tok) {
-		t.Errorf("a job of another endpoint got %q, %v; want a token of its own", other, err)
+		t.Errorf("a job of another port got %q, %v; want a token of its own", other, err)
 	}
 	otherShared.release()
 	shared.release()
@@ -118,6 +122,9 @@ func TestSharedTokenRefusals(t *testing.T) {
 	}{
 		{name: "never written", err: "did not appear within 200ms"},
 		{name: "kubernetes", setup: func(t *testing.T, _, _ string) { t.Setenv(kubernetesEnv, "10.0.0.1") }, err: "Secret"},
+		{name: "parent folder open to others", setup: func(t *testing.T, home, _ string) {
+			os.Chmod(filepath.Join(home, ".gorun"), 0o777)
+		}, err: "chmod go-w"},
 		{name: "folder open to others", setup: func(t *testing.T, home, _ string) {
 			os.Chmod(filepath.Join(home, ".gorun", "tokens"), 0o755)
 		}, err: "chmod 700"},

@@ -185,7 +185,7 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 			token, err = readTokenFile(shared.path)
 		}
 		if err != nil {
-			return cli.Exit(fmt.Sprintf("gorun stop: the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of the job's in your home folder: %v)", err), 2)
+			return cli.Exit(fmt.Sprintf("gorun stop: the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own --rdzv-id or --rdzv-endpoint needs them given: gorun stop --rdzv-endpoint=HOST:PORT RUN_ID)", t.runID, err), 2)
 		}
 	}
 	if embedded && conf.user == "" {
