@@ -217,13 +217,16 @@ func execGorunDiagnosed(env []string, args ...string) (result, error) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var err error
+	// What ps shows of a hang, added to stderr once gorun has exited (the
+	// command's own copier writes stderr until then).
+	var diag strings.Builder
 	select {
 	case err = <-exited:
 	case <-time.After(90 * time.Second):
 		tree, _ := exec.Command("ps", "-eo", "pid,ppid,stat,wchan:32,args", "--forest").Output()
 		for _, line := range strings.Split(string(tree), "\n") {
 			if strings.Contains(line, strconv.Itoa(cmd.Process.Pid)) || strings.Contains(line, "train_ddp") || strings.Contains(line, "ddp --steps") {
-				stderr.WriteString("ps: " + line + "\n")
+				diag.WriteString("ps: " + line + "\n")
 			}
 		}
 		out, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
@@ -235,5 +238,6 @@ func execGorunDiagnosed(env []string, args ...string) (result, error) {
 		_ = cmd.Process.Signal(syscall.SIGABRT)
 		err = <-exited
 	}
+	stderr.WriteString(diag.String())
 	return runResult(err, &stdout, &stderr)
 }
