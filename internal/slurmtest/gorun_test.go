@@ -62,8 +62,12 @@ func ddpJob(t *testing.T, c *Cluster, body string) (script, out string) {
 }
 
 // outputs is every node's output in dir, node by node.
-func outputs(dir string) []string {
-	files, _ := filepath.Glob(filepath.Join(dir, "node-*.out"))
+func outputs(dir string) []string { return filesOf(filepath.Join(dir, "node-*.out")) }
+
+// filesOf is the content of each file that pattern matches, in name
+// order.
+func filesOf(pattern string) []string {
+	files, _ := filepath.Glob(pattern)
 	slices.Sort(files)
 	var outs []string
 	for _, f := range files {

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,14 +100,7 @@ func pySbatch(t *testing.T, c *Cluster, cmd *exec.Cmd, batch, nodes string) *pyR
 
 // outputs is every node's output, node by node.
 func (r *pyRun) outputs() []string {
-	files, _ := filepath.Glob(filepath.Join(r.nodes, "node-"+r.id+"-*.out"))
-	slices.Sort(files)
-	var outs []string
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		outs = append(outs, string(b))
-	}
-	return outs
+	return filesOf(filepath.Join(r.nodes, "node-"+r.id+"-*.out"))
 }
 
 func (r *pyRun) batchOutput() string {
