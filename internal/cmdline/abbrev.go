@@ -51,6 +51,14 @@ func expandAbbreviations(args []string, flags []cli.Flag) ([]string, error) {
 					flagsOf[owner[n]] = true
 				}
 			}
+			if len(flagsOf) > 1 {
+				// A prefix that names one torchrun flag is that flag, as
+				// under torchrun, even where gorun's own flags share it
+				// (--re: --redirects, not --report).
+				if f := onlyTorchrunFlag(flagsOf); f != nil {
+					match, flagsOf = []string{"--" + f.Names()[0]}, map[cli.Flag]bool{f: true}
+				}
+			}
 			switch {
 			case len(flagsOf) > 1:
 				return nil, fmt.Errorf("ambiguous option: --%s could match %s", name, strings.Join(match, ", "))
@@ -69,4 +77,21 @@ func expandAbbreviations(args []string, flags []cli.Flag) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// onlyTorchrunFlag is the one flag of flags that torchrun has (the flags
+// with a PET_ variable are torchrun's), or nil if there is not one.
+func onlyTorchrunFlag(flags map[cli.Flag]bool) cli.Flag {
+	var found cli.Flag
+	for f := range flags {
+		env, _ := f.(interface{ GetEnvVars() []string })
+		if env == nil || !slices.ContainsFunc(env.GetEnvVars(), func(v string) bool { return strings.HasPrefix(v, "PET_") }) {
+			continue
+		}
+		if found != nil {
+			return nil
+		}
+		found = f
+	}
+	return found
 }

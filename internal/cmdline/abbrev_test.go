@@ -28,6 +28,7 @@ func TestExpandAbbreviations(t *testing.T) {
 		{"a command's flags", []string{"stop", "--rdzv-end=x"}, []string{"stop", "--rdzv-end=x"}, ""},
 		{"unknown left to the parser", []string{"--bogus=1", "x.py"}, []string{"--bogus=1", "x.py"}, ""},
 		{"ambiguous", []string{"--master=x", "x.py"}, nil, "ambiguous option: --master could match --master-addr, --master-port"},
+		{"one torchrun flag among gorun's own", []string{"--re=0", "--no_", "x.py"}, []string{"--redirects=0", "--no-python", "x.py"}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := expandAbbreviations(append([]string{"gorun"}, tt.in...), launchFlags())
