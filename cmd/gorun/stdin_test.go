@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -153,4 +154,41 @@ func openPty() (master, slave *os.File, err error) {
 		return nil, nil, err
 	}
 	return master, slave, nil
+}
+
+// TestConsoleGoneIsNotFatal: `gorun ... | head -n 2` closes gorun's
+// stdout early; gorun does not die of SIGPIPE but runs the job to its end
+// and exits with its code (it used to exit 141 at once, leaving its
+// clean-up to the next gorun's sweep).
+func TestConsoleGoneIsNotFatal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := writeScript(t, `for i in $(seq 500); do echo "line $i"; done
+while [ ! -e "$1/closed" ]; do sleep 0.01; done
+echo "after the reader left"; touch "$1/done"; exit 3`)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gorunBin, "--nproc-per-node=1", "--no-python", script, dir)
+	cmd.Env = testEnv()
+	cmd.Stdout = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	buf := make([]byte, 64)
+	if _, err := r.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader leaves, as head does
+	if err := os.WriteFile(filepath.Join(dir, "closed"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 3 {
+		t.Errorf("gorun exit %d; want the worker's 3, not death by SIGPIPE (141)", code)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
+		t.Errorf("the worker did not run to its end: %v", err)
+	}
 }

@@ -26,6 +26,13 @@ func usageError(format string, a ...any) error {
 
 // launchAction runs `gorun [flags] SCRIPT [ARGS...]`.
 func launchAction(c *cli.Context, opts Options) error {
+	// A console that went away (`gorun ... | head`) must not kill gorun
+	// with SIGPIPE and orphan the run's clean-up: its writes then fail,
+	// and the job goes on, as under torchrun (Python ignores SIGPIPE).
+	// Caught, not ignored: the workers start with the default action.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	level, levelNote := c.String(fLogLevel), ""
 	if !c.IsSet(fLogLevel) {
 		level, levelNote = levelFromPython(os.Getenv(pythonLogLevelEnv), level)
