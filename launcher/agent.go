@@ -114,6 +114,7 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 // of the same user left when they were killed (sweepTempDirs).
 func (a *Agent) Run(ctx context.Context) (Result, error) {
 	cfg := &a.cfg
+	madeLogDir := false
 	if cfg.LogDir == "" && (cfg.Redirects.Any() || cfg.Tee.Any()) {
 		// As torchrun: the files go to a new temporary folder, kept (its
 		// torchelastic_*), named below with the run's folder.
@@ -121,7 +122,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		if err != nil {
 			return Result{ExitCode: 1}, fmt.Errorf("--redirects/--tee without --log-dir: make a folder for the logs: %w", err)
 		}
-		cfg.LogDir = dir
+		cfg.LogDir, madeLogDir = dir, true
 	}
 	layout, err := newLogLayout(cfg.LogDir, cfg.RunID)
 	if err != nil {
@@ -132,7 +133,11 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			cfg.Log.Warnf("remove %s: %v", layout.root, err)
 		}
 	}()
-	if layout.kept() {
+	switch {
+	case madeLogDir:
+		// A folder the user did not name: said even at LOGLEVEL=WARNING.
+		cfg.Log.Warnf("worker logs in %s (--redirects/--tee without --log-dir)", layout.root)
+	case layout.kept():
 		cfg.Log.Infof("worker logs in %s", layout.root)
 	}
 	closeEvents := a.openEvents(layout)
