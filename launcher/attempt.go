@@ -43,8 +43,7 @@ type attempt struct {
 	pumps   sync.WaitGroup
 	// pre is the agent's coordinated preemption (nil when off).
 	pre *preemptor
-	// stdin is what the workers read; the terminal is taken back at
-	// finish.
+	// stdin is what the workers read.
 	stdin stdinPlan
 }
 
@@ -118,7 +117,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	att.stdin = planStdin(cfg.Stdin)
 	for i, spec := range specs {
 		in, fg := att.stdin.forRank(spec.LocalRank)
-		files := procFiles{stdin: in, stdout: childEnds[i][0], stderr: childEnds[i][1], foreground: fg}
+		files := procFiles{stdin: in, stdout: childEnds[i][0], stderr: childEnds[i][1], inGorunsGroup: fg}
 		procs[i], starts[i] = startProcessIn(ignoringSignals(spec.Argv, ignored), spec.Env, files, att.exited, 0, group.cgroupFD())
 	}
 	var startErr error
@@ -316,14 +315,6 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 				out.stoppedBySignal = true
 				continue
 			}
-			if !stopping && st.Signal == syscall.SIGINT && att.stdin.holdsTerminal(w.spec.LocalRank) {
-				// Ctrl-C on the terminal reached only the worker that holds
-				// it: the user's interrupt, for the whole job.
-				out.kind, out.signal = outcomeSignalled, syscall.SIGINT
-				cfg.Log.Warnf("local rank %d, which holds the terminal, was interrupted (Ctrl-C): stopping the other workers, SIGKILL in %v", w.spec.LocalRank, cfg.StopTimeout)
-				beginStop(syscall.SIGINT)
-				continue
-			}
 			out.failures = append(out.failures, Failure{
 				LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.pid,
 				ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname, Hung: w.hung,
@@ -412,7 +403,6 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 // and files. Call it once every worker has exited.
 func (att *attempt) finish() {
 	att.group.killLeftovers()
-	att.stdin.reclaim()
 	drained := make(chan struct{})
 	go func() {
 		att.pumps.Wait()

@@ -56,6 +56,10 @@ type process struct {
 	// cgroupErr, when set, is why the process could not be started in
 	// the job's cgroup (it runs outside it).
 	cgroupErr error
+	// inGorunsGroup: the process runs in gorun's own process group (it
+	// holds gorun's terminal), so signals go to it alone, never to its
+	// group, which is gorun's; its children are left to the job's cgroup.
+	inGorunsGroup bool
 }
 
 // startProcess starts argv with env, stdout and stderr in a new process
@@ -74,11 +78,11 @@ func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *pr
 }
 
 // procFiles are a process's standard files (stdin nil: /dev/null);
-// foreground makes its process group the foreground one of the terminal
-// stdin is (stdin.go).
+// inGorunsGroup runs the process in gorun's own process group instead of
+// a new one (the worker that holds gorun's terminal, stdin.go).
 type procFiles struct {
 	stdin, stdout, stderr *os.File
-	foreground            bool
+	inGorunsGroup         bool
 }
 
 // startProcessIn is startProcess with the process cloned into the cgroup
@@ -95,21 +99,17 @@ func startProcessIn(argv, env []string, files procFiles, exited chan<- *process,
 			cmd.Stdin = files.stdin
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Setpgid: true,
+			Setpgid: !files.inGorunsGroup,
 			// Delivered when the forking thread ends; the goroutine below
 			// keeps that thread alive until the worker has exited.
 			Pdeathsig: syscall.SIGKILL,
-		}
-		if files.foreground {
-			// Set in the child, before its exec, with signals blocked.
-			cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, int(files.stdin.Fd())
 		}
 		if cgroupFD >= 0 {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD
 		}
 		return cmd
 	}
-	p := &process{done: make(chan struct{})}
+	p := &process{done: make(chan struct{}), inGorunsGroup: files.inGorunsGroup}
 	started := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread ends with this goroutine, after the
@@ -160,6 +160,9 @@ func statusOf(ps *os.ProcessState) exitStatus {
 // signalGroup sends sig to the process's whole group. A group with no
 // process left is not an error.
 func (p *process) signalGroup(sig syscall.Signal) error {
+	if p.inGorunsGroup {
+		return p.signal(sig)
+	}
 	err := syscall.Kill(-p.pid, sig)
 	if err == nil || errors.Is(err, syscall.ESRCH) {
 		return nil

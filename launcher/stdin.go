@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"os"
-	"os/signal"
 	"syscall"
 	"unsafe"
 )
@@ -11,20 +10,21 @@ import (
 // theirs: `echo data | gorun ... read.py` reads data, and a breakpoint()
 // gets pdb on the terminal. Each worker runs in a process group of its
 // own, and a process outside the terminal's foreground group that reads
-// from it is stopped (SIGTTIN): so when the input is the terminal that
-// gorun runs in the foreground of, local rank 0 gets it, its group made
-// the foreground one while it runs (Ctrl-C then reaches that worker, as
-// it reaches a script run without a launcher), and gorun takes the
-// terminal back when the attempt ends; the other workers read nothing
-// (/dev/null). A gorun in the background gives no worker the terminal.
+// from it is stopped (SIGTTIN). So when the input is the terminal that
+// gorun runs in the foreground of, local rank 0 gets it and runs in
+// gorun's own process group, the foreground one, as torchrun's workers
+// do: it reads the terminal, and Ctrl-C and Ctrl-Z reach gorun and it
+// together (gorun stops the job on SIGINT; the shell gets its prompt back
+// on SIGTSTP). The other workers read nothing (/dev/null). A gorun in the
+// background gives no worker the terminal.
 
 // stdinPlan says what each worker reads: in for local rank 0 and, unless
-// the input is a terminal, for every worker; foreground when rank 0 gets
-// the terminal.
+// the input is a terminal, for every worker; inGorunsGroup when rank 0
+// gets the terminal.
 type stdinPlan struct {
-	in         *os.File
-	terminal   bool
-	foreground bool
+	in            *os.File
+	terminal      bool
+	inGorunsGroup bool
 }
 
 // planStdin looks at in (nil: none).
@@ -39,33 +39,16 @@ func planStdin(in *os.File) stdinPlan {
 	if pgrp != syscall.Getpgrp() {
 		return stdinPlan{terminal: true} // gorun runs in the background
 	}
-	return stdinPlan{in: in, terminal: true, foreground: true}
+	return stdinPlan{in: in, terminal: true, inGorunsGroup: true}
 }
 
-// forRank is local rank lr's input and whether its group takes the
-// terminal.
+// forRank is local rank lr's input and whether it runs in gorun's
+// process group.
 func (p stdinPlan) forRank(lr int) (*os.File, bool) {
 	if p.terminal && lr != 0 {
 		return nil, false
 	}
-	return p.in, p.foreground
-}
-
-// holdsTerminal says whether local rank lr holds the terminal: Ctrl-C
-// reaches it alone, and its death by SIGINT is the user's interrupt.
-func (p stdinPlan) holdsTerminal(lr int) bool { return p.foreground && lr == 0 }
-
-// reclaim makes gorun's process group the terminal's foreground again
-// after a worker held it. A process outside the foreground group that
-// sets it gets SIGTTOU, ignored for the call.
-func (p stdinPlan) reclaim() {
-	if !p.foreground {
-		return
-	}
-	signal.Ignore(syscall.SIGTTOU)
-	defer signal.Reset(syscall.SIGTTOU)
-	pgrp := int32(syscall.Getpgrp())
-	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, p.in.Fd(), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)))
+	return p.in, p.inGorunsGroup
 }
 
 // terminalForeground is the foreground process group of the terminal f

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,7 +36,7 @@ func TestWorkersReadStdin(t *testing.T) {
 func TestWorkerGetsTheTerminal(t *testing.T) {
 	t.Parallel()
 	script := writeScript(t, `echo "rank $RANK ready"; read x; echo "rank $RANK read [$x]"`)
-	master, wait, done, seen := onTerminal(t, script)
+	master, wait, done, seen, _ := onTerminal(t, script)
 	wait("rank 0 ready")
 	wait("rank 1 read []") // the other workers read nothing
 	if _, err := io.WriteString(master, "hello\n"); err != nil {
@@ -47,37 +48,97 @@ func TestWorkerGetsTheTerminal(t *testing.T) {
 	}
 }
 
-// TestCtrlCOnTheTerminalStopsTheJob: Ctrl-C on the terminal reaches the
-// worker that holds it; its death by SIGINT stops the whole job as
-// gorun's own SIGINT does (exit 130, no restart).
+// TestCtrlCOnTheTerminalStopsTheJob: Ctrl-C on the terminal reaches
+// gorun (and the worker that holds the terminal, in gorun's process group,
+// as under torchrun): the whole job stops with 130 and no restart, whether
+// that worker dies of SIGINT or catches it and exits 1.
 func TestCtrlCOnTheTerminalStopsTheJob(t *testing.T) {
 	t.Parallel()
-	script := writeScript(t, `echo "rank $RANK ready attempt $TORCHELASTIC_RESTART_COUNT"; if [ "$RANK" = 0 ]; then read x; else sleep 60 & wait; fi`)
-	master, wait, done, seen := onTerminal(t, script, "--max-restarts=2")
-	wait("rank 0 ready attempt 0")
-	wait("rank 1 ready attempt 0")
-	if _, err := io.WriteString(master, "\x03"); err != nil { // Ctrl-C
+	for _, tt := range []struct{ name, trap string }{
+		{"dies of SIGINT", ""},
+		{"catches it and exits 1", `trap 'exit 1' INT; `},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			script := writeScript(t, tt.trap+`echo "rank $RANK ready attempt $TORCHELASTIC_RESTART_COUNT"; if [ "$RANK" = 0 ]; then read x; else sleep 60 & wait; fi`)
+			master, wait, done, seen, _ := onTerminal(t, script, "--max-restarts=2")
+			wait("rank 0 ready attempt 0")
+			wait("rank 1 ready attempt 0")
+			if _, err := io.WriteString(master, "\x03"); err != nil { // Ctrl-C
+				t.Fatal(err)
+			}
+			if code := done(); code != 130 || strings.Contains(seen(), "attempt 1") {
+				t.Errorf("gorun exit %d; want 130 and no restart\n%s", code, seen())
+			}
+		})
+	}
+}
+
+// TestCtrlZOnTheTerminalStopsGorun: in an interactive shell, Ctrl-Z
+// stops gorun with the worker that holds the terminal: the shell gets its
+// prompt back, and fg goes on (it used to stop only that worker, and the
+// shell waited on gorun). A shell runs it: the terminal stops only a
+// process group whose parent is in the same session.
+func TestCtrlZOnTheTerminalStopsGorun(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("SKIPPED: no bash for an interactive shell")
+	}
+	script := writeScript(t, `echo "rank $RANK ready"; if [ "$RANK" = 0 ]; then read x; echo "rank 0 read [$x]"; else sleep 60 & wait; fi`)
+	master, wait, done, seen, _ := onTerminalRun(t, []string{bash, "--norc", "--noprofile", "-i"})
+	if _, err := io.WriteString(master, gorunBin+" --nproc-per-node=2 --no-python "+script+"\n"); err != nil {
 		t.Fatal(err)
 	}
-	if code := done(); code != 130 || strings.Contains(seen(), "attempt 1") {
-		t.Errorf("gorun exit %d; want 130 and no restart\n%s", code, seen())
+	wait("rank 0 ready")
+	wait("rank 1 ready")
+	if _, err := io.WriteString(master, "\x1a"); err != nil { // Ctrl-Z
+		t.Fatal(err)
 	}
+	wait("Stopped")
+	if _, err := io.WriteString(master, "fg\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(master, "hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	wait("rank 0 read [hello]")
+	if _, err := io.WriteString(master, "\x03"); err != nil { // Ctrl-C: rank 1 still runs
+		t.Fatal(err)
+	}
+	wait("received SIGINT")
+	// The shell runs the next line once gorun has ended.
+	if _, err := io.WriteString(master, "echo gorun-exit=$?\n"); err != nil {
+		t.Fatal(err)
+	}
+	wait("gorun-exit=130")
+	if _, err := io.WriteString(master, "exit\n"); err != nil {
+		t.Fatal(err)
+	}
+	done()
+	_ = seen
 }
 
 // onTerminal runs gorun with script as two workers on a new
 // pseudo-terminal, in its own session with the terminal as its
 // controlling one (gorun in its foreground group, as a shell runs it).
 // wait waits for a text on the terminal; done waits for gorun's exit code;
-// seen is what the terminal showed.
-func onTerminal(t *testing.T, script string, flags ...string) (master *os.File, wait func(string), done func() int, seen func() string) {
+// seen is what the terminal showed; pid is gorun's.
+func onTerminal(t *testing.T, script string, flags ...string) (master *os.File, wait func(string), done func() int, seen func() string, pid int) {
+	t.Helper()
+	return onTerminalRun(t, append([]string{gorunBin, "--nproc-per-node=2"}, append(flags, "--no-python", script)...))
+}
+
+// onTerminalRun is onTerminal for the command line argv.
+func onTerminalRun(t *testing.T, argv []string) (master *os.File, wait func(string), done func() int, seen func() string, pid int) {
 	t.Helper()
 	master, slave, err := openPty()
 	if err != nil {
 		t.Skipf("no pseudo-terminal here: %v", err)
 	}
 	t.Cleanup(func() { master.Close() })
-	cmd := exec.Command(gorunBin, append(append([]string{"--nproc-per-node=2"}, flags...), "--no-python", script)...)
-	cmd.Env = testEnv()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(testEnv(), "PS1=$ ")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	// Its own session, with the terminal as its controlling one: gorun is
 	// in the terminal's foreground group, as when a shell runs it.
@@ -85,6 +146,7 @@ func onTerminal(t *testing.T, script string, flags ...string) (master *os.File, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	pid = cmd.Process.Pid
 	slave.Close()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -129,7 +191,7 @@ func onTerminal(t *testing.T, script string, flags ...string) (master *os.File, 
 		}
 		return cmd.ProcessState.ExitCode()
 	}
-	return master, wait, done, out.String
+	return master, wait, done, out.String, pid
 }
 
 // openPty opens a new pseudo-terminal pair.
@@ -191,4 +253,17 @@ echo "after the reader left"; touch "$1/done"; exit 3`)
 	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
 		t.Errorf("the worker did not run to its end: %v", err)
 	}
+}
+
+// processState is the state letter of /proc/pid/stat (R, S, T, Z...).
+func processState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2 : i+3]
+	}
+	return ""
 }
