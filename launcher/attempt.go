@@ -91,6 +91,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
 	}
 	defer devNull.Close()
+	att.stdin = planStdin(cfg.Stdin) // before plumbing: its reader shows prompts
 	// Plumb every worker first, then start them all at once: forks and
 	// execs overlap instead of queueing one after another.
 	childEnds := make([][2]*os.File, len(specs))
@@ -114,7 +115,6 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	procs := make([]*process, len(specs))
 	starts := make([]<-chan error, len(specs))
 	ignored := cfg.workerIgnoredSignals()
-	att.stdin = planStdin(cfg.Stdin)
 	for i, spec := range specs {
 		in, fg := att.stdin.forRank(spec.LocalRank)
 		files := procFiles{stdin: in, stdout: childEnds[i][0], stderr: childEnds[i][1], inGorunsGroup: fg}
@@ -198,10 +198,17 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull *
 	if w.progress != nil {
 		src = progressReader{r: r, p: w.progress} // output is a sign of progress
 	}
+	prompting := att.stdin.inGorunsGroup && lr == 0 && sp.name == "stdout"
 	att.pumps.Add(1)
 	go func() {
 		defer att.pumps.Done()
-		if err := pump(src, sink, console, prefix); err != nil {
+		var err error
+		if prompting {
+			err = pumpPrompting(src, r, sink, console, prefix)
+		} else {
+			err = pump(src, sink, console, prefix)
+		}
+		if err != nil {
 			cfg.Log.Warnf("local rank %d %s: %v", lr, sp.name, err)
 		}
 	}()

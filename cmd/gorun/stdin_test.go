@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -45,6 +44,24 @@ func TestWorkerGetsTheTerminal(t *testing.T) {
 	wait("rank 0 read [hello]")
 	if code := done(); code != 0 {
 		t.Errorf("gorun exit %d\n%s", code, seen())
+	}
+}
+
+// TestPromptShownBeforeItsNewline: a prompt without a newline (pdb's
+// "(Pdb) ", input()'s) of the worker that holds the terminal is shown
+// while it waits for the user, with its prefix once (it used to show only
+// after the next newline).
+func TestPromptShownBeforeItsNewline(t *testing.T) {
+	t.Parallel()
+	script := writeScript(t, `if [ "$RANK" = 0 ]; then printf '(Pdb) '; read x; echo "got [$x]"; fi`)
+	master, wait, done, seen, _ := onTerminal(t, script)
+	wait("[default0]:(Pdb) ")
+	if _, err := io.WriteString(master, "p x\n"); err != nil {
+		t.Fatal(err)
+	}
+	wait("got [p x]")
+	if code := done(); code != 0 || strings.Contains(seen(), "[default0]:got") {
+		t.Errorf("gorun exit %d; want 0, and the rest of the prompt's line without a second prefix\n%s", code, seen())
 	}
 }
 
@@ -150,13 +167,14 @@ func onTerminalRun(t *testing.T, argv []string) (master *os.File, wait func(stri
 	slave.Close()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	// What the terminal shows, as it comes (a prompt has no newline).
 	lines := make(chan string, 100)
 	go func() {
-		r := bufio.NewReader(master)
+		b := make([]byte, 4096)
 		for {
-			l, err := r.ReadString('\n')
-			if l != "" {
-				lines <- l
+			n, err := master.Read(b)
+			if n > 0 {
+				lines <- string(b[:n])
 			}
 			if err != nil {
 				close(lines)
