@@ -112,8 +112,11 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	switch {
 	case slices.Contains(cfg.Entrypoint.Args, ncclUBFlag):
 		warnings = append(warnings, "not adding expandable_segments:True to "+EnvAllocConf+": the script's "+ncclUBFlag+" (NCCL user buffer registration) does not work with expandable segments")
-	case !set || strings.TrimSpace(cur) == "":
+	case !set:
 		vars = append(vars, EnvVar{EnvAllocConf, expandableSegments})
+	case strings.TrimSpace(cur) == "", strings.Contains(cur, "cudaMallocAsync"):
+		// Set empty on purpose, or the CUDA allocator, which has no
+		// expandable segments: nothing to advise.
 	case !choosesExpandable(cur):
 		// The user's value is kept as it is.
 		warnings = append(warnings, fmt.Sprintf("keeping your %s=%s as it is; gorun's default would add %s (less fragmentation), which you may add yourself", EnvAllocConf, cur, expandableSegments))

@@ -30,6 +30,8 @@ func TestSharedEnvMemoryDefaults(t *testing.T) {
 		{name: "unset", wantAlloc: "expandable_segments:True", wantReuse: "2"},
 		{name: "user value kept as it is", environ: []string{"PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128"},
 			wantReuse: "2", wantWarn: "keeping your PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 as it is; gorun's default would add expandable_segments:True"},
+		{name: "user set it empty", environ: []string{"PYTORCH_CUDA_ALLOC_CONF="}, wantReuse: "2"},
+		{name: "CUDA's own allocator", environ: []string{"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"}, wantReuse: "2"},
 		{name: "user chose expandable segments", environ: []string{"PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6, expandable_segments:False"},
 			wantReuse: "2"},
 		{name: "user reuse mode wins", environ: []string{"MULTI_STREAM_MEMORY_REUSE=0"}, wantAlloc: "expandable_segments:True"},
