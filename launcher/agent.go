@@ -320,6 +320,11 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		return res, false, nil
 	case outcomeSignalled:
 		res.ExitCode = 128 + int(out.signal)
+		if a.pre.active() {
+			// The stop request's escalation: said, so that the exit code
+			// does not look like a clean preemption gone wrong.
+			cfg.Log.Warnf("stopped by %s sent again after the stop request (%s): exiting %d", SignalName(out.signal), printable(a.pre.req.Reason), res.ExitCode)
+		}
 		return res, false, nil
 	case outcomeCancelled:
 		res.ExitCode = 1
