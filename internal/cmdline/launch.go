@@ -189,7 +189,9 @@ func startLocalStore(log *logrus.Logger, secret launcher.Secret) *launcher.Local
 func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 	cfg := launcher.NewConfig()
 	cfg.Stdout, cfg.Stderr, cfg.Log = c.App.Writer, c.App.ErrWriter, log
-	cfg.Stdin = os.Stdin // the workers' own, as torchrun's
+	if _, err := os.Stdin.Stat(); err == nil {
+		cfg.Stdin = os.Stdin // the workers' own, as torchrun's (none if it is closed)
+	}
 
 	args := c.Args().Slice()
 	if len(args) == 0 {
