@@ -460,6 +460,9 @@ func (a *Agent) interruptible(ctx context.Context, preemptible bool, fn func(con
 					cancel()
 					return
 				}
+				if s == syscall.SIGTSTP {
+					suspend(nil) // no worker runs: gorun alone
+				}
 			case <-done:
 				return
 			}
