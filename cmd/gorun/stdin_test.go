@@ -103,8 +103,7 @@ func TestCtrlZOnTheTerminalStopsGorun(t *testing.T) {
 		t.Skip("SKIPPED: no bash for an interactive shell")
 	}
 	dir := t.TempDir()
-	// Rank 1 records its pid before it says it is ready.
-	script := writeScript(t, `[ "$RANK" = 1 ] && echo $$ > "$1/rank1.pid"; echo "rank $RANK ready"; if [ "$RANK" = 0 ]; then read x; echo "rank 0 read [$x]"; else sleep 60 & wait; fi`)
+	script := writeScript(t, `echo "rank $RANK ready"; if [ "$RANK" = 0 ]; then read x; echo "rank 0 read [$x]"; else echo $$ > "$1/rank1.pid"; sleep 60 & wait; fi`)
 	master, wait, done, seen, _ := onTerminalRun(t, []string{bash, "--norc", "--noprofile", "-i"})
 	if _, err := io.WriteString(master, gorunBin+" --nproc-per-node=2 --no-python "+script+" "+dir+"\n"); err != nil {
 		t.Fatal(err)
