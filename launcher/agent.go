@@ -460,9 +460,6 @@ func (a *Agent) interruptible(ctx context.Context, preemptible bool, fn func(con
 					cancel()
 					return
 				}
-				if s == syscall.SIGTSTP {
-					suspend(nil) // no worker runs: gorun alone
-				}
 			case <-done:
 				return
 			}

@@ -336,10 +336,6 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 			if !ok {
 				continue
 			}
-			if sig == syscall.SIGTSTP {
-				suspend(att.running())
-				continue
-			}
 			if att.pre.isPreemptSignal(sig) {
 				att.pre.fromSignal(sig)
 				continue

@@ -146,8 +146,6 @@ func launchAction(c *cli.Context, opts Options) error {
 			subscribed = append(subscribed, s)
 		}
 	}
-	// Ctrl-Z stops the whole job, not gorun alone (launcher.suspend).
-	subscribed = append(subscribed, syscall.SIGTSTP)
 	signal.Notify(sigs, subscribed...)
 	// Ignored, not reset, once the agent is done: a late signal must not
 	// turn the exit code (75, say) into its own default death.
