@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/private"
 )
 
 // DefaultBufferSize is the flight recorder's capacity per process, as
@@ -300,18 +302,15 @@ const MaxDumpBytes = 64 << 20
 // blocking on a FIFO) of at most MaxDumpBytes.
 func ReadDump(path string) (Dump, error) {
 	var d Dump
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, st, err := private.OpenRegular(path)
+	switch {
+	case errors.Is(err, private.ErrNotRegular):
+		return d, fmt.Errorf("%w (skipped)", err)
+	case err != nil:
 		return d, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	switch {
-	case err != nil:
-		return d, err
-	case !st.Mode().IsRegular():
-		return d, fmt.Errorf("%s: not a regular file (skipped)", path)
-	case st.Size() > MaxDumpBytes:
+	if st.Size() > MaxDumpBytes {
 		return d, fmt.Errorf("%s: %d bytes, above the %d MiB a flight recorder dump can hold (skipped)", path, st.Size(), MaxDumpBytes>>20)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxDumpBytes+1))

@@ -7,12 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/launcher"
+
+	"github.com/gorun-dev/gorun/internal/private"
 )
 
 // reportCommand is `gorun report LOGDIR`: where a run's wall time went,
@@ -126,15 +127,14 @@ const maxEventsBytes = 32 << 20
 
 func readEventsFile(path string) ([]launcher.Event, error) {
 	// Without blocking, then checked: a FIFO swapped in must not hold us.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, st, err := private.OpenRegular(path)
+	switch {
+	case errors.Is(err, private.ErrNotRegular):
+		return nil, usageError("report: %s is not a regular file", path)
+	case err != nil:
 		return nil, usageError("report: %v", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		return nil, usageError("report: %s is not a regular file", path)
-	}
 	if st.Size() > maxEventsBytes {
 		return nil, cli.Exit(fmt.Sprintf("report: %s is %d MiB, above the %d MiB a run's timeline can hold: not read (is it gorun's?)", path, st.Size()>>20, maxEventsBytes>>20), 1)
 	}

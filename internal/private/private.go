@@ -59,3 +59,27 @@ func FlightRecorderDir() (dir, warning string, err error) {
 	}
 	return base, fmt.Sprintf("flight recorder: not using %v; dumps go to %s", perr, base), nil
 }
+
+// ErrNotRegular: a path that should be a regular file is something else
+// (a FIFO, a device, a folder).
+var ErrNotRegular = errors.New("not a regular file")
+
+// OpenRegular opens path for reading without following a link at it
+// (the error is then syscall.ELOOP's) and without blocking on a FIFO, and
+// returns it with its info once it is a regular file (else ErrNotRegular):
+// for files another process may have planted or swapped.
+func OpenRegular(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s: %w", path, ErrNotRegular)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/private"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -225,20 +226,18 @@ func openTokenFile(path string) (*os.File, error) { return openSecretFile(path, 
 // maxTokenFile bytes, never through a link nor blocking on a FIFO (or
 // growing without end, as /dev/zero); mine: the user's own too.
 func openSecretFile(path string, mine bool) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("%s is a link, not a token file: remove it", path)
-		}
+	f, st, err := private.OpenRegular(path)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a link, not a token file: remove it", path)
+	}
+	if err != nil && !errors.Is(err, private.ErrNotRegular) {
 		return nil, err
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
+	var sys *syscall.Stat_t
+	if err == nil {
+		sys, _ = st.Sys().(*syscall.Stat_t)
 	}
-	sys, _ := st.Sys().(*syscall.Stat_t)
-	if !st.Mode().IsRegular() || sys == nil || (mine && int(sys.Uid) != os.Getuid()) || st.Size() > maxTokenFile {
+	if err != nil || sys == nil || (mine && int(sys.Uid) != os.Getuid()) || st.Size() > maxTokenFile {
 		f.Close()
 		whose := ""
 		if mine {
