@@ -113,6 +113,9 @@ func TestCtrlZOnTheTerminalStopsGorun(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("Stopped")
+	// Readline draws the prompt once it has set the terminal up; what is
+	// typed before that may be lost (CI lost the f of fg).
+	wait("prompt2$ ")
 	if _, err := io.WriteString(master, "fg\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +127,7 @@ func TestCtrlZOnTheTerminalStopsGorun(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("received SIGINT")
-	// The shell runs the next line once gorun has ended.
+	wait("prompt3$ ") // the shell has the terminal back
 	if _, err := io.WriteString(master, "echo gorun-exit=$?\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +158,7 @@ func onTerminalRun(t *testing.T, argv []string) (master *os.File, wait func(stri
 	}
 	t.Cleanup(func() { master.Close() })
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(testEnv(), "PS1=$ ")
+	cmd.Env = append(testEnv(), `PS1=prompt\#$ `)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	// Its own session, with the terminal as its controlling one: gorun is
 	// in the terminal's foreground group, as when a shell runs it.
