@@ -456,8 +456,8 @@ if [ -n "$GORUN_STOP_FILE" ] && [ -e "$GORUN_STOP_FILE" ]; then echo stop > "$1/
 		code int
 		msg  string
 	}{
-		{"wrong token", testEnv("GORUN_RDZV_TOKEN=another-token-0123456789abcdef0123"), []string{"guarded"}, 1, "authentication failed"},
-		{"wrong token file", noToken, []string{"--rdzv-conf", "token_file=" + tokenFile, "guarded"}, 1, "authentication failed"},
+		{"wrong token", testEnv("GORUN_RDZV_TOKEN=another-token-0123456789abcdef0123"), []string{"guarded"}, 1, "do not match"},
+		{"wrong token file", noToken, []string{"--rdzv-conf", "token_file=" + tokenFile, "guarded"}, 1, "do not match"},
 		{"no token", noToken, []string{"guarded"}, 2, "needs the job's token"},
 		{"unknown run id", testEnv(), []string{"guardedx"}, 1, `no job "guardedx"`},
 	} {

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -12,31 +13,67 @@ import (
 // on a Unix socket in a private folder; the port is bound when the store
 // starts (so a taken port is an error at once) and forwards connections
 // to the socket only once open is called: after authentication is on, so
-// that no client ever reaches a store without it. Bytes are forwarded as
-// they are: TLS, when the store has it, is etcd's own, end to end.
+// that no client ever reaches a store without it.
+//
+// With the job's TLS (a store with a token, jobtls.go) the port ends the
+// TLS itself: a connection is pending until its handshake proves the
+// client holds the token, and only then is it given a connection to etcd.
+// Pending connections are capped (in all, and per source address, the
+// oldest closed first) and must prove themselves within a deadline, so a
+// flood of idle connections costs one descriptor each, and a bounded
+// number of them. Without it (the user's own TLS, which is etcd's end to
+// end, or none), bytes are forwarded as they are.
 type clientPort struct {
 	ln     net.Listener
 	socket string
+	tls    *tls.Config
+	limits pendingLimits
 
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+	// pending are the connections whose handshake is not done, by source
+	// address, oldest first; npending counts them.
+	pending  map[string][]net.Conn
+	npending int
+	closed   bool
+	wg       sync.WaitGroup
 	// done is closed by close: it ends a back-off of the accept loop.
 	done chan struct{}
 }
 
-// bindClientPort binds addr for the store whose socket is at socket.
-func bindClientPort(addr, socket string) (*clientPort, error) {
+// pendingLimits bound the connections that have not proved themselves.
+type pendingLimits struct {
+	total, perSource int
+	deadline         time.Duration
+}
+
+// defaultPendingLimits are for a store whose process may hold files
+// descriptors: a quarter of them for pending connections (a job's
+// agents each hold one pending connection for a handshake's time; a
+// flood holds the rest), at most a quarter of those from one address.
+func defaultPendingLimits(files uint64) pendingLimits {
+	total := int(min(max(files/4, 64), 4096))
+	return pendingLimits{total: total, perSource: max(total/4, 16), deadline: handshakeDeadline}
+}
+
+// handshakeDeadline is how long a connection may take to prove itself.
+const handshakeDeadline = 10 * time.Second
+
+// bindClientPort binds addr for the store whose socket is at socket;
+// tlsCfg, when set, is the job's TLS the port ends.
+func bindClientPort(addr, socket string, tlsCfg *tls.Config, limits pendingLimits) (*clientPort, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return newClientPort(ln, socket), nil
+	p := newClientPort(ln, socket)
+	p.tls, p.limits = tlsCfg, limits
+	return p, nil
 }
 
 func newClientPort(ln net.Listener, socket string) *clientPort {
-	return &clientPort{ln: ln, socket: socket, conns: map[net.Conn]bool{}, done: make(chan struct{})}
+	return &clientPort{ln: ln, socket: socket, conns: map[net.Conn]bool{}, pending: map[string][]net.Conn{},
+		limits: defaultPendingLimits(1024), done: make(chan struct{})}
 }
 
 // addr is the bound address.
@@ -77,7 +114,7 @@ func (p *clientPort) accept() {
 			}
 		}
 		delay = 0
-		if !p.track(c) {
+		if !p.track(c, p.tls != nil) {
 			c.Close()
 			return
 		}
@@ -86,22 +123,96 @@ func (p *clientPort) accept() {
 	}
 }
 
-// track records c for close; false once the port is closed.
-func (p *clientPort) track(c net.Conn) bool {
+// source is the address a connection comes from, without its port.
+func source(c net.Conn) string {
+	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+	if err != nil {
+		return c.RemoteAddr().String()
+	}
+	return host
+}
+
+// track records c for close, as pending when it must prove itself
+// (closing the oldest pending connection of its source, or of the
+// largest source, when a cap is reached); false once the port is closed.
+func (p *clientPort) track(c net.Conn, pending bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
 	p.conns[c] = true
+	if !pending {
+		return true
+	}
+	src := source(c)
+	if len(p.pending[src]) >= p.limits.perSource {
+		p.evictLocked(src)
+	} else if p.npending >= p.limits.total {
+		largest := src
+		for s, cs := range p.pending {
+			if len(cs) > len(p.pending[largest]) {
+				largest = s
+			}
+		}
+		p.evictLocked(largest)
+	}
+	p.pending[src] = append(p.pending[src], c)
+	p.npending++
 	return true
+}
+
+// evictLocked closes the oldest pending connection of src; its handshake
+// fails and its goroutine ends.
+func (p *clientPort) evictLocked(src string) {
+	cs := p.pending[src]
+	if len(cs) == 0 {
+		return
+	}
+	cs[0].Close()
+	p.unpendLocked(src, cs[0])
+}
+
+// unpendLocked drops c from the pending connections of src.
+func (p *clientPort) unpendLocked(src string, c net.Conn) {
+	cs := p.pending[src]
+	for i, pc := range cs {
+		if pc == c {
+			cs = append(cs[:i:i], cs[i+1:]...)
+			p.npending--
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(p.pending, src)
+	} else {
+		p.pending[src] = cs
+	}
 }
 
 func (p *clientPort) untrack(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
+	p.unpendLocked(source(c), c)
 	p.mu.Unlock()
 	c.Close()
+}
+
+// prove runs the job's TLS handshake on c within the deadline; the
+// connection is then no longer pending.
+func (p *clientPort) prove(c net.Conn) (net.Conn, bool) {
+	_ = c.SetDeadline(time.Now().Add(p.limits.deadline))
+	tc := tls.Server(c, p.tls)
+	// An eviction or the port's close closes c, which ends the handshake.
+	if err := tc.Handshake(); err != nil {
+		return nil, false
+	}
+	_ = c.SetDeadline(time.Time{})
+	p.mu.Lock()
+	p.unpendLocked(source(c), c)
+	closed := p.closed
+	p.mu.Unlock()
+	return tc, !closed
 }
 
 // forward copies between a client and the store's socket until either
@@ -109,11 +220,18 @@ func (p *clientPort) untrack(c net.Conn) {
 func (p *clientPort) forward(c net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(c)
+	client := c
+	if p.tls != nil {
+		var ok bool
+		if client, ok = p.prove(c); !ok {
+			return
+		}
+	}
 	s, err := net.Dial("unix", p.socket)
 	if err != nil {
 		return
 	}
-	if !p.track(s) {
+	if !p.track(s, false) {
 		s.Close()
 		return
 	}
@@ -121,10 +239,10 @@ func (p *clientPort) forward(c net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = io.Copy(s, c)
+		_, _ = io.Copy(s, client)
 		s.Close()
 	}()
-	_, _ = io.Copy(c, s)
+	_, _ = io.Copy(client, s)
 	c.Close()
 	<-done
 }

@@ -82,7 +82,7 @@ func TestClusterSurvivesAMember(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dial := func(user, password string) (*clientv3.Client, error) {
-		return clientv3.New(clientv3.Config{Endpoints: clients, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Username: user, Password: password})
+		return clientv3.New(clientv3.Config{Endpoints: clients, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: mustClientTLS(t, token), Username: user, Password: password})
 	}
 	if anon, err := dial("", ""); err == nil {
 		if _, err := anon.Put(ctx, DefaultPrefix+"/job/x", "v"); err == nil {
@@ -143,7 +143,7 @@ func TestClusterOfHostNames(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: clients, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		Username: EtcdUser, Password: token.EtcdPassword()})
+		TLS: mustClientTLS(t, token), Username: EtcdUser, Password: token.EtcdPassword()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestFailEndsWithoutAMajority(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: clients[2:], DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		Username: EtcdUser, Password: token.EtcdPassword()})
+		TLS: mustClientTLS(t, token), Username: EtcdUser, Password: token.EtcdPassword()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestClusterStartsWithoutMemberZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: clients[1:], DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		Username: EtcdUser, Password: token.EtcdPassword()})
+		TLS: mustClientTLS(t, token), Username: EtcdUser, Password: token.EtcdPassword()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestClusterStartsWithoutMemberZero(t *testing.T) {
 	if _, err := cli.Put(ctx, DefaultPrefix+"/job/k", "v"); err != nil {
 		t.Fatalf("the job's user cannot write to the two members: %v", err)
 	}
-	anon, err := clientv3.New(clientv3.Config{Endpoints: clients[1:], DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	anon, err := clientv3.New(clientv3.Config{Endpoints: clients[1:], DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: mustClientTLS(t, token)})
 	if err == nil {
 		defer anon.Close()
 		if _, err := anon.Put(ctx, DefaultPrefix+"/job/x", "v"); err == nil {

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -290,10 +291,18 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// and both ends of the socket it is forwarded to): a store of a few
 	// thousand nodes needs more than a shell's usual soft limit, and etcd
 	// exits when it runs out.
-	RaiseFileLimit()
+	files := RaiseFileLimit()
+	// A store with a token ends the job's TLS at its client port, unless
+	// the user gave TLS of their own (etcd's, end to end).
+	var jobTLS *tls.Config
+	if cfg.Token != nil && cfg.CertFile == "" {
+		if jobTLS, err = serverTLS(cfg.Token); err != nil {
+			return nil, err
+		}
+	}
 	// The client port is bound now and opened once authentication is on.
 	socket := filepath.Join(s.runDir, "client.sock")
-	if s.port, err = bindClientPort(clientListen, socket); err != nil {
+	if s.port, err = bindClientPort(clientListen, socket, jobTLS, defaultPendingLimits(files)); err != nil {
 		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
 	}
 	scheme, socketScheme := "http", "unix"

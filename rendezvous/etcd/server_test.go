@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"testing"
 	"time"
 
@@ -50,8 +51,10 @@ func TestServerWithTokenRefusesStrangers(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// The job's TLS proves the token holder; the password is still needed.
 	dial := func(user, password string) (*clientv3.Client, error) {
-		return clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Username: user, Password: password, Logger: zap.NewNop()})
+		return clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Username: user, Password: password, Logger: zap.NewNop(),
+			TLS: mustClientTLS(t, token)})
 	}
 	anon, err := dial("", "")
 	if err != nil {
@@ -89,4 +92,14 @@ func TestServerWithTokenRefusesStrangers(t *testing.T) {
 	if _, err := job.UserAdd(ctx, "evil", "evil"); err == nil {
 		t.Error("the job's user added a user")
 	}
+}
+
+// mustClientTLS is the job's client TLS for token.
+func mustClientTLS(t *testing.T, token Token) *tls.Config {
+	t.Helper()
+	cfg, err := ClientTLS(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

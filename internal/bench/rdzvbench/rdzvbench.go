@@ -75,12 +75,16 @@ func Run(ctx context.Context, n int) (Result, error) {
 	}()
 	// Every client logs in at once, as a job's nodes do when it starts;
 	// logging in is timed apart and is not part of either measurement.
+	jobTLS, err := etcdrdzv.ClientTLS(benchToken)
+	if err != nil {
+		return Result{}, err
+	}
 	loginStart := time.Now()
 	g, _ := errgroup.WithContext(ctx)
 	g.SetLimit(256)
 	for i := range clients {
 		g.Go(func() error {
-			c, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 30 * time.Second, Logger: zap.NewNop(),
+			c, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 30 * time.Second, Logger: zap.NewNop(), TLS: jobTLS,
 				Username: etcdrdzv.EtcdUser, Password: benchToken.EtcdPassword()})
 			if err != nil {
 				return fmt.Errorf("client %d: %w", i, err)

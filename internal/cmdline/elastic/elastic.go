@@ -148,6 +148,36 @@ func parseEndpoints(list string, embedded bool) ([]string, error) {
 	return endpoints, nil
 }
 
+// storeTLS is the client's TLS for the store at endpoints, and whether
+// that store is a job's store (the embedded one, or `gorun store`: its
+// user is EtcdUser, with a password derived from the token). The user's
+// TLS (--rdzv-conf cacert, cert, key) when given; else, for a job's
+// store, the job's TLS, under which the store proves it holds the token
+// before this node sends its password. An external etcd
+// (--rdzv-backend=etcd) is a job's store when it completes the job's TLS
+// handshake (`gorun store` with the job's token); otherwise it is spoken
+// to as it is, and nothing derived from the token is sent to it.
+func (c conf) storeTLS(ctx context.Context, token etcdrdzv.Token, endpoints []string, embedded bool) (*tls.Config, bool, error) {
+	if c.tls.TrustedCAFile != "" || c.tls.CertFile != "" {
+		cfg, err := c.clientTLS()
+		return cfg, embedded, err
+	}
+	if token == nil {
+		return nil, false, nil
+	}
+	jobTLS, err := etcdrdzv.ClientTLS(token)
+	if err != nil {
+		return nil, false, err
+	}
+	if embedded {
+		return jobTLS, true, nil
+	}
+	if c.user == "" && speaksJobTLS(ctx, endpoints, jobTLS) {
+		return jobTLS, true, nil
+	}
+	return nil, false, nil
+}
+
 // clientTLS is the client's TLS from --rdzv-conf cacert, cert and key;
 // nil without them.
 func (c conf) clientTLS() (*tls.Config, error) {
@@ -211,6 +241,9 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		host = false
 	}
 	if host && members == nil && c.isHost == nil && portTaken(endpoints[0]) {
+		if err := othersPort(endpoints[0]); err != nil {
+			return nil, nil, err
+		}
 		taken()
 	}
 	// The node that hosts the store, or its first member, makes the token
@@ -230,12 +263,11 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 			return nil, nil, err
 		}
 		if lost {
+			if err := othersPort(endpoints[0]); err != nil {
+				return nil, nil, err
+			}
 			taken()
 		}
-	}
-	if embedded && c.user == "" {
-		// The embedded store's job user; its password comes from the token.
-		c.user, c.password = etcdrdzv.EtcdUser, token.EtcdPassword()
 	}
 	release := func() {
 		if server != nil {
@@ -243,11 +275,14 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		}
 		shared.release()
 	}
-
-	tlsCfg, err := c.clientTLS()
+	tlsCfg, jobStore, err := c.storeTLS(ctx, token, endpoints, embedded)
 	if err != nil {
 		release()
 		return nil, nil, err
+	}
+	if jobStore && c.user == "" {
+		// The job's store's user; its password comes from the token.
+		c.user, c.password = etcdrdzv.EtcdUser, token.EtcdPassword()
 	}
 	ccfg := clientv3.Config{
 		Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
@@ -270,16 +305,19 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		LastCallTimeout: c.lastCall, JoinTimeout: c.join, LeaseTTL: c.leaseTTL, UnreachableTimeout: c.connect, Log: log,
 		Token: token,
 	}
-	cli, r, err := connect(ctx, ccfg, cfg, embedded && server == nil, log)
-	for shared != nil && server == nil && errors.Is(err, rpctypes.ErrAuthFailed) {
+	cli, r, err := connect(ctx, ccfg, cfg, jobStore, embedded && server == nil, log)
+	for shared != nil && server == nil && (errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, etcdrdzv.ErrNotJobStore) || errors.Is(err, errTokenRefused)) {
 		// The token file was an earlier job's, read before this job's host
 		// replaced it: wait for the new one.
-		log.Infof("the store refuses the token read in %s (an earlier job's?): waiting for this job's", shared.path)
+		log.Infof("the store at %s does not match the token read in %s (an earlier job's?): waiting for this job's", endpoints[0], shared.path)
 		if token, err = shared.await(ctx, token); err != nil {
 			break
 		}
+		if ccfg.TLS, _, err = c.storeTLS(ctx, token, endpoints, embedded); err != nil {
+			break
+		}
 		ccfg.Password, cfg.Token = token.EtcdPassword(), token
-		cli, r, err = connect(ctx, ccfg, cfg, true, log)
+		cli, r, err = connect(ctx, ccfg, cfg, jobStore, true, log)
 	}
 	if err != nil {
 		release()
@@ -305,7 +343,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 // (the node hosting the embedded store may start later) for up to
 // cfg.UnreachableTimeout. The first failure is reported at once, with
 // what a probe of each endpoint found.
-func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, waitingForHost bool, log logrus.FieldLogger) (_ *clientv3.Client, _ *etcdrdzv.Rendezvous, err error) {
+func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, jobStore, waitingForHost bool, log logrus.FieldLogger) (_ *clientv3.Client, _ *etcdrdzv.Rendezvous, err error) {
 	endpoints := strings.Join(ccfg.Endpoints, ",")
 	start := time.Now()
 	delay := 100 * time.Millisecond
@@ -333,7 +371,10 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, wai
 		if ctx.Err() != nil || isPermanent(err) {
 			return nil, nil, err
 		}
-		diag := diagnose(ctx, ccfg.Endpoints, ccfg.TLS)
+		diag := diagnose(ctx, ccfg.Endpoints, ccfg.TLS, jobStore)
+		if diag.permanent && diag.cause != nil {
+			return nil, nil, fmt.Errorf("%w at %s", diag.cause, diag.text)
+		}
 		if diag.permanent {
 			return nil, nil, fmt.Errorf("%w: etcd at %s: %s", etcdrdzv.ErrUnreachable, endpoints, diag.text)
 		}

@@ -25,11 +25,14 @@ import (
 // leadership over first) before it is killed.
 const memberStopTimeout = 10 * time.Second
 
-// Restarts of a member that died of a signal are spaced from
-// memberRestartDelay, doubling up to memberRestartMaxDelay.
+// Restarts of a member that ended (killed, or exited: etcd exits when it
+// runs out of descriptors) are spaced from memberRestartDelay, doubling
+// up to memberRestartMaxDelay; after memberMaxFailedStarts starts in a
+// row that never served, the node goes on as a client of the others.
 const (
 	memberRestartDelay    = 100 * time.Millisecond
 	memberRestartMaxDelay = 5 * time.Second
+	memberMaxFailedStarts = 5
 )
 
 // memberTakenExit is the exit code of a store member whose place the
@@ -42,7 +45,7 @@ var errMemberTaken = errors.New("the store went on without this member (its plac
 // memberProcess is this node's member of the job's store of several
 // members, run as a companion process (`gorun-etcd store --cluster
 // --member`) so that the store and the agent fail apart: a member killed
-// on its own (SIGKILL, the kernel's OOM killer) is started again by the
+// on its own (SIGKILL, the kernel's OOM killer, an exit) is started again by the
 // agent from its data folder and rejoins the store as the same member,
 // while the agent and its workers go on as clients of the others. The
 // member dies with the agent (parent-death signal); the folder is the
@@ -109,11 +112,13 @@ func startMember(ctx context.Context, c conf, token etcdrdzv.Token, members []st
 }
 
 // supervise runs the member until Close, starting it again, from its
-// data, whenever a signal killed it. The first start's outcome goes to
+// data, whenever it ends: killed, or exited (etcd exits when it runs out
+// of descriptors), unless its place was given away. The first start's outcome goes to
 // ready: nil once it serves, else why it did not.
 func (m *memberProcess) supervise(ready chan<- error) {
 	defer close(m.done)
 	delay := memberRestartDelay
+	failed := 0 // starts in a row that never served
 	for attempt := 0; ; attempt++ {
 		served, status, err := m.runOnce(ready)
 		first := ready != nil
@@ -124,18 +129,27 @@ func (m *memberProcess) supervise(ready chan<- error) {
 		if stopping || (first && !served) {
 			return // a first start that failed is startMember's to report
 		}
+		if served {
+			failed, delay = 0, memberRestartDelay
+		} else {
+			failed++
+		}
+		how := fmt.Sprintf("exited with code %d", status.ExitStatus())
+		if status.Signaled() {
+			how = fmt.Sprintf("was killed (%v)", status.Signal())
+		}
 		switch {
 		case err != nil:
 			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, err)
 			return
-		case !status.Signaled():
-			m.log.Errorf("member %d of the job's store exited with code %d; this node goes on as a client of the other members", m.index, status.ExitStatus())
+		case status.Exited() && status.ExitStatus() == memberTakenExit:
+			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, errMemberTaken)
+			return
+		case failed >= memberMaxFailedStarts:
+			m.log.Errorf("member %d of the job's store %s, and %d starts in a row did not serve; this node goes on as a client of the other members", m.index, how, failed)
 			return
 		}
-		m.log.Warnf("member %d of the job's store was killed (%v); starting it again from its data in %s", m.index, status.Signal(), m.dir.Path())
-		if served {
-			delay = memberRestartDelay
-		}
+		m.log.Warnf("member %d of the job's store %s; starting it again from its data in %s", m.index, how, m.dir.Path())
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
 // probeTimeout bounds each step of diagnose.
@@ -16,59 +18,140 @@ const probeTimeout = 2 * time.Second
 
 // diagnosis is what diagnose found at the endpoints: a line for the user
 // and whether retrying cannot help (a TLS mismatch: only new settings
-// can fix it).
+// can fix it); cause, when set, is etcdrdzv.ErrNotJobStore or
+// errTokenRefused, for callers that may fetch a newer token.
 type diagnosis struct {
 	text      string
 	permanent bool
+	cause     error
 }
+
+// errTokenRefused: a job's store refused this node's certificate: the
+// node holds another token than the store's.
+var errTokenRefused = errors.New("the store refuses this node's token")
 
 // diagnose says, for each endpoint, why etcd may be unreachable: a host
 // that does not resolve, a port that refuses, no answer at all, a TLS
 // mismatch (the port speaks TLS and the client does not, or the other way
 // round, or the certificates do not match), or a port that accepts but
 // where etcd does not answer. tlsCfg is the client's TLS, nil for none.
-func diagnose(ctx context.Context, endpoints []string, tlsCfg *tls.Config) diagnosis {
+// jobStore says tlsCfg is the job's TLS (etcdrdzv.ClientTLS): a failed
+// handshake then says the server is not the job's store, or does not
+// take this node's token.
+func diagnose(ctx context.Context, endpoints []string, tlsCfg *tls.Config, jobStore bool) diagnosis {
 	var out []string
 	d := diagnosis{permanent: len(endpoints) > 0}
 	for _, ep := range endpoints {
-		text, permanent := probe(ctx, ep, tlsCfg)
+		text, permanent, cause := probe(ctx, ep, tlsCfg, jobStore)
 		out = append(out, ep+": "+text)
 		d.permanent = d.permanent && permanent
+		if cause != nil {
+			d.cause = cause
+		}
 	}
 	d.text = strings.Join(out, "; ")
 	return d
 }
 
 // probe diagnoses one endpoint.
-func probe(ctx context.Context, endpoint string, tlsCfg *tls.Config) (text string, permanent bool) {
+func probe(ctx context.Context, endpoint string, tlsCfg *tls.Config, jobStore bool) (text string, permanent bool, cause error) {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
-		return err.Error(), true
+		return err.Error(), true, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	if net.ParseIP(host) == nil {
 		if _, err := net.DefaultResolver.LookupHost(rctx, host); err != nil {
-			return fmt.Sprintf("host %q does not resolve (%v)", host, err), false
+			return fmt.Sprintf("host %q does not resolve (%v)", host, err), false, nil
 		}
 	}
 	d := net.Dialer{Timeout: probeTimeout}
 	c, err := d.DialContext(rctx, "tcp", endpoint)
 	switch {
+	case err == nil && jobStore:
+		defer c.Close()
+		return probeJobTLS(c, endpoint, tlsCfg)
 	case err == nil:
 		defer c.Close()
-		return probeTLS(c, host, tlsCfg)
+		text, permanent := probeTLS(c, host, tlsCfg)
+		return text, permanent, nil
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused (nothing listens on that port)", false
+		return "connection refused (nothing listens on that port)", false, nil
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return "no route to the host (" + err.Error() + ")", false
+		return "no route to the host (" + err.Error() + ")", false, nil
 	default:
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return fmt.Sprintf("no answer within %v (host down, or a firewall drops the packets)", probeTimeout), false
+			return fmt.Sprintf("no answer within %v (host down, or a firewall drops the packets)", probeTimeout), false, nil
 		}
-		return err.Error(), false
+		return err.Error(), false, nil
 	}
+}
+
+// probeJobTLS tells, on an open connection to what should be the job's
+// store, whether it is: the job's TLS handshake proves the server holds
+// the token (nothing secret is sent to one that does not), and a refused
+// certificate says this node's token is not the store's.
+func probeJobTLS(c net.Conn, endpoint string, tlsCfg *tls.Config) (string, bool, error) {
+	c.SetDeadline(time.Now().Add(tlsProbeTimeout))
+	tc := tls.Client(c, tlsCfg)
+	err := tc.Handshake()
+	if err == nil {
+		// A refused client certificate arrives as an alert after the
+		// client's side of a TLS 1.3 handshake is done.
+		_, err = tc.Read(make([]byte, 1))
+		var ne net.Error
+		if err == nil || errors.As(err, &ne) && ne.Timeout() {
+			return notEtcd, false, nil
+		}
+	}
+	var record tls.RecordHeaderError
+	var op *net.OpError
+	var foreign *etcdrdzv.ForeignCertError
+	switch {
+	case errors.As(err, &foreign):
+		return fmt.Sprintf("the port speaks TLS, with a certificate not of this job%s: if the job's store uses TLS files of yours (--rdzv-conf cert=,key=), give this node the same TLS settings (cacert=, and cert=,key=); otherwise the process on the port cannot prove it holds the job's token. Nothing secret was sent to it", portOwnerNote(endpoint)), true, etcdrdzv.ErrNotJobStore
+	case errors.Is(err, etcdrdzv.ErrNotJobStore), errors.As(err, &record):
+		return fmt.Sprintf("the process on the port cannot prove it holds the job's token%s; nothing secret was sent to it (another user's or another job's process, or the store of an earlier job with the same run id and endpoint; an external etcd wants --rdzv-backend=etcd)", portOwnerNote(endpoint)), true, etcdrdzv.ErrNotJobStore
+	case errors.As(err, &op) && op.Op == "remote error":
+		return errTokenRefused.Error() + " (" + op.Err.Error() + "): every node of the job needs the same token", true, errTokenRefused
+	}
+	return notEtcd, false, nil
+}
+
+// speaksJobTLS says whether a store at endpoints completes the job's TLS
+// handshake: a `gorun store` that holds the job's token.
+func speaksJobTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config) bool {
+	proven, _ := proveJobStore(ctx, endpoints, tlsCfg)
+	return proven
+}
+
+// proveJobStore runs the job's TLS handshake with each endpoint until one
+// proves it holds the token (proven). Otherwise err is ErrNotJobStore
+// when an endpoint answered and could not prove it, nil when none could
+// be reached.
+func proveJobStore(ctx context.Context, endpoints []string, tlsCfg *tls.Config) (proven bool, err error) {
+	for _, ep := range endpoints {
+		dctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		d := net.Dialer{}
+		c, derr := d.DialContext(dctx, "tcp", ep)
+		cancel()
+		if derr != nil {
+			continue
+		}
+		c.SetDeadline(time.Now().Add(tlsProbeTimeout))
+		herr := tls.Client(c, tlsCfg).Handshake()
+		c.Close()
+		if herr == nil {
+			return true, nil
+		}
+		var record tls.RecordHeaderError
+		if errors.Is(herr, etcdrdzv.ErrNotJobStore) || errors.As(herr, &record) {
+			err = fmt.Errorf("%w at %s: %v", etcdrdzv.ErrNotJobStore, ep, herr)
+		}
+	}
+	return false, err
 }
 
 // tlsProbeTimeout bounds the TLS handshake of a probe.

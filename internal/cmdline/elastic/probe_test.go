@@ -129,7 +129,7 @@ func TestDiagnose(t *testing.T) {
 		{"TLS agrees", mutual, withCert, "accepts connections", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := diagnose(context.Background(), []string{tt.ep}, tt.tls)
+			got := diagnose(context.Background(), []string{tt.ep}, tt.tls, false)
 			if !strings.Contains(got.text, tt.want) || got.permanent != tt.permanent {
 				t.Errorf("diagnose(%s) = %q, permanent %v; want %q, permanent %v", tt.ep, got.text, got.permanent, tt.want, tt.permanent)
 			}

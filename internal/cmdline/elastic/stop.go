@@ -188,12 +188,16 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 			return cli.Exit(fmt.Sprintf("gorun stop: the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own --rdzv-id or --rdzv-endpoint needs them given: gorun stop --rdzv-endpoint=HOST:PORT RUN_ID)", t.runID, err), 2)
 		}
 	}
-	if embedded && conf.user == "" {
-		conf.user, conf.password = etcdrdzv.EtcdUser, token.EtcdPassword()
-	}
-	tlsCfg, err := conf.clientTLS()
+	tlsCfg, jobStore, err := conf.storeTLS(ctx, token, t.endpoints, embedded)
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
+	}
+	if jobStore && conf.user == "" {
+		// The store proves it holds the token before the password goes.
+		if proven, err := proveJobStore(ctx, t.endpoints, tlsCfg); !proven && err != nil {
+			return fmt.Errorf("gorun stop: the store at %s and this token do not match: the token is not job %s's, or the store is not its (%v)", strings.Join(t.endpoints, ","), t.runID, err)
+		}
+		conf.user, conf.password = etcdrdzv.EtcdUser, token.EtcdPassword()
 	}
 	cli3, err := clientv3.New(clientv3.Config{Endpoints: t.endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
 		Username: conf.user, Password: conf.password, Logger: zap.NewNop(), Context: ctx})
