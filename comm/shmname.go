@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Ring files are named
@@ -71,4 +73,38 @@ func (cfg meshConfig) checkShmName(name string, a, b int, dir string) error {
 		return fmt.Errorf("ring name %.100q: its tag is not this job's (another job's file, or a stranger's): want %s", name, want)
 	}
 	return nil
+}
+
+// sweepDeadRings removes the ring files in dir that this user's processes
+// created and that outlived them: a rank killed (SIGKILL, the OOM killer)
+// between creating its rings and its peer mapping them leaves them, 8 MiB
+// each, in a /dev/shm that a container may hold at 64 MiB. A file whose
+// creator is alive, or whose pid another process took since, is kept.
+// It returns how many it removed.
+func sweepDeadRings(dir string) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	removed := 0
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), shmPrefix)
+		f := strings.Split(rest, "-")
+		if !ok || len(f) != 6 || (f[5] != "up" && f[5] != "down") || len(f[1]) != 16 {
+			continue
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		info, err := e.Info()
+		st, isStat := info.Sys().(*syscall.Stat_t)
+		if err != nil || !isStat || !info.Mode().IsRegular() || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		if os.Remove(filepath.Join(dir, e.Name())) == nil {
+			removed++
+		}
+	}
+	return removed
 }

@@ -37,6 +37,7 @@ func (m *mesh) setupShm(transport string) error {
 	if transport == TransportTCP {
 		return nil
 	}
+	sweepDeadRings(shmDir())
 	for r, p := range m.peers {
 		if p == nil {
 			continue
