@@ -286,6 +286,18 @@ func (e *Env) deviceCopy(p uintptr, host []byte, kind int) error {
 	return err
 }
 
+// Stopping tells the Env's watchdog that the process is asked to stop
+// (the agent ends the round with SIGTERM or SIGINT): a program that takes
+// those signals itself (signal.NotifyContext) calls it when they come, so
+// that a wait for the other ranks' flight-recorder dumps ends within
+// watchdog.StopDumpGrace instead of watchdog.DefaultDumpWait. Safe to
+// call more than once, and on an Env without a watchdog.
+func (e *Env) Stopping() {
+	if e.guard != nil {
+		e.guard.handler.Stopping()
+	}
+}
+
 // Close ends the group, the store and the device.
 func (e *Env) Close() error {
 	if e.Group != nil {

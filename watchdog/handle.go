@@ -126,6 +126,50 @@ type Handler struct {
 	DumpWait     time.Duration
 
 	once sync.Once
+
+	logMu sync.Mutex
+
+	stopMu sync.Mutex
+	// stopped is closed by Stopping; stoppedAt is when.
+	stopped   chan struct{}
+	stoppedAt time.Time
+}
+
+// logf writes a line to Log; the handler's goroutines share it.
+func (h *Handler) logf(format string, args ...any) {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	fmt.Fprintf(h.Log, format, args...)
+}
+
+// Stopping tells h that the process is asked to stop (its agent ends the
+// round with SIGTERM or SIGINT): a wait for the other ranks' dumps, under
+// way or to come, lasts StopDumpGrace from now at most. A program that
+// takes those signals itself (signal.NotifyContext) calls it, as the
+// signal may arrive before a failure is handled; h also watches for them
+// from the moment it handles one.
+func (h *Handler) Stopping() {
+	h.stopMu.Lock()
+	defer h.stopMu.Unlock()
+	h.initStopLocked()
+	if h.stoppedAt.IsZero() {
+		h.stoppedAt = time.Now()
+		close(h.stopped)
+	}
+}
+
+func (h *Handler) initStopLocked() {
+	if h.stopped == nil {
+		h.stopped = make(chan struct{})
+	}
+}
+
+// stopState is the channel Stopping closes, and when it did.
+func (h *Handler) stopState() (<-chan struct{}, time.Time) {
+	h.stopMu.Lock()
+	defer h.stopMu.Unlock()
+	h.initStopLocked()
+	return h.stopped, h.stoppedAt
 }
 
 // Handle acts on f once; later calls return at once.
@@ -134,12 +178,30 @@ func (h *Handler) Handle(f Failure) {
 }
 
 func (h *Handler) handle(f Failure) {
-	fmt.Fprintf(h.Log, "gorun watchdog: %s\n", f)
+	h.logf("gorun watchdog: %s\n", f)
 	if f.Kind == KindStopped {
 		// The rank is being stopped and closes its groups: nothing to
 		// tell the others (they see its connections close), nothing to
 		// dump, nothing to end.
 		return
+	}
+	if h.Signal != nil && h.WaitForDumps && h.Mode.TearsDown() {
+		// From now on SIGTERM and SIGINT cut the coming wait for dumps
+		// (the process ends once the failure is handled): one that comes
+		// while this rank reports or dumps is not lost.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(sigs)
+		handled := make(chan struct{})
+		defer close(handled)
+		go func() {
+			select {
+			case sig := <-sigs:
+				h.logf("gorun watchdog: rank %d asked to stop (%v): waiting at most %v more for the other ranks' dumps\n", h.Rank, sig, StopDumpGrace)
+				h.Stopping()
+			case <-handled:
+			}
+		}()
 	}
 	wait := h.DumpWait
 	if wait <= 0 {
@@ -152,19 +214,19 @@ func (h *Handler) handle(f Failure) {
 		first, err := h.Signal.Create(ctx, SignalKey, string(b))
 		switch {
 		case err != nil:
-			fmt.Fprintf(h.Log, "gorun watchdog: could not tell the other ranks: %v\n", err)
+			h.logf("gorun watchdog: could not tell the other ranks: %v\n", err)
 		case first != string(b):
 			var ff Failure
 			if json.Unmarshal([]byte(first), &ff) == nil {
-				fmt.Fprintf(h.Log, "gorun watchdog: reported first: %s\n", ff)
+				h.logf("gorun watchdog: reported first: %s\n", ff)
 			}
 		}
 	}
 	if h.DumpDir != "" {
 		if path, err := h.DumpNow("watchdog: " + f.String()); err != nil {
-			fmt.Fprintf(h.Log, "gorun watchdog: %v\n", err)
+			h.logf("gorun watchdog: %v\n", err)
 		} else {
-			fmt.Fprintf(h.Log, "gorun watchdog: flight recorder dumped to %s\n", path)
+			h.logf("gorun watchdog: flight recorder dumped to %s\n", path)
 		}
 	}
 	if h.Signal != nil {
@@ -187,25 +249,24 @@ func (h *Handler) handle(f Failure) {
 const StopDumpGrace = time.Second
 
 // awaitDumps says this rank's dump is written and waits (until ctx ends)
-// for every rank's. Asked to stop while it waits, it waits StopDumpGrace
-// more at most: the process ends right after (TearsDown), so it takes
-// those signals for the wait's length alone.
+// for every rank's. Once the process is asked to stop (Stopping, or
+// SIGTERM or SIGINT while the failure is handled), it waits StopDumpGrace
+// from that moment at most: the ranks still alive got the same request
+// and dumped at their failure; a rank that was killed never will.
 func (h *Handler) awaitDumps(ctx context.Context) {
 	if err := h.Signal.Set(ctx, DumpedKey+strconv.Itoa(h.Rank), "1"); err != nil || !h.WaitForDumps || !h.Mode.TearsDown() {
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(stop)
 	waited := make(chan struct{})
 	defer close(waited)
 	go func() {
+		stopped, _ := h.stopState()
 		select {
-		case sig := <-stop:
-			fmt.Fprintf(h.Log, "gorun watchdog: rank %d asked to stop (%v): waiting at most %v more for the other ranks' dumps\n", h.Rank, sig, StopDumpGrace)
-			t := time.NewTimer(StopDumpGrace)
+		case <-stopped:
+			_, at := h.stopState()
+			t := time.NewTimer(StopDumpGrace - time.Since(at))
 			defer t.Stop()
 			select {
 			case <-t.C:
@@ -217,7 +278,7 @@ func (h *Handler) awaitDumps(ctx context.Context) {
 	}()
 	for r := range h.WorldSize {
 		if _, err := h.Signal.Get(ctx, DumpedKey+strconv.Itoa(r)); err != nil {
-			fmt.Fprintf(h.Log, "gorun watchdog: rank %d did not dump its flight recorder: %v\n", r, err)
+			h.logf("gorun watchdog: rank %d did not dump its flight recorder: %v\n", r, err)
 			return
 		}
 	}

@@ -2,7 +2,9 @@ package watchdog
 
 import (
 	"context"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -266,6 +268,52 @@ func TestStopCutsTheDumpWait(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "rank 0 asked to stop (terminated): waiting at most 1s more") {
 		t.Errorf("log %q", log.String())
+	}
+}
+
+// TestStopBeforeTheWaitCutsIt: the stop request may come before the
+// wait for dumps begins: while this rank dumps (it used to be missed,
+// and the rank waited the whole DumpWait, 10 s: a worker kill cost 10 s
+// in 1 of 11 tries), or before the failure is handled at all, to a
+// program that takes SIGTERM itself and says so (Stopping). Either way
+// the rank waits StopDumpGrace at most.
+func TestStopBeforeTheWaitCutsIt(t *testing.T) {
+	// The program's own handler of SIGTERM (bin/ddp's NotifyContext): the
+	// signal does not end the test binary.
+	own := make(chan os.Signal, 1)
+	signal.Notify(own, syscall.SIGTERM)
+	defer signal.Stop(own)
+	for _, tt := range []struct {
+		name   string
+		before func(h *Handler) // before Handle
+		dump   func(h *Handler) // while this rank dumps
+	}{
+		{name: "SIGTERM while this rank dumps", dump: func(*Handler) {
+			if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			<-own // delivered (to every channel that asks) before the dump goes on
+		}},
+		{name: "Stopping before the failure", before: func(h *Handler) { h.Stopping() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &gatedStore{memStore: newMemStore(), key: DumpedKey + "1", waiting: make(chan struct{})}
+			exit := make(chan int, 1)
+			h := &Handler{Rank: 0, WorldSize: 2, WaitForDumps: true, DumpWait: time.Hour, Recorder: NewRecorder(5), DumpDir: t.TempDir(),
+				Mode: TearDown, Signal: st, Abort: func() {}, Exit: func(code int) { exit <- code }, Log: io.Discard}
+			if tt.dump != nil {
+				h.BeforeDump = func() { tt.dump(h) }
+			}
+			if tt.before != nil {
+				tt.before(h)
+			}
+			go h.Handle(Failure{Kind: KindError, Rank: 0, Op: "all_reduce", Err: "peer closed"})
+			select {
+			case <-exit:
+			case <-time.After(time.Minute):
+				t.Fatal("still waiting for rank 1's dump a minute after the stop request")
+			}
+		})
 	}
 }
 

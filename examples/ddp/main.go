@@ -115,6 +115,9 @@ func train(ctx context.Context, pre *comm.Preemption, cfg config) error {
 		return err
 	}
 	defer env.Close()
+	// This program takes SIGTERM itself: its watchdog must know of it too.
+	stopping := context.AfterFunc(ctx, env.Stopping)
+	defer stopping()
 	rank, world := env.Rank(), env.Size()
 	a := env.Allocator
 	// The model: features weights and a bias, the same on every rank.
