@@ -53,6 +53,8 @@ type Elastic interface {
 	StopCommand() *cli.Command
 	// BenchRendezvousCommand is `gorun bench rendezvous`.
 	BenchRendezvousCommand() *cli.Command
+	// BenchLeasesCommand is `gorun bench leases`.
+	BenchLeasesCommand() *cli.Command
 	// BenchCommCommand is `gorun bench comm` (it needs the network stack,
 	// which gorun itself leaves out to start fast).
 	BenchCommCommand() *cli.Command

@@ -170,6 +170,7 @@ func (p *clientPort) evictLocked(src string) {
 		return
 	}
 	cs[0].Close()
+	delete(p.conns, cs[0])
 	p.unpendLocked(src, cs[0])
 }
 

@@ -62,15 +62,18 @@ func (j *joiner) joinedCount() int { return len(j.members) - j.duplicates }
 // maybeClose applies the closing rules: enough nodes for the largest
 // allowed size (MaxNodes, or the largest the --plan layout allows) closes
 // at once; enough for a smaller allowed size starts the last call, and
-// closes when it ends or when every member of the previous round is back
-// (a restart of the same nodes need not wait). The round runs with the
-// largest allowed size the joined nodes give; the others wait as spares.
+// closes when it ends or when every member of the previous round that is
+// still alive is back: a restart of the same nodes need not wait, and
+// neither does one after a loss, as a node whose lease ended is not
+// coming back within a last call (if it does later, it joins as a late
+// joiner). The round runs with the largest allowed size the joined nodes
+// give; the others wait as spares.
 func (j *joiner) maybeClose(lastCallOver bool) error {
 	sh := j.r.cfg.Shape
 	n := j.joinedCount()
 	use := sh.usable(n)
 	switch {
-	case use > 0 && use >= sh.largest(), use > 0 && (lastCallOver || j.previousAllBack()):
+	case use > 0 && use >= sh.largest(), use > 0 && (lastCallOver || j.previousBack()):
 		return j.close(use)
 	case use > 0 && j.lastCall == nil:
 		j.lastCall = time.NewTimer(j.r.cfg.LastCallTimeout)
@@ -81,16 +84,18 @@ func (j *joiner) maybeClose(lastCallOver bool) error {
 	return nil
 }
 
-// previousAllBack reports whether every member of the previous round has
-// joined this one (agents keep their id across rounds).
-func (j *joiner) previousAllBack() bool {
-	if _, ok := j.c.closed[j.target-1]; !ok {
+// previousBack reports whether every member of the previous round that is
+// still alive (its keys of that round, under its lease, still there) has
+// joined this one (agents keep their id across rounds). With none alive
+// (a job that starts again on new nodes) the round is as a first one.
+func (j *joiner) previousBack() bool {
+	prev, ok := j.c.closed[j.target-1]
+	if !ok {
 		return false
 	}
 	if j.previous == nil {
 		// The previous round's members: its rank keys, or, when its
 		// ranks followed arrival, its join keys of the listed arrivals.
-		prev := j.c.closed[j.target-1]
 		prefix := j.r.k.rankPrefix(j.target - 1)
 		if prev.Arrivals != nil {
 			prefix = j.r.k.joinPrefix(j.target - 1)
@@ -99,18 +104,15 @@ func (j *joiner) previousAllBack() bool {
 		if err != nil {
 			return false
 		}
-		j.previous = map[string]bool{}
+		j.previous, j.prevPrefix = map[string]bool{}, prefix
 		for _, kv := range resp.Kvs {
 			if _, member := arrivalRank(prev.Arrivals, kv.CreateRevision); member || prev.Arrivals == nil {
 				j.previous[strings.TrimPrefix(string(kv.Key), prefix)] = true
 			}
 		}
-	}
-	// A member whose join key is gone (its lease ended: a lost node) is
-	// not back either: the round then waits for the last call, as after
-	// any loss, whether its ranks followed arrival or not.
-	if len(j.previous) < j.c.closed[j.target-1].Size {
-		return false
+		// A member whose lease ends from now on is gone too (watchPrevious).
+		j.prevWatch = j.r.cli.Watch(clientv3.WithRequireLeader(j.wctx), prefix, clientv3.WithPrefix(),
+			clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
 	}
 	for id := range j.previous {
 		if _, back := j.members[id]; !back {
@@ -118,6 +120,21 @@ func (j *joiner) previousAllBack() bool {
 		}
 	}
 	return len(j.previous) > 0
+}
+
+// watchPrevious applies the end of previous members' keys (their lease
+// ended: a lost node); a broken watch makes previousBack read them again.
+func (j *joiner) watchPrevious(wr clientv3.WatchResponse, ok bool) error {
+	if !ok || wr.Err() != nil {
+		j.previous, j.prevWatch = nil, nil
+		return j.maybeClose(false)
+	}
+	for _, ev := range wr.Events {
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(j.previous, strings.TrimPrefix(string(ev.Kv.Key), j.prevPrefix))
+		}
+	}
+	return j.maybeClose(false)
 }
 
 // rankBatch bounds the puts of one transaction (etcd allows 128 operations).

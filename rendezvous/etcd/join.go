@@ -270,14 +270,20 @@ type joiner struct {
 	duplicates int
 	// seenRev is the revision up to which members is complete.
 	seenRev int64
-	// previous holds the ids of the previous round's members, read once.
-	previous map[string]bool
+	// previous holds the ids of the previous round's members still alive:
+	// read once from prevPrefix, then kept by prevWatch's deletions.
+	previous   map[string]bool
+	prevPrefix string
+	prevWatch  clientv3.WatchChan
+	// wctx ends the joiner's watches.
+	wctx context.Context
 	// lastCall fires when the round may close with fewer than MaxNodes.
 	lastCall *time.Timer
 }
 
 func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined, error) {
 	r := j.r
+	j.wctx = wctx
 	progress := time.NewTicker(r.cfg.ProgressInterval)
 	defer progress.Stop()
 	defer func() {
@@ -352,6 +358,10 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 				j.seenRev = max(j.seenRev, ev.Kv.ModRevision)
 			}
 			if err := j.maybeClose(false); err != nil {
+				return joined{}, err
+			}
+		case wr, ok := <-j.prevWatch:
+			if err := j.watchPrevious(wr, ok); err != nil {
 				return joined{}, err
 			}
 		case <-lastCall:

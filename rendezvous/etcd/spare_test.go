@@ -112,3 +112,33 @@ func TestRoundGrowsOnlyToAValidSize(t *testing.T) {
 	all := append(nextAll(t, as[:2], 1), <-third, <-fourth)
 	checkRanks(t, all, 1)
 }
+
+// TestRoundAfterALossWaitsNotForTheLastCall: the survivors of a lost
+// node (its client gone, its lease left to end) whose workers failed at
+// once join the next round before the lost node's lease ends; the round
+// closes as soon as that lease ends and every member still alive is back,
+// not after the last call (it used to wait the whole last call, 30 s by
+// default, for a node that is dead).
+func TestRoundAfterALossWaitsNotForTheLastCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A last call this long would show.
+	cfg := Config{Shape: shape(t.Name(), 2, 3, 1), LeaseTTL: 2 * time.Second, LastCallTimeout: 10 * time.Minute}
+	as := mustAgents(t, 3, cfg)
+	first := nextAll(t, as, 1)
+	as[2].cli.Close() // lost: no leave, its lease ends in LeaseTTL
+	// The survivors' workers fail at once (gloo sees the closed
+	// connections): a failure ends the round before the lease does.
+	if _, err := as[0].r.Fail(ctx, first[0], "worker 0 failed: connection reset", 1, true); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	again := nextAll(t, as[:2], 1)
+	if took := time.Since(start); took > 5*time.Minute {
+		t.Errorf("the survivors' round took %v: it waited for the last call", took)
+	}
+	checkRanks(t, again, 1)
+	if again[0].GroupWorldSize != 2 {
+		t.Errorf("round of %d nodes; want the 2 survivors", again[0].GroupWorldSize)
+	}
+}
