@@ -65,7 +65,9 @@ type result struct {
 func testEnv(extra ...string) []string {
 	// Every test job shares this token: nodes of a multi-node test job
 	// must hold the same one (docs/security.md).
-	env := append(proctest.GorunEnv(), "GORUN_RDZV_TOKEN="+testToken)
+	// GOTRACEBACK=all: a gorun that hangs is ended with SIGABRT, which
+	// then prints every goroutine's stack (waitExit).
+	env := append(proctest.GorunEnv(), "GORUN_RDZV_TOKEN="+testToken, "GOTRACEBACK=all")
 	return append(env, extra...)
 }
 

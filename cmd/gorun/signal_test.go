@@ -53,9 +53,16 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 		}
 		return 0
 	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatal("gorun did not exit within a minute")
+		// Its goroutines' stacks, for the failure's log (testEnv sets
+		// GOTRACEBACK=all; gorun leaves SIGABRT to Go's runtime).
+		_ = cmd.Process.Signal(syscall.SIGABRT)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		t.Fatal("gorun did not exit within a minute (SIGABRT: its stacks are in its stderr)")
 		return -1
 	}
 }
