@@ -53,15 +53,39 @@ func isLauncherSecret(name string) bool {
 	return false
 }
 
-// withoutSecrets is environ without the launcher's secrets.
+// rdzvConfVars hold --rdzv-conf as the environment gives it (torchrun's
+// PET_ spelling and gorun's own): a password= in them is a launcher
+// secret too.
+var rdzvConfVars = []string{"PET_RDZV_CONF", "GORUN_RDZV_CONF"}
+
+// withoutSecrets is environ without the launcher's secrets: the secret
+// variables are left out, and a password= pair is taken out of the
+// --rdzv-conf variables (their other settings stay).
 func withoutSecrets(environ []string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
-		if k, _, _ := strings.Cut(kv, "="); !isLauncherSecret(k) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case isLauncherSecret(k):
+		case slices.Contains(rdzvConfVars, k):
+			out = append(out, k+"="+withoutPassword(v))
+		default:
 			out = append(out, kv)
 		}
 	}
 	return out
+}
+
+// withoutPassword is a k1=v1,k2=v2 list without its password pairs.
+func withoutPassword(conf string) string {
+	pairs := strings.Split(conf, ",")
+	kept := pairs[:0]
+	for _, p := range pairs {
+		if k, _, _ := strings.Cut(p, "="); strings.TrimSpace(k) != "password" {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, ",")
 }
 
 // withEnv returns environ with vars set, replacing earlier entries of the

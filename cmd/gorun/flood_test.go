@@ -69,3 +69,37 @@ func TestStoreSurvivesAFloodOfIdleConnections(t *testing.T) {
 		t.Errorf("the store holds %d descriptors during a flood of %d; want under %d", len(fds), flood, files/2)
 	}
 }
+
+// TestEtcdBackendWaitsForALateGorunStore: agents of --rdzv-backend=etcd
+// with the job's token start before the `gorun store` they name: once it
+// serves and proves the token, they log in as the job's user. They used
+// to decide on one probe that it was no store of the job's, then fail for
+// good with "the port speaks TLS, but no TLS settings were given".
+func TestEtcdBackendWaitsForALateGorunStore(t *testing.T) {
+	t.Parallel()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ep := "127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))
+	var nodes []*exec.Cmd
+	var errs []*proctest.Buffer
+	for i := range 2 {
+		cmd, _, errb := startGorun(t, testEnv(), "--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint="+ep, "--rdzv-id=late-store",
+			"--rdzv-conf=token_file="+tokenFile+",connect_timeout=60", "--nproc-per-node=1", "--no-python", "echo", "node"+strconv.Itoa(i))
+		nodes, errs = append(nodes, cmd), append(errs, errb)
+	}
+	waitFor(t, "both agents to find no store yet", func() bool {
+		return strings.Contains(errs[0].String(), "unreachable") && strings.Contains(errs[1].String(), "unreachable")
+	})
+	store, _, storeErr := startGorun(t, testEnv(), "store", "--listen", ep, "--token-file", tokenFile, "--log-level", "panic")
+	for i, n := range nodes {
+		if code := waitExit(t, n); code != 0 {
+			t.Errorf("node %d exit %d\n%s", i, code, errs[i].String())
+		}
+	}
+	_ = store.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, store); code != 0 {
+		t.Errorf("gorun store exit %d\n%s", code, storeErr.String())
+	}
+}

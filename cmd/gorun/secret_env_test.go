@@ -212,7 +212,10 @@ func TestWorkersNeverSeeTheToken(t *testing.T) {
 			if err := os.WriteFile(tokenFile, []byte(testToken), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			env := testEnv("GORUN_RDZV_TOKEN_FILE="+tokenFile, "GORUN_RDZV_PASSWORD=p4ss", "GORUN_STORE_PASSWORD=p4ss")
+			// A password may come in torchrun's --rdzv-conf variable too
+			// (read by the flag, unused by the embedded store here).
+			env := testEnv("GORUN_RDZV_TOKEN_FILE="+tokenFile, "GORUN_RDZV_PASSWORD=p4ss", "GORUN_STORE_PASSWORD=p4ss",
+				"PET_RDZV_CONF=last_call_timeout=1,password=p4ss-in-conf")
 			ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
 			var cmds []*exec.Cmd
 			for i := range tt.nodes {
@@ -237,6 +240,9 @@ func TestWorkersNeverSeeTheToken(t *testing.T) {
 					if strings.Contains("\n"+string(b), "\n"+name+"=") {
 						t.Errorf("rank %d sees %s", rank, name)
 					}
+				}
+				if strings.Contains(string(b), "p4ss-in-conf") || !strings.Contains(string(b), "PET_RDZV_CONF=last_call_timeout=1\n") {
+					t.Errorf("rank %d: PET_RDZV_CONF's password reached the worker, or its other settings did not", rank)
 				}
 				if !strings.Contains(string(b), "\nGORUN_JOB_SECRET=") {
 					t.Errorf("rank %d lacks GORUN_JOB_SECRET", rank)

@@ -110,13 +110,19 @@ func TestSquatterCollectsNoPassword(t *testing.T) {
 func TestPortOfAnotherUserIsNoAgent(t *testing.T) {
 	t.Parallel()
 	cred := proctest.OtherUser(t)
-	port, collected := squatter(t, cred)
-	r := runGorun(t, testEnv(), "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:"+port,
-		"--rdzv-id=squatted-other", "--nproc-per-node=1", "--no-python", "true")
-	if r.code == 0 || !strings.Contains(r.stderr, "held by user "+proctest.OtherUserName) {
-		t.Errorf("gorun exit %d; want a refusal naming user %s\n%s", r.code, proctest.OtherUserName, r.stderr)
-	}
-	if got := collected(); len(got) > 0 {
-		t.Errorf("the other user's process read %d bytes; want none", len(got))
+	// The endpoint as the port's own address, or as all of the host's.
+	for _, host := range []string{"127.0.0.1", "0.0.0.0"} {
+		t.Run(host, func(t *testing.T) {
+			t.Parallel()
+			port, collected := squatter(t, cred)
+			r := runGorun(t, testEnv(), "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint="+host+":"+port,
+				"--rdzv-id=squatted-other", "--nproc-per-node=1", "--no-python", "true")
+			if r.code == 0 || !strings.Contains(r.stderr, "held by user "+proctest.OtherUserName) {
+				t.Errorf("gorun exit %d; want a refusal naming user %s\n%s", r.code, proctest.OtherUserName, r.stderr)
+			}
+			if got := collected(); len(got) > 0 {
+				t.Errorf("the other user's process read %d bytes; want none", len(got))
+			}
+		})
 	}
 }

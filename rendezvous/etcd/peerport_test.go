@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -29,6 +30,17 @@ func TestSinglePeerPortTakesNoStranger(t *testing.T) {
 		t.Fatalf("%d peer listeners; want 1", len(s.etcd.Peers))
 	}
 	peer := s.etcd.Peers[0].Addr().String()
+	// Closed: a single member has no peers to hear (a flood of the port
+	// used to wedge etcd's listener, and then its Close).
+	if c, err := net.DialTimeout("tcp", peer, 5*time.Second); err == nil {
+		c.Close()
+		t.Errorf("a single member's peer port %s accepts connections; want it closed", peer)
+	}
+	select {
+	case err := <-s.Err():
+		t.Errorf("the store reports %v after its peer port closed; want nothing", err)
+	default:
+	}
 	clients := map[string]*http.Client{
 		"plain HTTP": {Timeout: 5 * time.Second},
 		"TLS without the store's certificate": {Timeout: 5 * time.Second, Transport: &http.Transport{

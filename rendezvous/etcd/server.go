@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -106,6 +108,10 @@ type Server struct {
 	port *clientPort
 	// ready is set once etcd served (StartServer succeeded).
 	ready bool
+	// errc is Err's channel (forwardErrors); peersClosed says a single
+	// member's peer listener was closed on purpose.
+	errc        chan error
+	peersClosed atomic.Bool
 	// level is etcd's log level: Close silences it, as etcd logs errors
 	// even for a normal shutdown.
 	level zap.AtomicLevel
@@ -345,9 +351,37 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.errc = make(chan error, 1)
+	if !cfg.clustered() {
+		// A single member has no peers, yet etcd always listens for them:
+		// that port is closed now, so that nobody reaches it (a flood of
+		// it wedged etcd's listener and its Close). The listener's end is
+		// not a failure of the store.
+		s.peersClosed.Store(true)
+		for _, p := range e.Peers {
+			p.Listener.Close()
+		}
+	}
+	go s.forwardErrors()
 	s.port.open()
 	started, s.ready = true, true
 	return s, nil
+}
+
+// forwardErrors passes etcd's fatal errors on to Err, leaving out the end
+// of the peer listeners closed on purpose; it ends when etcd closes its
+// channel (Close).
+func (s *Server) forwardErrors() {
+	defer close(s.errc)
+	for err := range s.etcd.Err() {
+		if s.peersClosed.Load() && (errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "use of closed network connection")) {
+			continue
+		}
+		select {
+		case s.errc <- err:
+		default: // one fatal error is enough to tell
+		}
+	}
 }
 
 // Endpoints returns the addresses clients connect to (host:port).
@@ -369,7 +403,7 @@ func advertised(given, bound string) string {
 }
 
 // Err delivers a fatal server error; it is closed when the server stops.
-func (s *Server) Err() <-chan error { return s.etcd.Err() }
+func (s *Server) Err() <-chan error { return s.errc }
 
 // Close stops the server and removes a temporary data directory. It is
 // safe to call more than once.

@@ -275,6 +275,18 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		}
 		shared.release()
 	}
+	if embedded && server == nil {
+		// The job's store is run by an agent of the job, as this user: a
+		// port of this host that another user holds is not it.
+		for _, ep := range endpoints {
+			if h, _, _ := net.SplitHostPort(ep); isThisHost(ctx, h, spec.LocalAddr) {
+				if err := othersPort(ep); err != nil {
+					release()
+					return nil, nil, err
+				}
+			}
+		}
+	}
 	tlsCfg, jobStore, err := c.storeTLS(ctx, token, endpoints, embedded)
 	if err != nil {
 		release()
@@ -372,6 +384,22 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, job
 			return nil, nil, err
 		}
 		diag := diagnose(ctx, ccfg.Endpoints, ccfg.TLS, jobStore)
+		if diag.permanent && !jobStore && cfg.Token != nil && ccfg.TLS == nil && ccfg.Username == "" {
+			// An etcd endpoint that speaks TLS may be a `gorun store` of
+			// this job that was not up, or too busy, when this node first
+			// asked: it is one if it proves the token now.
+			if jobTLS, terr := etcdrdzv.ClientTLS(cfg.Token); terr == nil {
+				if proven, _ := proveJobStore(ctx, ccfg.Endpoints, jobTLS); proven {
+					ccfg.TLS, ccfg.Username, ccfg.Password, jobStore = jobTLS, etcdrdzv.EtcdUser, cfg.Token.EtcdPassword(), true
+					if cli != nil {
+						cli.Close()
+						cli = nil
+					}
+					continue
+				}
+			}
+			diag.permanent = false // retried within connect_timeout
+		}
 		if diag.permanent && diag.cause != nil {
 			return nil, nil, fmt.Errorf("%w at %s", diag.cause, diag.text)
 		}
@@ -425,6 +453,15 @@ func isLocal(ctx context.Context, endpoint, localAddr string) bool {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return false
+	}
+	return etcdrdzv.SameHost(ctx, host, localAddr)
+}
+
+// isThisHost says whether host names this machine: one of its addresses,
+// loopback, the unspecified address, or its name (isLocal).
+func isThisHost(ctx context.Context, host, localAddr string) bool {
+	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+		return true
 	}
 	return etcdrdzv.SameHost(ctx, host, localAddr)
 }

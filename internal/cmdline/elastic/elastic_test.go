@@ -14,6 +14,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/proctest"
+
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -189,4 +191,24 @@ func TestJobToken(t *testing.T) {
 			t.Errorf("files left beside the token: %v", files)
 		}
 	})
+}
+
+// TestTokenFileOfAnotherUserRefused: a token_file another user owns (one
+// planted in a shared folder, mode 0644) is refused, naming its owner: its
+// owner could read and change the job's token. It used to be taken with
+// only a warning that others can read it.
+func TestTokenFileOfAnotherUserRefused(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	path := filepath.Join(t.TempDir(), "planted.token")
+	if err := os.WriteFile(path, []byte("0123456789abcdef0123456789abcdef"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err := jobToken(context.Background(), conf{tokenFile: path}, jobSpec{embedded: true, maxNodes: 2}, false, logrus.New())
+	if err == nil || !strings.Contains(err.Error(), "belongs to user "+proctest.OtherUserName) {
+		t.Errorf("jobToken with another user's token file: %v; want a refusal naming %s", err, proctest.OtherUserName)
+	}
 }

@@ -37,7 +37,7 @@ func portOwner(endpoint string) (uid int, ok bool) {
 const tcpListen = "0A"
 
 // listenerIn finds a listener on port in one /proc/net/tcp table at ip
-// (nil: any address) or at the unspecified address.
+// (nil or unspecified: any address) or at the unspecified address.
 func listenerIn(table string, port uint16, ip net.IP) (int, bool) {
 	f, err := os.Open(table)
 	if err != nil {
@@ -58,7 +58,7 @@ func listenerIn(table string, port uint16, ip net.IP) (int, bool) {
 			continue
 		}
 		local := procAddr(addr)
-		if ip != nil && local != nil && !local.IsUnspecified() && !local.Equal(ip) {
+		if ip != nil && !ip.IsUnspecified() && local != nil && !local.IsUnspecified() && !local.Equal(ip) {
 			continue
 		}
 		uid, err := strconv.Atoi(fields[7])

@@ -97,11 +97,14 @@ func probeJobTLS(c net.Conn, endpoint string, tlsCfg *tls.Config) (string, bool,
 	c.SetDeadline(time.Now().Add(tlsProbeTimeout))
 	tc := tls.Client(c, tlsCfg)
 	err := tc.Handshake()
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() {
+		return "the port accepts connections but completes no TLS handshake: a store too busy to answer, or a process squatting the port that stays silent (nothing secret was sent to it)", false, nil
+	}
 	if err == nil {
 		// A refused client certificate arrives as an alert after the
 		// client's side of a TLS 1.3 handshake is done.
 		_, err = tc.Read(make([]byte, 1))
-		var ne net.Error
 		if err == nil || errors.As(err, &ne) && ne.Timeout() {
 			return notEtcd, false, nil
 		}

@@ -224,7 +224,9 @@ func openTokenFile(path string) (*os.File, error) { return openSecretFile(path, 
 
 // openSecretFile opens path for reading if it is a regular file under
 // maxTokenFile bytes, never through a link nor blocking on a FIFO (or
-// growing without end, as /dev/zero); mine: the user's own too.
+// growing without end, as /dev/zero), owned by this user (mine) or by
+// this user or root (a token_file an administrator provides): another
+// user could read it and change it.
 func openSecretFile(path string, mine bool) (*os.File, error) {
 	f, st, err := private.OpenRegular(path)
 	if errors.Is(err, syscall.ELOOP) {
@@ -237,7 +239,11 @@ func openSecretFile(path string, mine bool) (*os.File, error) {
 	if err == nil {
 		sys, _ = st.Sys().(*syscall.Stat_t)
 	}
-	if err != nil || sys == nil || (mine && int(sys.Uid) != os.Getuid()) || st.Size() > maxTokenFile {
+	if err == nil && sys != nil && int(sys.Uid) != os.Getuid() && (mine || sys.Uid != 0) {
+		f.Close()
+		return nil, fmt.Errorf("%s belongs to %s: a token file must be yours (or root's), as its owner can read it and change it, and so join or steer the job", path, userName(int(sys.Uid)))
+	}
+	if err != nil || sys == nil || st.Size() > maxTokenFile {
 		f.Close()
 		whose := ""
 		if mine {
