@@ -21,10 +21,16 @@ import (
 
 // Defaults of Config, torchrun's where torchrun has the setting.
 const (
-	DefaultPrefix           = "/gorun"
-	DefaultLastCallTimeout  = 30 * time.Second
-	DefaultJoinTimeout      = 600 * time.Second
-	DefaultLeaseTTL         = 10 * time.Second
+	DefaultPrefix          = "/gorun"
+	DefaultLastCallTimeout = 30 * time.Second
+	DefaultJoinTimeout     = 600 * time.Second
+	// DefaultLeaseTTL: a lost node is dropped within about 4.1 s, so a
+	// job trains again within 5 s of a node loss (plus its workers'
+	// start-up); keeping 4,096 nodes' leases alive at it costs the store
+	// about a tenth of a core (`gorun bench leases`, docs/benchmarks.md).
+	// A node stalled for more than about 2.7 s (a third of it is between
+	// two renewals) is dropped too.
+	DefaultLeaseTTL         = 4 * time.Second
 	DefaultProgressInterval = 5 * time.Second
 	// DefaultUnreachableTimeout is Config.UnreachableTimeout's default.
 	DefaultUnreachableTimeout = 60 * time.Second
