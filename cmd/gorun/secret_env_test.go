@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/gorun-dev/gorun/internal/proctest"
 )
 
 // secretScript records the worker's job secret per attempt and rank;
@@ -249,5 +252,47 @@ func TestWorkersNeverSeeTheToken(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWorkersCannotReadTheAgentsSecrets: a worker runs as gorun's user,
+// so it could read the token and the passwords from gorun's own
+// environment (/proc/<gorun>/environ), whatever gorun leaves out of the
+// worker's: gorun makes itself undumpable, which leaves those files to
+// root. Run as a second local account, since root reads them anyway.
+func TestWorkersCannotReadTheAgentsSecrets(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	// A copy of gorun that the other account may run.
+	dir, err := os.MkdirTemp("", "gorun-other-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "gorun")
+	b, err := os.ReadFile(gorunBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--nproc-per-node=1", "--no-python", "sh", "-c", `tr "\0" "\n" < /proc/$PPID/environ; echo read=$?`)
+	cmd.Env = append(testEnv(), "GORUN_RDZV_PASSWORD=agents-password", "PET_RDZV_CONF=password=agents-conf-password", "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gorun as %s: %v\n%s", proctest.OtherUserName, err, out)
+	}
+	for _, secret := range []string{testToken, "agents-password", "agents-conf-password"} {
+		if strings.Contains(string(out), secret) {
+			t.Errorf("a worker read %q from its agent's environment:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(string(out), "read=") {
+		t.Errorf("the worker did not run:\n%s", out)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -33,6 +34,11 @@ func launchAction(c *cli.Context, opts Options) error {
 	sigpipe := make(chan os.Signal, 1)
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	defer signal.Stop(sigpipe)
+	// The workers run as this user: they must not read the job's token
+	// or passwords from this process (/proc/<gorun>/environ, its memory).
+	if err := private.HideSecrets(); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
 	level, levelNote := c.String(fLogLevel), ""
 	if !c.IsSet(fLogLevel) {
 		level, levelNote = levelFromPython(os.Getenv(pythonLogLevelEnv), level)

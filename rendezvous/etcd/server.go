@@ -356,16 +356,34 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		// A single member has no peers, yet etcd always listens for them:
 		// that port is closed now, so that nobody reaches it (a flood of
 		// it wedged etcd's listener and its Close). The listener's end is
-		// not a failure of the store.
+		// not a failure of the store, and etcd's error line for it is
+		// kept out of the log.
 		s.peersClosed.Store(true)
+		level := s.level.Level()
+		s.level.SetLevel(zapcore.PanicLevel)
 		for _, p := range e.Peers {
 			p.Listener.Close()
 		}
+		t := time.NewTimer(time.Second)
+		select {
+		case err := <-e.Err():
+			if !isClosedErr(err) {
+				s.errc <- err
+			}
+		case <-t.C:
+		}
+		t.Stop()
+		s.level.SetLevel(level)
 	}
 	go s.forwardErrors()
 	s.port.open()
 	started, s.ready = true, true
 	return s, nil
+}
+
+// isClosedErr says whether err is a listener's end after its Close.
+func isClosedErr(err error) bool {
+	return err != nil && (errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "use of closed network connection"))
 }
 
 // forwardErrors passes etcd's fatal errors on to Err, leaving out the end
@@ -374,7 +392,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 func (s *Server) forwardErrors() {
 	defer close(s.errc)
 	for err := range s.etcd.Err() {
-		if s.peersClosed.Load() && (errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "use of closed network connection")) {
+		if s.peersClosed.Load() && isClosedErr(err) {
 			continue
 		}
 		select {

@@ -29,7 +29,7 @@ func TestParseConf(t *testing.T) {
 		warn string
 	}{
 		{name: "defaults", want: func(c conf) bool {
-			return c.lastCall == 30*time.Second && c.join == 600*time.Second && c.leaseTTL == 10*time.Second && c.prefix == "/gorun" && c.isHost == nil && c.connect == time.Minute
+			return c.lastCall == 30*time.Second && c.join == 600*time.Second && c.leaseTTL == 4*time.Second && c.prefix == "/gorun" && c.isHost == nil && c.connect == time.Minute
 		}},
 		{name: "is_host=false is kept", kv: map[string]string{"is_host": "false", "connect_timeout": "5"},
 			want: func(c conf) bool { return c.isHost != nil && !*c.isHost && c.connect == 5*time.Second }},

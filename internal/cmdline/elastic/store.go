@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/launcher"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
@@ -41,6 +42,11 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			&cli.BoolFlag{Name: "stop-on-stdin-close", Usage: "ignore stop signals and serve until standard input closes (how an agent runs its store member: a scheduler signals every process of a job, and only the agent may stop the member); with --token-stdin, the token is the first line"},
 		},
 		Action: func(c *cli.Context) error {
+			// It holds the jobs' token: no process of the same user (a
+			// job's worker, beside an agent's store member) reads it here.
+			if err := private.HideSecrets(); err != nil {
+				return cli.Exit("gorun store: "+err.Error(), 1)
+			}
 			switch c.String("log-level") {
 			case "debug", "info", "warn", "error", "panic":
 			default:
