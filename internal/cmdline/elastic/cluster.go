@@ -120,6 +120,8 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 	switch {
 	case err != nil && c.isHost == nil && errors.Is(err, syscall.EADDRINUSE):
 		return nil, true, nil // another agent bound it first
+	case err != nil && errors.Is(err, syscall.EADDRINUSE) && othersPort(endpoint) != nil:
+		return nil, false, othersPort(endpoint)
 	case err != nil:
 		return nil, false, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoint, err)
 	}
