@@ -85,34 +85,24 @@ func (j *joiner) maybeClose(lastCallOver bool) error {
 }
 
 // previousBack reports whether every member of the previous round that is
-// still alive (its keys of that round, under its lease, still there) has
-// joined this one (agents keep their id across rounds). With none alive
-// (a job that starts again on new nodes) the round is as a first one.
+// still alive (its join key of that round, under its lease, still there)
+// has joined this one (agents keep their id across rounds). With none
+// alive (a job that starts again on new nodes) the round is as a first
+// one.
 func (j *joiner) previousBack() bool {
 	prev, ok := j.c.closed[j.target-1]
 	if !ok {
 		return false
 	}
 	if j.previous == nil {
-		// The previous round's members: its rank keys, or, when its
-		// ranks followed arrival, its join keys of the listed arrivals.
-		prefix := j.r.k.rankPrefix(j.target - 1)
-		if prev.Arrivals != nil {
-			prefix = j.r.k.joinPrefix(j.target - 1)
-		}
-		resp, err := j.r.cli.Get(j.ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		alive, rev, err := j.r.aliveMembers(j.ctx, prev)
 		if err != nil {
 			return false
 		}
-		j.previous, j.prevPrefix = map[string]bool{}, prefix
-		for _, kv := range resp.Kvs {
-			if _, member := arrivalRank(prev.Arrivals, kv.CreateRevision); member || prev.Arrivals == nil {
-				j.previous[strings.TrimPrefix(string(kv.Key), prefix)] = true
-			}
-		}
+		j.previous, j.prevPrefix = alive, j.r.k.joinPrefix(j.target-1)
 		// A member whose lease ends from now on is gone too (watchPrevious).
-		j.prevWatch = j.r.cli.Watch(clientv3.WithRequireLeader(j.wctx), prefix, clientv3.WithPrefix(),
-			clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+		j.prevWatch = j.r.cli.Watch(clientv3.WithRequireLeader(j.wctx), j.prevPrefix, clientv3.WithPrefix(),
+			clientv3.WithRev(rev+1), clientv3.WithFilterPut())
 	}
 	for id := range j.previous {
 		if _, back := j.members[id]; !back {
@@ -120,6 +110,40 @@ func (j *joiner) previousBack() bool {
 		}
 	}
 	return len(j.previous) > 0
+}
+
+// aliveMembers returns the ids of round rec's members that are still
+// alive: whose join key of that round (under the node's lease: it ends
+// with a lost node) is still there, and the revision read at. The members
+// are the record's arrivals, or, when its ranks did not follow arrival,
+// the ids of its rank keys (written without a lease: they outlive their
+// nodes).
+func (r *Rendezvous) aliveMembers(ctx context.Context, rec RoundRecord) (map[string]bool, int64, error) {
+	prefix := r.k.joinPrefix(rec.Round)
+	resp, err := r.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, 0, err
+	}
+	var ranked map[string]bool
+	if rec.Arrivals == nil {
+		rprefix := r.k.rankPrefix(rec.Round)
+		rresp, err := r.cli.Get(ctx, rprefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(resp.Header.Revision))
+		if err != nil {
+			return nil, 0, err
+		}
+		ranked = map[string]bool{}
+		for _, kv := range rresp.Kvs {
+			ranked[strings.TrimPrefix(string(kv.Key), rprefix)] = true
+		}
+	}
+	alive := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		id := strings.TrimPrefix(string(kv.Key), prefix)
+		if _, member := arrivalRank(rec.Arrivals, kv.CreateRevision); member || ranked[id] {
+			alive[id] = true
+		}
+	}
+	return alive, resp.Header.Revision, nil
 }
 
 // watchPrevious applies the end of previous members' keys (their lease

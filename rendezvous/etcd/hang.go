@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,8 +21,10 @@ const hangReportTTL = 5 * 60 // seconds
 // ShareHangReport puts this node's report on a failed round (its
 // workers' trimmed flight-recorder dumps) and returns the reports of
 // every node of the round, this one's included, as they arrive within
-// wait: all of them, or those in by then. A report outlives its node for
-// hangReportTTL, on a lease of its own.
+// wait: all of them, or those in by then. A node whose lease ended (a lost
+// node: it never reports) is not waited for; it used to cost every
+// survivor the whole wait (10 s) after a node loss. A report outlives its
+// node for hangReportTTL, on a lease of its own.
 func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error) {
 	prefix := r.k.hangPrefix(round.Number)
 	wctx, cancel := context.WithTimeout(ctx, wait)
@@ -36,6 +39,18 @@ func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round
 		return nil, err
 	}
 	watch := r.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(put.Header.Revision+1))
+	// The round's members still alive, and the end of their leases.
+	want := round.GroupWorldSize
+	var gone clientv3.WatchChan
+	var alive map[string]bool
+	if r.lastRound == round.Number {
+		var rev int64
+		if alive, rev, err = r.aliveMembers(wctx, r.lastRec); err == nil {
+			want = min(want, len(alive))
+			gone = r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.joinPrefix(round.Number), clientv3.WithPrefix(),
+				clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+		}
+	}
 	for {
 		// Read under a context of its own: once wait is over, one last
 		// read returns what came in. Bounded: a linearizable read at a
@@ -47,7 +62,7 @@ func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round
 		if err != nil {
 			return nil, err
 		}
-		if len(resp.Kvs) >= round.GroupWorldSize || wctx.Err() != nil {
+		if len(resp.Kvs) >= want || wctx.Err() != nil {
 			out := make([][]byte, 0, len(resp.Kvs))
 			for _, kv := range resp.Kvs {
 				if v, ok := r.g.openLarge(string(kv.Key), kv.Value, kv.ModRevision); ok {
@@ -58,6 +73,17 @@ func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round
 		}
 		select {
 		case <-watch:
+		case wr, ok := <-gone:
+			switch {
+			case !ok || wr.Err() != nil:
+				gone = nil // no longer known: wait for every node, or the wait's end
+				want = round.GroupWorldSize
+			default:
+				for _, ev := range wr.Events {
+					delete(alive, strings.TrimPrefix(string(ev.Kv.Key), r.k.joinPrefix(round.Number)))
+				}
+				want = min(round.GroupWorldSize, len(alive))
+			}
 		case <-wctx.Done():
 		}
 	}

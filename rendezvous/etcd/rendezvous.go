@@ -112,6 +112,8 @@ type Rendezvous struct {
 	// lastRound that round's number (-1 before the first).
 	prevRank  int
 	lastRound int
+	// lastRec is that round's record.
+	lastRec RoundRecord
 	// joining is the round of the last join attempt (-1 before the first).
 	joining int
 	// spareSince is when this node began to wait as a hot spare in the
@@ -414,7 +416,7 @@ func (r *Rendezvous) joinLeased(ctx context.Context, me NodeRecord) (joined, err
 // roundFor turns a closed round into this node's view of it.
 func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 	rec := res.rec
-	r.prevRank, r.lastRound = res.group, rec.Round
+	r.prevRank, r.lastRound, r.lastRec = res.group, rec.Round, rec
 	if r.cfg.NodeRank >= 0 && res.group != r.cfg.NodeRank {
 		r.cfg.Log.Warnf("rendezvous %s: round %d has %d nodes: this node (--node-rank=%d) runs as group rank %d", r.cfg.Shape.RunID, rec.Round, rec.Size, r.cfg.NodeRank, res.group)
 	}

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,43 @@ func TestRoundAfterALossWaitsNotForTheLastCall(t *testing.T) {
 	checkRanks(t, again, 1)
 	if again[0].GroupWorldSize != 2 {
 		t.Errorf("round of %d nodes; want the 2 survivors", again[0].GroupWorldSize)
+	}
+}
+
+// TestHangReportWaitsNotForALostNode: after a failed round, the
+// survivors share their flight-recorder reports; a node that is lost (its
+// lease ended) never reports and is not waited for. Every survivor used to
+// wait the whole wait (10 s in gorun) for it after a node loss.
+func TestHangReportWaitsNotForALostNode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := Config{Shape: shape(t.Name(), 2, 3, 1), LeaseTTL: 2 * time.Second, LastCallTimeout: 10 * time.Minute}
+	as := mustAgents(t, 3, cfg)
+	rounds := nextAll(t, as, 1)
+	as[2].cli.Close() // lost: it will never report
+	const wait = 10 * time.Minute
+	type shared struct {
+		reports [][]byte
+		err     error
+	}
+	done := make(chan shared, 2)
+	start := time.Now()
+	for i := range 2 {
+		go func() {
+			reports, err := as[i].r.ShareHangReport(ctx, rounds[i], []byte(`{"node":`+strconv.Itoa(i)+`}`), wait)
+			done <- shared{reports, err}
+		}()
+	}
+	for range 2 {
+		s := <-done
+		if s.err != nil {
+			t.Fatal(s.err)
+		}
+		if len(s.reports) != 2 {
+			t.Errorf("%d reports; want the 2 survivors'", len(s.reports))
+		}
+	}
+	if took := time.Since(start); took > wait/2 {
+		t.Errorf("sharing the reports took %v: it waited for the lost node", took)
 	}
 }
