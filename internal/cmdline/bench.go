@@ -26,7 +26,7 @@ func benchCommand(opts Options) *cli.Command {
 		Name:            "bench",
 		Usage:           "measure gorun against its anchors (torchrun) in the same run",
 		HideHelpCommand: true,
-		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, leases, benchMemoryCommand(), commBench, benchSpareCommand()},
+		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, leases, benchMemoryCommand(), commBench, benchSpareCommand(), benchRecoveryCommand()},
 	}
 }
 
@@ -112,6 +112,44 @@ func benchSpareCommand() *cli.Command {
 			if path := c.String("write"); path != "" {
 				if err := bench.UpdateSection(path, "bench spare", md); err != nil {
 					return cli.Exit("bench spare: "+err.Error(), 1)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func benchRecoveryCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "recovery",
+		Usage: "fault -> training again, gorun and torchrun in the same run: node kill and worker kill of a 3-agent PyTorch job",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "python", Value: defaultPython(), Usage: "interpreter for the workers and torchrun (it needs torch)"},
+			&cli.IntFlag{Name: "runs", Value: 3, Usage: "measured faults per launcher and fault"},
+			&cli.BoolFlag{Name: "skip-torchrun", Usage: "measure gorun only"},
+			&cli.StringFlag{Name: "write", Usage: "update this markdown file's recovery section (e.g. docs/benchmarks.md)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Int("runs") < 1 {
+				return usageError("--runs=%d: want at least 1", c.Int("runs"))
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			cfg := bench.RecoveryConfig{Gorun: self, Python: c.String("python"), Runs: c.Int("runs"), SkipTorchrun: c.Bool("skip-torchrun"), Progress: c.App.ErrWriter}
+			res, err := bench.RunRecovery(c.Context, cfg)
+			if err != nil {
+				return cli.Exit("bench recovery: "+err.Error(), 1)
+			}
+			if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			md := res.Markdown(time.Now(), cfg.Runs)
+			fmt.Fprintln(c.App.ErrWriter, "\n"+md)
+			if path := c.String("write"); path != "" {
+				if err := bench.UpdateSection(path, "bench recovery", md); err != nil {
+					return cli.Exit("bench recovery: "+err.Error(), 1)
 				}
 			}
 			return nil
