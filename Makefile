@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 PYTHON   ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
+.PHONY: all build test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-leases bench-recovery bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
 
 all: build
 
@@ -46,13 +46,19 @@ demo: build ## three workers that print their ranks, rank 1 fails once and all r
 demo-torch: build ## the PyTorch DDP example on three CPU workers (needs python3-torch)
 	bin/gorun --nproc-per-node=3 --python $(PYTHON) examples/pytorch/train_ddp.py --steps 20
 
-bench: bench-launch bench-rendezvous bench-plan bench-memory bench-comm bench-watchdog bench-spare ## every benchmark
+bench: bench-launch bench-rendezvous bench-leases bench-plan bench-memory bench-comm bench-watchdog bench-spare bench-recovery ## every benchmark
 
 bench-launch: build ## gorun vs torchrun: empty job, failure -> replacement; writes docs/benchmarks.md
 	bin/gorun bench launch --python $(PYTHON) --write docs/benchmarks.md
 
 bench-rendezvous: build ## N agents through the etcd rendezvous vs the etcd floor; writes docs/benchmarks.md
 	bin/gorun bench rendezvous --agents 64,256,1024,4096 --format text --write docs/benchmarks.md
+
+bench-leases: build ## the store's cost of N nodes' leases at each TTL vs how fast a silent node is dropped; writes docs/benchmarks.md
+	bin/gorun bench leases --nodes 1024,4096 --ttl 2s,3s,4s,5s,10s --format text --write docs/benchmarks.md
+
+bench-recovery: build ## fault -> training again, gorun vs torchrun (3 local agents, PyTorch gloo); writes docs/benchmarks.md
+	bin/gorun bench recovery --python $(PYTHON) --runs 3 --write docs/benchmarks.md
 
 bench-spare: build ## node loss -> training again: a hot spare vs a shrinking job (3 and 2 local agents); writes docs/benchmarks.md
 	bin/gorun bench spare --runs 5 --write docs/benchmarks.md

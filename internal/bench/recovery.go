@@ -41,7 +41,7 @@ type RecoveryResult struct {
 	NodeKillGorun    Stats `json:"node_kill_gorun"`
 	NodeKillTorchrun Stats `json:"node_kill_torchrun"`
 	// WorkerKill: SIGKILL of one worker, to every worker's first step of
-	// the next attempt.
+	// the next attempt (a worker whose steps count from 0 again).
 	WorkerKillGorun    Stats `json:"worker_kill_gorun"`
 	WorkerKillTorchrun Stats `json:"worker_kill_torchrun"`
 	// Failed counts runs that never trained again within recoveryLimit.
@@ -157,7 +157,8 @@ func (l *agentLog) first(after float64, ok func(v [4]float64) bool) (float64, bo
 }
 
 // recoverOnce runs one job of 3 agents, waits for 10 steps in world 3,
-// makes the fault and returns the time to training again.
+// makes the fault on the third agent (not the store's host) and returns
+// the time to training again.
 func recoverOnce(ctx context.Context, cfg RecoveryConfig, launcher, fault, script string, run int) (time.Duration, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -204,6 +205,20 @@ func recoverOnce(ctx context.Context, cfg RecoveryConfig, launcher, fault, scrip
 		}
 		cmds[a], logs[a] = c, &agentLog{}
 		wg.Go(func() { logs[a].read(out) })
+		if a == 0 {
+			// The first agent hosts the store (gorun's embedded etcd,
+			// torchrun's TCPStore) once it listens: the agent killed is
+			// another (a host's loss ends either job: its store goes).
+			if err := waitUntil(ctx, time.Minute, func() bool {
+				c, err := net.DialTimeout("tcp", ep, time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err == nil
+			}); err != nil {
+				return 0, fmt.Errorf("the first agent never opened its store at %s: %w", ep, err)
+			}
+		}
 	}
 	if err := waitUntil(ctx, recoveryLimit, func() bool {
 		for _, l := range logs {
@@ -234,7 +249,10 @@ func recoverOnce(ctx context.Context, cfg RecoveryConfig, launcher, fault, scrip
 				if fault == "node-kill" {
 					return v[2] == 2
 				}
-				return v[3] >= 1
+				// A new worker: its steps count from 0 again (torchrun
+				// restarts the others' workers without counting a
+				// restart for them, so the attempt number does not tell).
+				return v[1] < 10
 			})
 			if !ok {
 				return false
