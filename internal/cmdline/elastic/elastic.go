@@ -57,9 +57,19 @@ type conf struct {
 	tls            transport.TLSInfo
 	user, password string
 	// tokenFile and token are the job's secret: token_file, else
-	// GORUN_RDZV_TOKEN.
+	// GORUN_RDZV_TOKEN. tokenFlag names the setting that gave tokenFile
+	// ("": --rdzv-conf token_file).
 	tokenFile string
 	token     string
+	tokenFlag string
+}
+
+// tokenFlagName names the setting that gave the token file, for messages.
+func (c conf) tokenFlagName() string {
+	if c.tokenFlag != "" {
+		return c.tokenFlag
+	}
+	return "--rdzv-conf token_file"
 }
 
 // knownKeys are the --rdzv-conf keys gorun reads; torchrun's others are

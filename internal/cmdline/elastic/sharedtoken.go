@@ -245,11 +245,11 @@ func openSecretFile(path string, mine bool) (*os.File, error) {
 	}
 	if err != nil || sys == nil || st.Size() > maxTokenFile {
 		f.Close()
-		whose := ""
+		whose, fix := "", "give the path of a regular file that holds the token"
 		if mine {
-			whose = " of yours"
+			whose, fix = " of yours", "remove it"
 		}
-		return nil, fmt.Errorf("%s is not a token file%s (a regular file under %d bytes, not a link): remove it", path, whose, maxTokenFile)
+		return nil, fmt.Errorf("%s is not a token file%s (a regular file under %d bytes, not a link): %s", path, whose, maxTokenFile, fix)
 	}
 	return f, nil
 }

@@ -171,7 +171,7 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 	var err error
 	switch {
 	case conf.tokenFile != "":
-		if token, err = tokenFromFile(ctx, conf.tokenFile, false, 0, log); err != nil {
+		if token, err = tokenFromFile(ctx, conf.tokenFlagName(), conf.tokenFile, false, 0, log); err != nil {
 			return cli.Exit(err.Error(), 2)
 		}
 	case conf.token != "":

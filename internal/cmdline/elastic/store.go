@@ -106,7 +106,7 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			var password string
 			if !c.Bool("no-auth") {
 				var err error
-				kc := conf{tokenFile: c.String("token-file"), token: os.Getenv(tokenEnv)}
+				kc := conf{tokenFile: c.String("token-file"), token: os.Getenv(tokenEnv), tokenFlag: "--token-file"}
 				if c.Bool("token-stdin") {
 					kc.tokenFile, kc.token = "", string(stdinToken)
 				}

@@ -29,7 +29,7 @@ const tokenPoll = 200 * time.Millisecond
 func jobToken(ctx context.Context, c conf, spec jobSpec, maker bool, log logrus.FieldLogger) (_ etcdrdzv.Token, shared *sharedToken, madeHere bool, _ error) {
 	switch {
 	case c.tokenFile != "":
-		t, err := tokenFromFile(ctx, c.tokenFile, maker, c.connect, log)
+		t, err := tokenFromFile(ctx, c.tokenFlagName(), c.tokenFile, maker, c.connect, log)
 		return t, nil, maker, err
 	case c.token != "":
 		t, err := etcdrdzv.ParseToken(tokenEnv, []byte(c.token))
@@ -75,8 +75,9 @@ type jobSpec struct {
 }
 
 // tokenFromFile reads the token at path; the host creates it (mode 0600)
-// when it does not exist, the other nodes wait up to wait for it.
-func tokenFromFile(ctx context.Context, path string, host bool, wait time.Duration, log logrus.FieldLogger) (etcdrdzv.Token, error) {
+// when it does not exist, the other nodes wait up to wait for it. flag
+// names the setting that gave path, for the messages.
+func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.Duration, log logrus.FieldLogger) (etcdrdzv.Token, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		// Never through a link, never blocking on a FIFO, never more than
@@ -84,7 +85,7 @@ func tokenFromFile(ctx context.Context, path string, host bool, wait time.Durati
 		t, err := readSecretFile(path, false)
 		if err == nil {
 			if st, serr := os.Stat(path); serr == nil && st.Mode().Perm()&0o077 != 0 {
-				log.Warnf("--rdzv-conf token_file=%s is readable by other users (mode %v): anyone who reads it can join or steer the job; chmod 600 it", path, st.Mode().Perm())
+				log.Warnf("%s=%s is readable by other users (mode %v): anyone who reads it can join or steer the job; chmod 600 it", flag, path, st.Mode().Perm())
 			}
 			return t, nil
 		}
@@ -92,7 +93,7 @@ func tokenFromFile(ctx context.Context, path string, host bool, wait time.Durati
 			return nil, usage(err)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, usage(fmt.Errorf("--rdzv-conf token_file=%s: %w", path, err))
+			return nil, usage(fmt.Errorf("%s=%s: %w", flag, path, err))
 		}
 		if host {
 			t, err := etcdrdzv.NewToken()
@@ -101,7 +102,7 @@ func tokenFromFile(ctx context.Context, path string, host bool, wait time.Durati
 			}
 			made, err := createToken(path, t)
 			if err != nil {
-				return nil, usage(fmt.Errorf("--rdzv-conf token_file=%s: create it: %w", path, err))
+				return nil, usage(fmt.Errorf("%s=%s: create it: %w", flag, path, err))
 			}
 			if !made {
 				continue // another process made it first: read that one
@@ -110,7 +111,7 @@ func tokenFromFile(ctx context.Context, path string, host bool, wait time.Durati
 			return t, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("--rdzv-conf token_file=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", path, wait)
+			return nil, fmt.Errorf("%s=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", flag, path, wait)
 		}
 		poll := time.NewTimer(tokenPoll)
 		select {
