@@ -136,8 +136,10 @@ func (l *agentLog) read(r io.Reader) {
 			}
 			l.steps = append(l.steps, v)
 		} else if i := strings.Index(line, "pid="); i >= 0 {
-			if pid, err := strconv.Atoi(strings.Fields(line[i+4:])[0]); err == nil {
-				l.pids = append(l.pids, pid)
+			if f := strings.Fields(line[i+4:]); len(f) > 0 {
+				if pid, err := strconv.Atoi(f[0]); err == nil {
+					l.pids = append(l.pids, pid)
+				}
 			}
 		}
 		l.mu.Unlock()
@@ -236,9 +238,12 @@ func recoverOnce(ctx context.Context, cfg RecoveryConfig, launcher, fault, scrip
 		_ = syscall.Kill(-cmds[2].Process.Pid, syscall.SIGKILL)
 	} else {
 		logs[2].mu.Lock()
-		pid := logs[2].pids[len(logs[2].pids)-1]
+		pids := logs[2].pids
 		logs[2].mu.Unlock()
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if len(pids) == 0 {
+			return 0, fmt.Errorf("the third agent's worker never said its pid")
+		}
+		_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
 		survivors = logs
 	}
 	var last float64
