@@ -116,6 +116,9 @@ func startGuard(ctx context.Context, l Launch, signals *StoreClient) (*guard, er
 	if err != nil {
 		return nil, err
 	}
+	if err := sayGoneOnClose(ctx, signals, l.Rank); err != nil {
+		return nil, err
+	}
 	watch, err := DialStore(ctx, l.StoreAddr, l.Secret)
 	if err != nil {
 		return nil, err
@@ -154,6 +157,15 @@ func startGuard(ctx context.Context, l Launch, signals *StoreClient) (*guard, er
 		}
 	})
 	return g, nil
+}
+
+// sayGoneOnClose makes the store say rank is gone (watchdog.GoneValue
+// under its DumpedKey) once signals's connection ends without a dump
+// written: a killed process never keeps the other ranks waiting for its
+// dump. signals is idle but for the group's set-up and a failure, so a
+// killed process's end is seen at once.
+func sayGoneOnClose(ctx context.Context, signals *StoreClient, rank int) error {
+	return signals.CreateOnClose(ctx, watchdog.DumpedKey+strconv.Itoa(rank), watchdog.GoneValue)
 }
 
 func (g *guard) go_(fn func()) {

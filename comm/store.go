@@ -2,9 +2,11 @@ package comm
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -31,8 +33,10 @@ type Store interface {
 // authenticated at once (the others wait in the listener's backlog).
 //
 // Then one line per request: "SET key value", "GET key" (answered once
-// the key is set) or "ADD key value" (set it unless it is set; answered
-// with the value it then has). Keys have at most MaxKeyLen bytes and no
+// the key is set), "ADD key value" (set it unless it is set; answered
+// with the value it then has) or "ONCLOSE key value" (ADD it when this
+// connection ends: the client's process exited or was killed; at most
+// maxOnClose per connection). Keys have at most MaxKeyLen bytes and no
 // spaces, values at most MaxValueLen bytes and no newline; the limits
 // hold while reading, so no request grows the server past them. A
 // request over a limit, or malformed, is answered with an "ERR" line
@@ -174,6 +178,8 @@ func (s *StoreServer) serve(c net.Conn) {
 		return
 	}
 	var buf []byte
+	var onClose []request
+	defer func() { s.closed(onClose) }()
 	for {
 		req, grown, err := readRequest(r, buf)
 		buf = grown
@@ -185,6 +191,14 @@ func (s *StoreServer) serve(c net.Conn) {
 		}
 		if err != nil {
 			return
+		}
+		if req.verb == "ONCLOSE" {
+			if len(onClose) == maxOnClose {
+				s.refuse(c, fmt.Sprintf("store: ONCLOSE %s: this connection has %d already: the limit is %d", req.key, maxOnClose, maxOnClose))
+				return
+			}
+			req.value = bytes.Clone(req.value) // buf is reused
+			onClose = append(onClose, req)
 		}
 		reply, ok := s.do(req)
 		if !ok {
@@ -216,13 +230,9 @@ func (s *StoreServer) do(req request) (string, bool) {
 		s.cond.Broadcast()
 		return "OK\n", true
 	case "ADD":
-		v, ok := s.kv[req.key]
-		if !ok {
-			v = string(req.value)
-			s.kv[req.key] = v
-			s.cond.Broadcast()
-		}
-		return "VAL " + v + "\n", true
+		return "VAL " + s.add(req) + "\n", true
+	case "ONCLOSE":
+		return "OK\n", true
 	}
 	v, ok := s.kv[req.key]
 	for !ok && !s.done {
@@ -230,6 +240,34 @@ func (s *StoreServer) do(req request) (string, bool) {
 		v, ok = s.kv[req.key]
 	}
 	return "VAL " + v + "\n", ok
+}
+
+// add sets req's key to its value unless it is set and returns the value
+// it then has; s.mu is held.
+func (s *StoreServer) add(req request) string {
+	v, ok := s.kv[req.key]
+	if !ok {
+		v = string(req.value)
+		s.kv[req.key] = v
+		s.cond.Broadcast()
+	}
+	return v
+}
+
+// closed runs the ONCLOSE requests of a connection that ended, unless the
+// server is closing (nobody is left to read them).
+func (s *StoreServer) closed(onClose []request) {
+	if len(onClose) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return
+	}
+	for _, req := range onClose {
+		s.add(req)
+	}
 }
 
 // Close stops the server and ends every connection. It may be called

@@ -104,7 +104,7 @@ func TestStoreRefusesStrangers(t *testing.T) {
 		{name: "long key", send: func(c net.Conn, _ <-chan struct{}) {
 			_, _ = c.Write([]byte("GET " + strings.Repeat("k", MaxKeyLen+1) + "\n"))
 		}, want: "the limit is 4096 (MaxKeyLen)"},
-		{name: "unknown request", send: func(c net.Conn, _ <-chan struct{}) { _, _ = c.Write([]byte("DEL k\n")) }, want: `unknown request "DEL": want SET, ADD or GET`},
+		{name: "unknown request", send: func(c net.Conn, _ <-chan struct{}) { _, _ = c.Write([]byte("DEL k\n")) }, want: `unknown request "DEL": want SET, ADD, GET or ONCLOSE`},
 		{name: "endless verb", send: func(c net.Conn, stop <-chan struct{}) { stream(c, huge, stop) }, want: "malformed request"},
 	}
 	for _, tc := range cases {

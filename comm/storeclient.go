@@ -158,6 +158,26 @@ func (c *StoreClient) Create(ctx context.Context, key, value string) (string, er
 	return valueOf(reply)
 }
 
+// CreateOnClose asks the store to Create key with value when this
+// connection ends: when the process closes it, exits or is killed (the
+// kernel closes its sockets), so that the others learn it is gone
+// without waiting for a timeout. A connection that waits for a Get when
+// its process dies is seen to end only once that key is set: use one
+// that is idle.
+func (c *StoreClient) CreateOnClose(ctx context.Context, key, value string) error {
+	if err := checkRequest(key, value); err != nil {
+		return err
+	}
+	reply, err := c.roundTrip(ctx, "ONCLOSE "+key+" "+value+"\n")
+	if err != nil {
+		return fmt.Errorf("store: on close, create %s: %w", key, err)
+	}
+	if reply != "OK" {
+		return refusal(reply)
+	}
+	return nil
+}
+
 // Get implements Store.
 func (c *StoreClient) Get(ctx context.Context, key string) (string, error) {
 	if err := checkRequest(key, ""); err != nil {

@@ -20,8 +20,10 @@ const (
 	MaxValueLen = 64 << 20
 	// maxHandshakeLine bounds a line of the store's handshake.
 	maxHandshakeLine = 256
-	// maxVerbLen bounds a request's verb (SET, ADD, GET).
+	// maxVerbLen bounds a request's verb (SET, ADD, GET, ONCLOSE).
 	maxVerbLen = 8
+	// maxOnClose bounds the ONCLOSE requests a connection may leave.
+	maxOnClose = 16
 )
 
 // storeGreeting starts the server's first line: the protocol's name and
@@ -85,7 +87,7 @@ func readToken(r *bufio.Reader, max int) (string, byte, error) {
 // request is one store request.
 type request struct {
 	verb, key string
-	value     []byte // SET and ADD
+	value     []byte // SET, ADD and ONCLOSE
 }
 
 // requestError is a request the server refuses: it answers with the
@@ -96,21 +98,21 @@ func (e *requestError) Error() string { return e.msg }
 
 func refuse(format string, a ...any) error { return &requestError{msg: fmt.Sprintf(format, a...)} }
 
-// readRequest reads "GET key\n", "SET key value\n" or "ADD key value\n"
-// with the limits above; buf is the connection's value buffer, returned
+// readRequest reads "GET key\n", "SET key value\n", "ADD key value\n" or
+// "ONCLOSE key value\n" with the limits above; buf is the connection's value buffer, returned
 // grown.
 func readRequest(r *bufio.Reader, buf []byte) (request, []byte, error) {
 	verb, end, err := readToken(r, maxVerbLen)
 	if errors.Is(err, errTooLong) {
-		return request{}, buf, refuse("store: malformed request: want SET, ADD or GET")
+		return request{}, buf, refuse("store: malformed request: want SET, ADD, GET or ONCLOSE")
 	}
 	if err != nil {
 		return request{}, buf, err
 	}
 	switch verb {
-	case "SET", "ADD", "GET":
+	case "SET", "ADD", "GET", "ONCLOSE":
 	default:
-		return request{}, buf, refuse("store: unknown request %q: want SET, ADD or GET", verb)
+		return request{}, buf, refuse("store: unknown request %q: want SET, ADD, GET or ONCLOSE", verb)
 	}
 	if end != ' ' {
 		return request{}, buf, refuse("store: %s without a key", verb)

@@ -89,11 +89,18 @@ type Signal interface {
 }
 
 // SignalKey is the store key of the first failure in a job; DumpedKey
-// prefixes the keys by which each rank says its dump is written.
+// prefixes the keys by which each rank says its dump is written (or, with
+// GoneValue, that its process ended without one).
 const (
 	SignalKey = "gorun/watchdog/failure"
 	DumpedKey = "gorun/watchdog/dumped/"
 )
+
+// GoneValue is a rank's DumpedKey value once its process is gone without
+// a dump: the store sets it when the rank's connection ends (comm's
+// StoreClient.CreateOnClose), so nobody waits for a dump that a killed
+// rank will never write.
+const GoneValue = "gone"
 
 // DefaultDumpWait bounds how long a failing rank waits for the others'
 // dumps before it ends (see Handler.WaitForDumps).
@@ -249,7 +256,7 @@ func (h *Handler) handle(f Failure) {
 const StopDumpGrace = time.Second
 
 // awaitDumps says this rank's dump is written and waits (until ctx ends)
-// for every rank's. Once the process is asked to stop (Stopping, or
+// for every rank's, or for the word that a rank is gone (GoneValue). Once the process is asked to stop (Stopping, or
 // SIGTERM or SIGINT while the failure is handled), it waits StopDumpGrace
 // from that moment at most: the ranks still alive got the same request
 // and dumped at their failure; a rank that was killed never will.
@@ -277,9 +284,13 @@ func (h *Handler) awaitDumps(ctx context.Context) {
 		}
 	}()
 	for r := range h.WorldSize {
-		if _, err := h.Signal.Get(ctx, DumpedKey+strconv.Itoa(r)); err != nil {
+		v, err := h.Signal.Get(ctx, DumpedKey+strconv.Itoa(r))
+		if err != nil {
 			h.logf("gorun watchdog: rank %d did not dump its flight recorder: %v\n", r, err)
 			return
+		}
+		if v == GoneValue {
+			h.logf("gorun watchdog: rank %d is gone (its process ended without a dump): not waiting for it\n", r)
 		}
 	}
 }

@@ -56,7 +56,11 @@ func slurmConf(p confParams) string {
 	line("SlurmdUser=root")
 	line("AuthType=auth/munge")
 	line("CredType=cred/munge")
-	line("AuthInfo=socket=%s", filepath.Join(p.dir, "munge", "munge.socket"))
+	authInfo := "socket=" + filepath.Join(p.dir, "munge", "munge.socket")
+	if p.opts.CredExpire > 0 {
+		authInfo += fmt.Sprintf(",cred_expire=%d", seconds(p.opts.CredExpire, 120))
+	}
+	line("AuthInfo=%s", authInfo)
 	line("StateSaveLocation=%s", filepath.Join(p.dir, "state"))
 	line("SlurmdSpoolDir=%s", filepath.Join(p.dir, "spool", "%n"))
 	line("SlurmctldPidFile=%s", filepath.Join(p.dir, "run", "slurmctld.pid"))

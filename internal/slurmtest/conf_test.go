@@ -35,8 +35,8 @@ func TestSlurmConf(t *testing.T) {
 	if strings.Contains(conf, "KillWait") || strings.Contains(conf, "GraceTime") {
 		t.Errorf("KillWait or GraceTime set by default:\n%s", conf)
 	}
-	conf = slurmConf(testParams(Options{KillWait: 2 * time.Second, GraceTime: 1500 * time.Millisecond, ExtraConf: []string{"DebugFlags=Gres"}}))
-	for _, want := range []string{"\nKillWait=2\n", " State=UP GraceTime=2\n", "\nDebugFlags=Gres\n"} {
+	conf = slurmConf(testParams(Options{KillWait: 2 * time.Second, GraceTime: 1500 * time.Millisecond, CredExpire: 30 * time.Second, ExtraConf: []string{"DebugFlags=Gres"}}))
+	for _, want := range []string{"\nKillWait=2\n", " State=UP GraceTime=2\n", "\nDebugFlags=Gres\n", "\nAuthInfo=socket=/tmp/gslx/munge/munge.socket,cred_expire=30\n"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("slurm.conf lacks %q:\n%s", want, conf)
 		}

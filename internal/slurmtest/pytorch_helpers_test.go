@@ -121,13 +121,21 @@ func (r *pyRun) all() string {
 // waitOutput waits until the nodes' outputs together match re.
 func (r *pyRun) waitOutput(ctx context.Context, t *testing.T, re *regexp.Regexp) {
 	t.Helper()
+	if !r.sawOutput(ctx, re) {
+		t.Fatalf("job %s: no %q in the nodes' outputs: %v", r.id, re, ctx.Err())
+	}
+}
+
+// sawOutput reports whether re matches the nodes' outputs before ctx ends.
+func (r *pyRun) sawOutput(ctx context.Context, re *regexp.Regexp) bool {
 	for !re.MatchString(strings.Join(r.outputs(), "\n")) {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("job %s: no %q in the nodes' outputs: %v", r.id, re, ctx.Err())
+			return false
 		case <-time.After(200 * time.Millisecond): // polling with a deadline
 		}
 	}
+	return true
 }
 
 // waitTraining waits until rank 0 has trained 3 steps.

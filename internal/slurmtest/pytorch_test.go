@@ -158,12 +158,13 @@ func TestSlurmPyTimeLimit(t *testing.T) {
 // (SIGTERM at once, the job cancelled 30 s later), and one with
 // PreemptMode=REQUEUE, which requeues the job (same job id, same
 // checkpoint folder): it resumes at the saved step. Slurm holds a
-// requeued job for about 2 minutes (its BeginTime: the old credential
-// must expire first), so this test takes 3 to 4 minutes.
+// requeued job until the old step credential has expired (its BeginTime,
+// AuthInfo's cred_expire, 120 s by default; 30 s here), and its main
+// scheduler may take up to a minute more to start it.
 func TestSlurmPyPreemptedByHigherPriority(t *testing.T) {
 	t.Parallel()
 	const cancel, requeue = "lowcancel", "lowrq"
-	c := pyCluster(t, Options{Nodes: 2, GraceTime: 30 * time.Second, ExtraConf: []string{
+	c := pyCluster(t, Options{Nodes: 2, GraceTime: 30 * time.Second, CredExpire: 30 * time.Second, ExtraConf: []string{
 		"PartitionName=" + cancel + " Nodes=ALL Default=NO PriorityTier=1 MaxTime=INFINITE State=UP PreemptMode=CANCEL",
 		"PartitionName=" + requeue + " Nodes=ALL Default=NO PriorityTier=1 MaxTime=INFINITE State=UP PreemptMode=REQUEUE",
 	}}, true)
@@ -206,7 +207,11 @@ func TestSlurmPyPreemptedByHigherPriority(t *testing.T) {
 				// same checkpoint folder; each node's output is appended to.
 				wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 				defer cancel()
-				r.waitOutput(wctx, t, resumedRe)
+				if !r.sawOutput(wctx, resumedRe) {
+					t.Fatalf("job %s: no %q in the nodes' outputs 3 min after the high job's sbatch at %s (Restarts=%s EligibleTime=%s StartTime=%s, now %s)",
+						r.id, resumedRe, asked.Format("15:04:05"), r.field(ctx, t, "Restarts"), r.field(ctx, t, "EligibleTime"),
+						r.field(ctx, t, "StartTime"), time.Now().Format("15:04:05"))
+				}
 				resumed := time.Since(asked)
 				var outs []string
 				for _, o := range r.outputs() {

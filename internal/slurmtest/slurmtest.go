@@ -46,6 +46,10 @@ type Options struct {
 	// SlurmdTimeout is how long a node may not answer before it is DOWN
 	// (default 30 s; Slurm's own is 300 s).
 	SlurmdTimeout time.Duration
+	// CredExpire is the job step credential's lifetime, which is also
+	// how long Slurm holds a requeued job before it may run again; 0
+	// leaves Slurm's default (120 s).
+	CredExpire time.Duration
 	// ExtraConf are lines added at the end of slurm.conf.
 	ExtraConf []string
 }
