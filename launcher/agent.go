@@ -74,6 +74,8 @@ type Agent struct {
 	// events is this node's timeline (goodput.go), kept in the run's
 	// folder with --log-dir.
 	events *EventLog
+	// warm holds the warm interpreters (nil without --warm-start).
+	warm *warmPool
 }
 
 // NewAgent validates cfg and returns an agent. signals delivers the signals
@@ -179,6 +181,14 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 	for _, w := range warnings {
 		cfg.Log.Warn(w)
 	}
+	if cfg.WarmStart {
+		// The first workers start warm too when the rendezvous takes
+		// longer than the imports.
+		a.group = <-a.groupReady
+		a.warm = newWarmPool(cfg, a.group, shared)
+		defer func() { a.warm.close() }()
+		a.warm.fill(planStdin(cfg.Stdin))
+	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
@@ -273,7 +283,11 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		a.group = <-a.groupReady
 	}
 	a.pre.newAttempt()
-	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr, a.group)
+	// The spawn is when the start began: a warm interpreter that is still
+	// importing is waited for in startAttempt, as a cold worker imports
+	// after its fork; both are the workers' start-up.
+	spawned := time.Now()
+	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr, a.group, a.warm)
 	if err != nil {
 		res.ExitCode = 1
 		var se *StartError
@@ -282,8 +296,9 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		}
 		return res, false, err
 	}
-	a.group.startGuard() // the workers are forked: off the launch's path
-	a.events.Record(Event{Kind: EventSpawn, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
+	a.group.startGuard()   // the workers are forked: off the launch's path
+	a.warm.fill(att.stdin) // the next (re)start's interpreters
+	a.events.Record(Event{Kind: EventSpawn, Time: spawned, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
 	a.startSweep(ctx)
 	wctx, stopWatch := context.WithCancel(ctx)
 	att.pre = a.pre

@@ -76,9 +76,11 @@ type streamPlan struct {
 	console *Console
 }
 
-// startAttempt starts every worker of specs. If one cannot be started, the
-// ones already running are killed and a *StartError is returned.
-func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout, stdout, stderr *Console, group *jobGroup) (*attempt, error) {
+// startAttempt starts every worker of specs: in the warm interpreter of
+// its local rank where warm has one that may run it, else as a new
+// process. If one cannot be started, the ones already running are killed
+// and a *StartError is returned.
+func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout, stdout, stderr *Console, group *jobGroup, warm *warmPool) (*attempt, error) {
 	att := &attempt{
 		cfg:    cfg,
 		group:  group,
@@ -95,6 +97,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	// Plumb every worker first, then start them all at once: forks and
 	// execs overlap instead of queueing one after another.
 	childEnds := make([][2]*os.File, len(specs))
+	spares := make([]*spare, len(specs))
 	for i, spec := range specs {
 		w := &worker{spec: spec}
 		if cfg.HangTimeout > 0 {
@@ -102,10 +105,18 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 			w.progress = newProgress(hb, time.Now())
 		}
 		att.workers = append(att.workers, w)
+		if _, fg := att.stdin.forRank(spec.LocalRank); !fg {
+			spares[i] = warm.take(spec)
+		}
 		for j, sp := range []streamPlan{{"stdout", StdOut, stdout}, {"stderr", StdErr, stderr}} {
-			end, err := att.plumb(w, sp, layout, devNull)
+			var spareOut *os.File
+			if spares[i] != nil {
+				spareOut = spares[i].out[j]
+			}
+			end, err := att.plumb(w, sp, layout, devNull, spareOut)
 			if err != nil {
 				closeChildEnds(childEnds, devNull)
+				warm.discardTaken(spares) // ends their pumps
 				att.abort()
 				return nil, err
 			}
@@ -116,6 +127,10 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	starts := make([]<-chan error, len(specs))
 	ignored := cfg.workerIgnoredSignals()
 	for i, spec := range specs {
+		if s := spares[i]; s != nil {
+			procs[i], starts[i] = s.proc, att.handOver(warm, s, spec)
+			continue
+		}
 		in, fg := att.stdin.forRank(spec.LocalRank)
 		files := procFiles{stdin: in, stdout: childEnds[i][0], stderr: childEnds[i][1], inGorunsGroup: fg}
 		procs[i], starts[i] = startProcessIn(ignoringSignals(spec.Argv, ignored), spec.Env, files, att.exited, 0, group.cgroupFD())
@@ -130,6 +145,9 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		}
 		w.proc = procs[i]
 		att.byProc[procs[i]] = w
+		if spares[i] != nil {
+			continue // the pool told the group at its fork
+		}
 		group.started(w.proc.pid)
 		if w.proc.cgroupErr != nil {
 			group.noCgroup(w.proc.cgroupErr)
@@ -141,6 +159,17 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		return nil, startErr
 	}
 	return att, nil
+}
+
+// handOver makes the spare s the worker of spec: its exit reaches the
+// attempt as a worker's does. The returned channel says whether the
+// hand-over failed.
+func (att *attempt) handOver(warm *warmPool, s *spare, spec WorkerSpec) <-chan error {
+	started := make(chan error, 1)
+	started <- warm.activate(s, spec)
+	go func() { att.exited <- <-s.exited }() // ends when the worker does
+	att.cfg.Log.Debugf("local rank %d: warm start in pid %d", spec.LocalRank, s.proc.pid)
+	return started
 }
 
 // closeChildEnds closes the parent's copies of the children's ends of
@@ -157,13 +186,16 @@ func closeChildEnds(ends [][2]*os.File, devNull *os.File) {
 
 // plumb prepares one stream of w and returns the file the child writes
 // to: /dev/null when the stream goes nowhere, else a pipe whose read end a
-// pump copies to the console and/or the stream's log file.
-func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull *os.File) (*os.File, error) {
+// pump copies to the console and/or the stream's log file. A warm
+// worker's stream is the pipe its spare was started with (spareOut, its
+// read end): it gets a pump whatever the stream's plan (nil: no file for
+// the child).
+func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, spareOut *os.File) (*os.File, error) {
 	cfg, lr := att.cfg, w.spec.LocalRank
 	redirect, tee := cfg.Redirects.For(lr).Has(sp.bit), cfg.Tee.For(lr).Has(sp.bit)
 	toFile := redirect || tee
 	toConsole := (!redirect || tee) && (cfg.LocalRanksFilter == nil || slices.Contains(cfg.LocalRanksFilter, lr))
-	if !toFile && !toConsole && w.progress == nil {
+	if !toFile && !toConsole && w.progress == nil && spareOut == nil {
 		return devNull, nil
 	}
 	var file *os.File
@@ -177,9 +209,12 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull *
 		w.files = append(w.files, f)
 		w.logs = append(w.logs, path)
 	}
-	r, wr, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("create pipe for local rank %d %s: %w", lr, sp.name, err)
+	r, wr := spareOut, (*os.File)(nil)
+	if r == nil {
+		var err error
+		if r, wr, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("create pipe for local rank %d %s: %w", lr, sp.name, err)
+		}
 	}
 	w.readers = append(w.readers, r)
 	var console *Console

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -121,6 +122,11 @@ type Config struct {
 	RestartBackoffMax time.Duration
 	// StopTimeout is the grace period between SIGTERM and SIGKILL.
 	StopTimeout time.Duration
+	// WarmStart keeps one Python interpreter per local rank started, with
+	// WarmImports imported, that the next (re)start of the rank runs the
+	// script in (warm.go; --warm-start, --warm-imports).
+	WarmStart   bool
+	WarmImports []string
 	// HangTimeout, when above 0, makes a worker without output or
 	// heartbeat for that long count as hung: gorun captures its stacks
 	// (SIGABRT for Python, SIGQUIT for Go) and stops the attempt.
@@ -239,8 +245,17 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--preempt-grace: %v, want 0 (off) or more", c.PreemptGrace)
 	case c.HangTimeout < 0:
 		return fmt.Errorf("--hang-timeout: %v, want 0 (off) or more", c.HangTimeout)
+	case c.WarmStart && !e.RunsPython():
+		return fmt.Errorf("--warm-start keeps Python interpreters ready, and --no-python runs %s itself: drop one of them", e.Script)
+	case !c.WarmStart && len(c.WarmImports) > 0:
+		return fmt.Errorf("--warm-imports %s: the modules are imported by --warm-start's interpreters: add --warm-start", strings.Join(c.WarmImports, ","))
 	case c.Stdout == nil || c.Stderr == nil || c.Log == nil:
 		return fmt.Errorf("launcher: Stdout, Stderr and Log must be set")
+	}
+	for _, m := range c.WarmImports {
+		if !isModuleName(m) {
+			return fmt.Errorf("--warm-imports: %q is not a module name: want names such as torch,numpy,torch.distributed, separated by commas", m)
+		}
 	}
 	for _, r := range c.LocalRanksFilter {
 		if r < 0 || r >= c.NprocPerNode {

@@ -46,6 +46,9 @@ type jobGroup struct {
 
 	mu    sync.Mutex
 	guard *os.File // the guardian's pipe, nil when there is no guardian
+	// kept are processes of the cgroup that are not leftovers: the warm
+	// interpreters waiting for their round (warm.go).
+	kept map[int]bool
 	// guardRead is the pipe's read end until the guardian starts.
 	guardRead *os.File
 }
@@ -159,6 +162,30 @@ func (g *jobGroup) started(pgid int) { g.say("+" + strconv.Itoa(pgid)) }
 // ended forgets a worker's process group, once gorun has killed it.
 func (g *jobGroup) ended(pgid int) { g.say("-" + strconv.Itoa(pgid)) }
 
+// keep marks pid as no leftover of an attempt (killLeftovers spares it).
+func (g *jobGroup) keep(pid int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.kept == nil {
+		g.kept = map[int]bool{}
+	}
+	g.kept[pid] = true
+}
+
+// unkeep undoes keep.
+func (g *jobGroup) unkeep(pid int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.kept, pid)
+}
+
+// isKept says whether pid was kept.
+func (g *jobGroup) isKept(pid int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.kept[pid]
+}
+
 // cgroupFD is the job's cgroup for CLONE_INTO_CGROUP, or -1.
 func (g *jobGroup) cgroupFD() int {
 	if g.cgfd == nil {
@@ -210,7 +237,7 @@ func (g *jobGroup) close() {
 }
 
 // killLeftovers kills what the workers left in the job's cgroup once they
-// have all exited: descendants that left their process groups (setsid),
+// have all exited (but the kept processes, the warm interpreters): descendants that left their process groups (setsid),
 // which would otherwise hold the workers' output open and outlive the
 // attempt into the next one. It does nothing without a cgroup (those
 // descendants then go when the job ends or gorun dies). Each is killed by
@@ -233,7 +260,7 @@ func (g *jobGroup) killLeftovers() {
 		found := false
 		for _, f := range strings.Fields(string(procs)) {
 			pid, err := strconv.Atoi(f)
-			if err != nil || killed[pid] {
+			if err != nil || killed[pid] || g.isKept(pid) {
 				continue
 			}
 			found, killed[pid] = true, true

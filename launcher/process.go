@@ -77,12 +77,15 @@ func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *pr
 	return startProcessIn(argv, env, procFiles{stdout: stdout, stderr: stderr}, exited, nice, -1)
 }
 
-// procFiles are a process's standard files (stdin nil: /dev/null);
+// procFiles are a process's standard files (stdin nil: /dev/null) and
+// extra ones;
 // inGorunsGroup runs the process in gorun's own process group instead of
 // a new one (the worker that holds gorun's terminal, stdin.go).
 type procFiles struct {
 	stdin, stdout, stderr *os.File
 	inGorunsGroup         bool
+	// extra are the process's files 3, 4, ...
+	extra []*os.File
 }
 
 // startProcessIn is startProcess with the process cloned into the cgroup
@@ -98,6 +101,7 @@ func startProcessIn(argv, env []string, files procFiles, exited chan<- *process,
 		if files.stdin != nil {
 			cmd.Stdin = files.stdin
 		}
+		cmd.ExtraFiles = files.extra
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Setpgid: !files.inGorunsGroup,
 			// Delivered when the forking thread ends; the goroutine below

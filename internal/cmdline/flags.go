@@ -58,6 +58,8 @@ const (
 	fPrefixTemplate   = "log-line-prefix-template"
 	fNoPrefix         = "no-prefix"
 	fNoMemoryDefaults = "no-memory-defaults"
+	fWarmStart        = "warm-start"
+	fWarmImports      = "warm-imports"
 	fDryRun           = "dry-run"
 	fPlan             = "plan"
 	fFormat           = "format"
@@ -187,6 +189,8 @@ func launchFlags() []cli.Flag {
 		python,
 		str(catWorkers, fStartMethod, "spawn", "spawn, fork or forkserver; accepted for torchrun compatibility (every worker is a fresh process)", true),
 		str(catWorkers, fNumaBinding, "", "torchrun's NUMA binding of GPU workers: node, socket, exclusive or core-complex (not applied yet: gorun warns)", false),
+		boolean(catWorkers, fWarmStart, "keep one Python interpreter per local rank started, with --warm-imports imported, and start each (re)started worker in it: a restart does not pay the interpreter's start and imports again", false),
+		str(catWorkers, fWarmImports, "", "modules --warm-start's interpreters import before their round, e.g. torch,numpy (default: torch)", false),
 		boolean(catWorkers, fDryRun, "print each worker's rank, command line and the environment gorun adds; start nothing", false),
 		str(catWorkers, fPlan, "", "a gorun plan file (YAML): validate its layout for this launch before any worker starts, and give each worker GORUN_TP/PP/VPP/CP/EP/DP, its coordinates and GORUN_NUM_MICROBATCHES; with --nnodes=MIN:MAX rounds run only at sizes the layout allows (DP and micro-batches follow), other nodes wait as hot spares", false),
 		str(catWorkers, fFormat, "text", "output of --dry-run: text or json", false),

@@ -220,6 +220,12 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 	}
 	cfg.NprocPerNode = n
 	cfg.Role = c.String(fRole)
+	cfg.WarmStart = c.Bool(fWarmStart)
+	if v := c.String(fWarmImports); v != "" {
+		for _, m := range strings.Split(v, ",") {
+			cfg.WarmImports = append(cfg.WarmImports, strings.TrimSpace(m))
+		}
+	}
 	cfg.MaxRestarts = c.Int(fMaxRestarts)
 	if cfg.NoRestartExitCodes, err = launcher.ParseExitCodes(fNoRestartCodes, c.String(fNoRestartCodes)); err != nil {
 		return cfg, err

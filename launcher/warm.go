@@ -1,0 +1,341 @@
+package launcher
+
+import (
+	"bufio"
+	_ "embed" // the warm interpreter's program
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Warm interpreters (--warm-start): a restarted Python worker pays its
+// interpreter's start and its imports again (`import torch` alone takes
+// over a second, more from a shared file system). With --warm-start,
+// gorun keeps for each local rank one interpreter started with the
+// modules of --warm-imports imported, in the worker's environment less
+// what changes from round to round. A (re)start hands it the round's
+// command line and whole environment, and it runs the script as the
+// interpreter would have (warmstart.py); gorun then starts the next one.
+//
+// What a module imported early may have read: the variables it looked up
+// in os.environ while it was imported. The warm interpreter records them
+// and the values it saw; handed a round that gives any of them another
+// value (a module that reads RANK at import), it execs the worker's
+// command line instead, a cold start in the same process, and warm start
+// is off for the rest of the job, with a warning that names the module
+// and the variable; an import that failed does the same. Variables read
+// by native code (getenv: OpenMP's OMP_NUM_THREADS, CUDA's
+// CUDA_VISIBLE_DEVICES) cannot be seen: gorun sets those once per job, as
+// it does the PYTHON* variables the interpreter reads at its own start
+// (a spare's and its worker's are the same by construction).
+// docs/launcher.md lists what a script could still notice.
+//
+// Nothing waits for a spare: a worker handed to a spare that is still
+// importing runs once the imports are done, as a cold worker would after
+// its own; its stdout and stderr are the pipes the spare started with.
+
+//go:embed warmstart.py
+var warmStartProgram string
+
+// DefaultWarmImport is the module --warm-start imports unless
+// --warm-imports names others.
+const DefaultWarmImport = "torch"
+
+// maxWarmLine bounds a line of a spare's control socket (its "ready"
+// line lists the variables its imports read).
+const maxWarmLine = 1 << 20
+
+// isModuleName says whether s is a dotted Python module name.
+func isModuleName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for part := range strings.SplitSeq(s, ".") {
+		if part == "" || (part[0] >= '0' && part[0] <= '9') {
+			return false
+		}
+		for _, c := range part {
+			if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c > 127) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// warmPool holds the spare interpreters of the node's local ranks. Its
+// spares are the agent goroutine's; the listeners of their control
+// sockets only turn warm start off.
+type warmPool struct {
+	cfg    *Config
+	group  *jobGroup
+	env    []string // every spare's environment, less its local rank's
+	spares map[int]*spare
+	// listeners are the goroutines that read the spares' sockets.
+	listeners sync.WaitGroup
+	mu        sync.Mutex
+	off       string // why warm start was turned off ("" while it is on)
+}
+
+// spare is one warm interpreter, not yet a worker (or one that was just
+// handed its worker).
+type spare struct {
+	localRank int
+	proc      *process
+	exited    chan *process
+	ctl       *os.File    // gorun's end of the control socket (fd 3)
+	out       [2]*os.File // read ends of its stdout and stderr
+	// heard is closed once the socket's listener has ended (and closed
+	// ctl).
+	heard chan struct{}
+}
+
+// newWarmPool returns the pool of a --warm-start job (nil without it);
+// shared are the variables every worker gets whatever the round.
+func newWarmPool(cfg *Config, group *jobGroup, shared []EnvVar) *warmPool {
+	if !cfg.WarmStart {
+		return nil
+	}
+	constant := append(slices.Clip(shared),
+		EnvVar{"LOCAL_WORLD_SIZE", strconv.Itoa(cfg.NprocPerNode)},
+		EnvVar{"ROLE_NAME", cfg.Role},
+		EnvVar{"TORCHELASTIC_MAX_RESTARTS", strconv.Itoa(cfg.MaxRestarts)})
+	return &warmPool{cfg: cfg, group: group, env: withEnv(withoutSecrets(cfg.Environ), constant), spares: map[int]*spare{}}
+}
+
+// imports is --warm-imports, or the default.
+func (wp *warmPool) imports() []string {
+	if len(wp.cfg.WarmImports) > 0 {
+		return wp.cfg.WarmImports
+	}
+	return []string{DefaultWarmImport}
+}
+
+// spareArgv is the command line of a spare: the interpreter, the warm
+// program, what the worker runs (script, module or code) and its
+// arguments.
+func (wp *warmPool) spareArgv() []string {
+	e := wp.cfg.Entrypoint
+	mode, target, args := "script", e.Script, e.Args
+	switch {
+	case e.Module:
+		mode = "module"
+	case e.RunPath:
+		mode, target, args = "code", runPathCode, append([]string{e.Script}, e.Args...)
+	}
+	argv := append(slices.Clip(e.Python), "-u", "-c", warmStartProgram, mode, target, strings.Join(wp.imports(), ","))
+	return append(argv, args...)
+}
+
+// isOff says why warm start is off ("" while it is on).
+func (wp *warmPool) isOff() string {
+	wp.mu.Lock()
+	defer wp.mu.Unlock()
+	return wp.off
+}
+
+// turnOff ends warm start for the rest of the job, saying why once; the
+// agent's goroutine discards the spares at its next fill or take.
+func (wp *warmPool) turnOff(why string) {
+	wp.mu.Lock()
+	defer wp.mu.Unlock()
+	if wp.off != "" {
+		return
+	}
+	wp.off = why
+	wp.cfg.Log.Warnf("--warm-start: %s; warm start is off for this job: workers start cold, as without --warm-start", why)
+}
+
+// fill starts a spare for every local rank that has none (but the one
+// that holds gorun's terminal: it runs in gorun's process group) and
+// waits until each is forked.
+func (wp *warmPool) fill(stdin stdinPlan) {
+	if wp == nil {
+		return
+	}
+	if wp.isOff() != "" {
+		wp.discardAll()
+		return
+	}
+	argv := ignoringSignals(wp.spareArgv(), wp.cfg.workerIgnoredSignals())
+	for lr := range wp.cfg.NprocPerNode {
+		in, fg := stdin.forRank(lr)
+		if wp.spares[lr] != nil || fg {
+			continue
+		}
+		env := withEnv(wp.env, []EnvVar{{"LOCAL_RANK", strconv.Itoa(lr)}})
+		s, err := wp.start(argv, env, in, lr)
+		if err != nil {
+			wp.turnOff(fmt.Sprintf("the interpreter for local rank %d could not be started: %v", lr, err))
+			wp.discardAll()
+			return
+		}
+		wp.spares[lr] = s
+	}
+}
+
+// start starts one spare.
+func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "warm-control"), os.NewFile(uintptr(fds[1]), "warm-control")
+	defer theirs.Close()
+	s := &spare{localRank: lr, ctl: ours, exited: make(chan *process, 1), heard: make(chan struct{})}
+	var childEnds [2]*os.File
+	for i := range childEnds {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(append(childEnds[:], s.ctl, s.out[0], s.out[1]))
+			return nil, err
+		}
+		s.out[i], childEnds[i] = r, w
+	}
+	files := procFiles{stdin: stdin, stdout: childEnds[0], stderr: childEnds[1], extra: []*os.File{theirs}}
+	p, started := startProcessIn(argv, env, files, s.exited, 0, wp.group.cgroupFD())
+	err = <-started
+	closeAll(childEnds[:])
+	if err != nil {
+		closeAll([]*os.File{s.ctl, s.out[0], s.out[1]})
+		return nil, err
+	}
+	s.proc = p
+	wp.group.started(p.pid)
+	wp.group.keep(p.pid)
+	if p.cgroupErr != nil {
+		wp.group.noCgroup(p.cgroupErr)
+	}
+	wp.listeners.Add(1)
+	go wp.listen(s) // ends when the interpreter closes its end or exits
+	return s, nil
+}
+
+// listen reads what the spare says on its control socket until it closes
+// it: "ready" and the variables its imports read, "failed" and why,
+// then, once handed its worker, "warm", or "cold" and why it execs the
+// worker's command line instead.
+func (wp *warmPool) listen(s *spare) {
+	defer wp.listeners.Done()
+	defer close(s.heard)
+	defer s.ctl.Close()
+	sc := bufio.NewScanner(s.ctl)
+	sc.Buffer(nil, maxWarmLine)
+	for sc.Scan() {
+		word, rest, _ := strings.Cut(sc.Text(), " ")
+		var why string
+		switch word {
+		case "ready":
+			var reads map[string]any
+			_ = json.Unmarshal([]byte(rest), &reads)
+			wp.cfg.Log.Debugf("--warm-start: local rank %d's interpreter (pid %d) is ready; its imports read %d variables", s.localRank, s.proc.pid, len(reads))
+		case "warm":
+			wp.cfg.Log.Debugf("--warm-start: local rank %d runs in its warm interpreter (pid %d)", s.localRank, s.proc.pid)
+		case "failed", "cold":
+			if json.Unmarshal([]byte(rest), &why) != nil {
+				why = rest
+			}
+			if word == "cold" {
+				why = fmt.Sprintf("local rank %d started cold: %s", s.localRank, why)
+			}
+			wp.turnOff(why)
+		}
+	}
+}
+
+// take returns the spare that runs spec, or nil when the rank starts
+// cold (there is none, it ended, or warm start is off). It does not wait
+// for the spare's imports: the spare runs the worker once they are done.
+func (wp *warmPool) take(spec WorkerSpec) *spare {
+	if wp == nil {
+		return nil
+	}
+	if wp.isOff() != "" {
+		wp.discardAll()
+		return nil
+	}
+	s := wp.spares[spec.LocalRank]
+	if s == nil {
+		return nil
+	}
+	delete(wp.spares, spec.LocalRank)
+	if s.proc.exited() {
+		wp.cfg.Log.Warnf("--warm-start: the interpreter of local rank %d %s before its round: starting the rank cold", spec.LocalRank, describeExit(s.proc.status))
+		wp.discard(s)
+		return nil
+	}
+	return s
+}
+
+// activate makes s the worker of spec: it sends the worker's command
+// line and environment, and the interpreter runs the script (or, where
+// its imports cannot be trusted with this round, execs the command line).
+func (wp *warmPool) activate(s *spare, spec WorkerSpec) error {
+	var b strings.Builder
+	field := func(v string) { b.WriteString(v); b.WriteByte(0) }
+	field(strconv.Itoa(len(spec.Argv)))
+	for _, a := range spec.Argv {
+		field(a)
+	}
+	for _, kv := range spec.Env {
+		field(kv)
+	}
+	_, err := io.WriteString(s.ctl, "go "+strconv.Itoa(b.Len())+"\n"+b.String())
+	wp.group.unkeep(s.proc.pid)
+	if err != nil {
+		return fmt.Errorf("hand local rank %d to its warm interpreter (pid %d): %w", spec.LocalRank, s.proc.pid, err)
+	}
+	return nil
+}
+
+// discard kills a spare and waits until it is gone.
+func (wp *warmPool) discard(s *spare) {
+	_ = s.proc.signalGroup(syscall.SIGKILL)
+	<-s.proc.done
+	wp.group.ended(s.proc.pid)
+	wp.group.unkeep(s.proc.pid)
+	<-s.heard // the socket's end
+	closeAll(s.out[:])
+}
+
+// discardTaken discards the spares of ss that are not nil (taken for an
+// attempt that could not start).
+func (wp *warmPool) discardTaken(ss []*spare) {
+	for _, s := range ss {
+		if s != nil {
+			wp.discard(s)
+		}
+	}
+}
+
+// discardAll discards the spares not taken.
+func (wp *warmPool) discardAll() {
+	for lr, s := range wp.spares {
+		wp.discard(s)
+		delete(wp.spares, lr)
+	}
+}
+
+// close discards the spares and waits for the listeners of the ones that
+// became workers (every worker has exited when the agent closes it).
+func (wp *warmPool) close() {
+	if wp == nil {
+		return
+	}
+	wp.discardAll()
+	wp.listeners.Wait()
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}

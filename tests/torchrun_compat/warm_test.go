@@ -1,0 +1,294 @@
+package torchrun_compat
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/internal/proctest"
+)
+
+// warmFlags start the workers in warm interpreters that imported a module
+// the scripts never import themselves (introspect.py looks for it).
+var warmFlags = []string{"--warm-start", "--warm-imports=xml.dom.minidom"}
+
+// runVolatile are the worker variables whose values differ from one
+// launch to the next whatever the start (ports, the run's folders,
+// secrets).
+var runVolatile = map[string]bool{
+	"MASTER_PORT": true, "TORCHELASTIC_ERROR_FILE": true, "GORUN_JOB_SECRET": true, "GORUN_FR_DUMP_DIR": true,
+	"GORUN_PROGRESS_FILE": true, "GORUN_STOP_FILE": true, "GORUN_STORE_ENDPOINTS": true, "GORUN_STORE_PREFIX": true,
+	"GORUN_STORE_USER": true, "GORUN_STORE_PASSWORD": true,
+}
+
+// TestWarmStart: a script started in a warm interpreter (--warm-start)
+// cannot tell it from a cold start, in each of the ways a worker runs (a
+// script, -m, --run-path) and each way it ends (exit 0, an uncaught
+// exception, sys.exit(N), KeyboardInterrupt): the same sys.argv,
+// sys.orig_argv, sys.path[0], __main__, environment, signal handlers,
+// open files, flags and process group, the same exit code and the same
+// traceback. The only difference it is allowed to see is the module the
+// warm interpreter imported. No upstream test: torchrun has no warm start.
+func TestWarmStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		// script is the command line, with DIR for the records' folder.
+		script []string
+		code   int
+	}{
+		{"script", nil, []string{script("introspect.py"), "ok", "DIR", "an argument"}, 0},
+		{"module", []string{"-m"}, []string{"introspect", "ok", "DIR"}, 0},
+		{"run-path", []string{"--run-path"}, []string{script("introspect.py"), "ok", "DIR"}, 0},
+		{"uncaught exception", nil, []string{script("introspect.py"), "raise", "DIR"}, 1},
+		{"sys.exit(7)", nil, []string{script("introspect.py"), "exit", "DIR", "7"}, 7},
+		{"KeyboardInterrupt", nil, []string{script("introspect.py"), "interrupt", "DIR"}, 130},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			outs := map[bool]outcome{}
+			recs := map[bool]map[string]map[string]any{}
+			// One after the other, with the same command line, HOME and
+			// TMPDIR.
+			dir, home, tmp := t.TempDir(), t.TempDir(), shortTempDir(t)
+			var argv []string
+			for _, a := range tc.script {
+				argv = append(argv, strings.ReplaceAll(a, "DIR", dir))
+			}
+			for _, warm := range []bool{false, true} {
+				args := append([]string{"--nproc-per-node=2", "--rdzv-id=warmjob"}, tc.flags...)
+				if warm {
+					args = append(args, warmFlags...)
+				}
+				outs[warm] = gorun.launch(t, job{args: args, script: argv, home: home, tmp: tmp})
+				if outs[warm].code != tc.code {
+					t.Fatalf("warm %v: exit %d, want %d\n%s", warm, outs[warm].code, tc.code, outs[warm])
+				}
+				recs[warm] = records(t, dir)
+				if len(recs[warm]) != 2 {
+					t.Fatalf("warm %v: records %v; want ranks 0 and 1\n%s", warm, recs[warm], outs[warm])
+				}
+				for name := range recs[warm] {
+					if err := os.Remove(filepath.Join(dir, name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for name, cold := range recs[false] {
+				warm := recs[true][name]
+				if cold["warm"] != false || warm["warm"] != true {
+					t.Errorf("%s: the warm module imported before the script: cold %v, warm %v; want false and true", name, cold["warm"], warm["warm"])
+				}
+				for k, cv := range cold {
+					switch k {
+					case "warm", "preloaded":
+					case "environ":
+						diffEnv(t, name, cv.(map[string]any), warm[k].(map[string]any))
+					default:
+						if !reflect.DeepEqual(cv, warm[k]) {
+							t.Errorf("%s: %s: cold %v, warm %v", name, k, cv, warm[k])
+						}
+					}
+				}
+			}
+			// The workers' own lines (a traceback), as gorun prints them.
+			if cold, warm := workerLines(outs[false].stderr), workerLines(outs[true].stderr); !reflect.DeepEqual(cold, warm) {
+				t.Errorf("the workers' stderr differs:\ncold:\n%s\nwarm:\n%s", strings.Join(cold, "\n"), strings.Join(warm, "\n"))
+			}
+		})
+	}
+}
+
+// TestWarmRestart: after a worker failure the restarted workers start in
+// the interpreters gorun started while the failed attempt ran; a module
+// that reads a variable of the round when it is imported (RANK) turns
+// warm start off, with a warning naming both, and the job runs cold; an
+// import that fails does too; bad values are refused before anything
+// starts; a SIGKILLed gorun leaves no interpreter behind.
+func TestWarmRestart(t *testing.T) {
+	t.Parallel()
+	t.Run("restart", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		o := gorun.launch(t, job{args: append([]string{"--nproc-per-node=2", "--max-restarts=1"}, warmFlags...),
+			script: []string{script("introspect.py"), "failonce", dir}})
+		if o.code != 0 {
+			t.Fatalf("exit %d\n%s", o.code, o)
+		}
+		recs := records(t, dir)
+		for _, name := range []string{"a0.r0.json", "a0.r1.json", "a1.r0.json", "a1.r1.json"} {
+			if recs[name] == nil || recs[name]["warm"] != true {
+				t.Errorf("%s: %v; want a warm start", name, recs[name])
+			}
+		}
+	})
+	t.Run("torch's @record", func(t *testing.T) {
+		t.Parallel()
+		needTorch(t)
+		o := gorun.launch(t, job{args: []string{"--nproc-per-node=2", "--warm-start"}, script: []string{script("recorded.py")}})
+		if o.code != 1 {
+			t.Errorf("exit %d; want 1 (rank 1's)\n%s", o.code, o)
+		}
+		for _, want := range []string{"[default0]:torch preloaded: True", "[default1]:torch preloaded: True"} {
+			if !strings.Contains(o.stdout, want) {
+				t.Errorf("no %q: the workers did not start warm\n%s", want, o)
+			}
+		}
+		if !strings.Contains(o.stderr, "message   : RuntimeError: recorded failure from rank 1") {
+			t.Errorf("the summary does not show the message of rank 1's error file\n%s", o)
+		}
+	})
+	t.Run("an import reads RANK", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		o := gorun.launch(t, job{args: []string{"--nproc-per-node=2", "--warm-start", "--warm-imports=readsrank"},
+			script: []string{script("introspect.py"), "ok", dir}})
+		if o.code != 0 {
+			t.Fatalf("exit %d\n%s", o.code, o)
+		}
+		for _, want := range []string{"started cold: importing readsrank read RANK, unset then and", "warm start is off for this job"} {
+			if !strings.Contains(o.stderr, want) {
+				t.Errorf("no %q in gorun's warning\n%s", want, o)
+			}
+		}
+		for name, rec := range records(t, dir) {
+			if pre := rec["preloaded"]; !reflect.DeepEqual(pre, []any{}) {
+				t.Errorf("%s: modules imported before the script: %v; want none (a cold start)", name, pre)
+			}
+		}
+	})
+	t.Run("an import fails", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		o := gorun.launch(t, job{args: []string{"--nproc-per-node=2", "--warm-start", "--warm-imports=no_such_module_here"},
+			script: []string{script("introspect.py"), "ok", dir}})
+		if o.code != 0 || !strings.Contains(o.stderr, "import no_such_module_here failed: ModuleNotFoundError") {
+			t.Fatalf("exit %d; want 0 and a warning that names the module\n%s", o.code, o)
+		}
+		if len(records(t, dir)) != 2 {
+			t.Errorf("the workers did not run cold\n%s", o)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"with --no-python", []string{"--warm-start", "--no-python"}, "--warm-start keeps Python interpreters ready, and --no-python runs"},
+		{"imports without --warm-start", []string{"--warm-imports=torch"}, "add --warm-start"},
+		{"not a module name", []string{"--warm-start", "--warm-imports=torch,os;rm"}, `--warm-imports: "os;rm" is not a module name`},
+	} {
+		t.Run("refused "+tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := gorun.launch(t, job{args: tc.args, script: []string{script("introspect.py"), "ok", t.TempDir()}})
+			if o.code != 2 || !strings.Contains(o.stderr, tc.want) {
+				t.Errorf("exit %d; want 2 and %q\n%s", o.code, tc.want, o)
+			}
+		})
+	}
+	t.Run("SIGKILL leaves no interpreter", func(t *testing.T) {
+		t.Parallel()
+		dir, tmp := t.TempDir(), shortTempDir(t)
+		r := gorun.start(t, job{args: append([]string{"--nproc-per-node=2"}, warmFlags...), tmp: tmp,
+			script: []string{script("compat_worker.py"), "sleep", dir}})
+		proctest.WaitFor(t, "both workers to start", launchTimeout, func() bool {
+			m, _ := filepath.Glob(filepath.Join(dir, "pid.*"))
+			return len(m) == 2
+		})
+		// The next attempt's interpreters are forked once the workers
+		// are: with the workers and the store, at least 5 processes.
+		proctest.WaitFor(t, "the spare interpreters to start", launchTimeout, func() bool { return len(jobProcesses(tmp)) >= 5 })
+		r.cmd.Process.Kill()
+		r.wait(t)
+		proctest.WaitFor(t, "every process of the killed gorun's job to end", 30*time.Second, func() bool {
+			return len(jobProcesses(tmp)) == 0
+		})
+	})
+}
+
+// records reads the JSON records introspect.py wrote in dir, by file name.
+func records(t *testing.T, dir string) map[string]map[string]any {
+	t.Helper()
+	recs := map[string]map[string]any{}
+	for _, name := range fileNames(t, dir) {
+		if !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec map[string]any
+		if err := json.Unmarshal(data, &rec); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		recs[name] = rec
+	}
+	return recs
+}
+
+// diffEnv reports the variables of a warm worker's environment that are
+// missing, added or different from the cold one's, but runVolatile's.
+func diffEnv(t *testing.T, name string, cold, warm map[string]any) {
+	t.Helper()
+	for k, v := range cold {
+		if w, ok := warm[k]; !ok || (w != v && !runVolatile[k]) {
+			t.Errorf("%s: %s: cold %q, warm %q (set: %v)", name, k, v, w, ok)
+		}
+	}
+	for k, w := range warm {
+		if _, ok := cold[k]; !ok {
+			t.Errorf("%s: %s=%q only in the warm worker's environment", name, k, w)
+		}
+	}
+}
+
+// workerLines are the lines of a gorun output that its workers wrote (with
+// their [role rank] prefix).
+func workerLines(out string) []string {
+	var lines []string
+	for l := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(l, "[default") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// jobProcesses are the processes whose TMPDIR is tmp: the launch's.
+func jobProcesses(tmp string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid := 0
+		for _, c := range e.Name() {
+			if c < '0' || c > '9' {
+				pid = -1
+				break
+			}
+			pid = pid*10 + int(c-'0')
+		}
+		if pid <= 0 {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for kv := range strings.SplitSeq(string(data), "\x00") {
+			if kv == "TMPDIR="+tmp {
+				if syscall.Kill(pid, 0) == nil {
+					pids = append(pids, pid)
+				}
+				break
+			}
+		}
+	}
+	return pids
+}
