@@ -84,6 +84,9 @@ type Config struct {
 	Python, TrainScript string
 	// TorchEvery makes every TorchEvery-th round a PyTorch one (0: none).
 	TorchEvery int
+	// StoreLogLevel, when set, is etcd's log level in each job's store
+	// (--rdzv-conf store_log_level).
+	StoreLogLevel string
 	// Logf receives progress; with Verbose, every agent's lines too (else
 	// only a bad round's).
 	Logf    func(format string, args ...any)

@@ -22,6 +22,10 @@ var (
 	faults = flag.Int("chaos.faults", 2, "faults per job of the full suite")
 	kinds  = flag.String("chaos.kinds", "all", "faults of the full suite: a comma-separated list of worker, agent, stop, cut, member")
 	torch  = flag.Int("chaos.torch-every", 4, "every Nth job of the full suite runs the PyTorch example (0: none)")
+	// storeLog is etcd's log level in the jobs' stores (--rdzv-conf
+	// store_log_level): a failed job's transcript then has its members'
+	// lines.
+	storeLog = flag.String("chaos.store-log", "", "etcd's log level in each job's store (debug, info, warn, error; default: silent)")
 )
 
 // bins holds gorun (with gorun-etcd beside it) and examples/ddp, built
@@ -62,7 +66,7 @@ func config(t *testing.T, rounds, faults int) Config {
 		}
 	}
 	cfg := Config{Seed: s, Rounds: rounds, FaultsPerRound: faults,
-		Gorun: filepath.Join(bins, "gorun"), DDP: filepath.Join(bins, "ddp"), Logf: t.Logf, Verbose: os.Getenv("GORUN_CHAOS_VERBOSE") == "1"}
+		Gorun: filepath.Join(bins, "gorun"), DDP: filepath.Join(bins, "ddp"), Logf: t.Logf, Verbose: os.Getenv("GORUN_CHAOS_VERBOSE") == "1", StoreLogLevel: *storeLog}
 	py := os.Getenv("GORUN_TEST_PYTHON")
 	if py == "" {
 		py = "/usr/bin/python3"

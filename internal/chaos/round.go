@@ -240,11 +240,14 @@ func (rn *runner) startAgent(ctx context.Context, i int, mark, dir string, w Wor
 		nproc, program = "1", []string{rn.cfg.Python, "-u", rn.cfg.TrainScript, "--steps", strconv.Itoa(torchSteps),
 			"--step-time", strconv.FormatFloat(stepTime.Seconds(), 'f', 3, 64)}
 	}
+	rdzvConf := fmt.Sprintf("--rdzv-conf=store_hosts=%s,lease_ttl=%d,last_call_timeout=%d,connect_timeout=30,join_timeout=60",
+		members, int(leaseTTL/time.Second), int(lastCall/time.Second))
+	if rn.cfg.StoreLogLevel != "" {
+		rdzvConf += ",store_log_level=" + rn.cfg.StoreLogLevel
+	}
 	args := append([]string{rn.cfg.Gorun, "--rdzv-backend=c10d", fmt.Sprintf("--rdzv-endpoint=%s:%d", h.Addr(0), storePort),
 		"--nproc-per-node=" + nproc, "--rdzv-id=chaos-" + mark, "--local-addr=" + h.Addr(i), "--nnodes=2:3", "--max-restarts=" + strconv.Itoa(maxRestarts),
-		fmt.Sprintf("--rdzv-conf=store_hosts=%s,lease_ttl=%d,last_call_timeout=%d,connect_timeout=30,join_timeout=60",
-			members, int(leaseTTL/time.Second), int(lastCall/time.Second)),
-		"--no-python", script}, program...)
+		rdzvConf, "--no-python", script}, program...)
 	cmd := h.Command(context.Background(), i, args...)
 	// Gloo takes the address of the host's name, which every namespace
 	// shares: its own interface instead, as on a cluster whose host names

@@ -111,7 +111,7 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 	if err != nil {
 		return nil, false, fmt.Errorf("host the embedded store: data folder: %w", err)
 	}
-	cfg := etcdrdzv.ServerConfig{ClientAddr: endpoint, Dir: dir.Path(), Token: token, AuthPrefix: c.prefix,
+	cfg := etcdrdzv.ServerConfig{ClientAddr: endpoint, Dir: dir.Path(), Token: token, AuthPrefix: c.prefix, LogLevel: c.storeLogLevel,
 		CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile}
 	s, err := etcdrdzv.StartServer(ctx, cfg)
 	if err != nil {

@@ -52,8 +52,11 @@ type conf struct {
 	connect time.Duration
 	// isHost is is_host when given: an explicit setting beats the
 	// endpoint's address.
-	isHost         *bool
-	prefix         string
+	isHost *bool
+	prefix string
+	// storeLogLevel is etcd's log level in the job's embedded store
+	// (store_log_level; its members log to the agent's stderr).
+	storeLogLevel  string
 	tls            transport.TLSInfo
 	user, password string
 	// tokenFile and token are the job's secret: token_file, else
@@ -74,7 +77,7 @@ func (c conf) tokenFlagName() string {
 
 // knownKeys are the --rdzv-conf keys gorun reads; torchrun's others are
 // accepted with a warning.
-var knownKeys = []string{"last_call_timeout", "join_timeout", "lease_ttl", "connect_timeout", "is_host", "etcd_prefix", "cacert", "cert", "key", "user", "password", "token_file", "store_hosts"}
+var knownKeys = []string{"last_call_timeout", "join_timeout", "lease_ttl", "connect_timeout", "is_host", "etcd_prefix", "cacert", "cert", "key", "user", "password", "token_file", "store_hosts", "store_log_level"}
 
 // secretEnv lists the environment alternatives of --rdzv-conf keys, so
 // that secrets stay off the command line.
@@ -94,7 +97,7 @@ const (
 
 func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 	c := conf{lastCall: etcdrdzv.DefaultLastCallTimeout, join: etcdrdzv.DefaultJoinTimeout, leaseTTL: etcdrdzv.DefaultLeaseTTL,
-		connect: etcdrdzv.DefaultUnreachableTimeout, prefix: etcdrdzv.DefaultPrefix}
+		connect: etcdrdzv.DefaultUnreachableTimeout, prefix: etcdrdzv.DefaultPrefix, storeLogLevel: "panic"}
 	get := func(key string) string {
 		if v, ok := kv[key]; ok {
 			return v
@@ -128,6 +131,12 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 	if v := get("etcd_prefix"); v != "" {
 		c.prefix = v
 	}
+	if v := get("store_log_level"); v != "" {
+		if !slices.Contains(storeLogLevels, v) {
+			return c, fmt.Errorf("--rdzv-conf store_log_level=%q: want %s", v, strings.Join(storeLogLevels, ", "))
+		}
+		c.storeLogLevel = v
+	}
 	c.tls = transport.TLSInfo{TrustedCAFile: get("cacert"), CertFile: get("cert"), KeyFile: get("key")}
 	c.user, c.password = get("user"), get("password")
 	if (c.tls.CertFile == "") != (c.tls.KeyFile == "") {
@@ -135,6 +144,10 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 	}
 	return c, nil
 }
+
+// storeLogLevels are etcd's log levels, for store_log_level (panic, the
+// default, says nothing).
+var storeLogLevels = []string{"debug", "info", "warn", "error", "panic"}
 
 // isEmbedded says whether backend is the embedded store's (c10d,
 // embedded) rather than an external etcd's.

@@ -29,8 +29,10 @@ func TestParseConf(t *testing.T) {
 		warn string
 	}{
 		{name: "defaults", want: func(c conf) bool {
-			return c.lastCall == 30*time.Second && c.join == 600*time.Second && c.leaseTTL == 4*time.Second && c.prefix == "/gorun" && c.isHost == nil && c.connect == time.Minute
+			return c.lastCall == 30*time.Second && c.join == 600*time.Second && c.leaseTTL == 4*time.Second && c.prefix == "/gorun" && c.isHost == nil && c.connect == time.Minute && c.storeLogLevel == "panic"
 		}},
+		{name: "store log level", kv: map[string]string{"store_log_level": "info"}, want: func(c conf) bool { return c.storeLogLevel == "info" }},
+		{name: "bad store log level", kv: map[string]string{"store_log_level": "loud"}, err: `store_log_level="loud": want debug, info, warn, error, panic`},
 		{name: "is_host=false is kept", kv: map[string]string{"is_host": "false", "connect_timeout": "5"},
 			want: func(c conf) bool { return c.isHost != nil && !*c.isHost && c.connect == 5*time.Second }},
 		{name: "token file from the environment", env: map[string]string{"GORUN_RDZV_TOKEN_FILE": "/t"},

@@ -87,7 +87,7 @@ func startMember(ctx context.Context, c conf, token etcdrdzv.Token, members []st
 		peers = append(peers, m.peer)
 	}
 	argv := []string{exe, "store", "--listen", members[index].client, "--cluster", strings.Join(peers, ","),
-		"--member", strconv.Itoa(index), "--data-dir", dir.Path(), "--log-level", "panic", "--token-stdin", "--stop-on-stdin-close",
+		"--member", strconv.Itoa(index), "--data-dir", dir.Path(), "--log-level", c.storeLogLevel, "--token-stdin", "--stop-on-stdin-close",
 		"--ready-timeout", c.connect.String(), "--prefix", c.prefix}
 	if c.tls.CertFile != "" {
 		argv = append(argv, "--cert", c.tls.CertFile, "--key", c.tls.KeyFile)
