@@ -162,11 +162,15 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 }
 
 // handOver makes the spare s the worker of spec: its exit reaches the
-// attempt as a worker's does. The returned channel says whether the
-// hand-over failed.
+// attempt as a worker's does. A hand-over that fails (the spare died
+// meanwhile) is that worker's failure, seen when its exit is: a restart
+// can help, unlike a program that cannot be started.
 func (att *attempt) handOver(warm *warmPool, s *spare, spec WorkerSpec) <-chan error {
 	started := make(chan error, 1)
-	started <- warm.activate(s, spec)
+	if err := warm.activate(s, spec); err != nil {
+		att.cfg.Log.Warnf("--warm-start: %v", err)
+	}
+	started <- nil
 	go func() { att.exited <- <-s.exited }() // ends when the worker does
 	att.cfg.Log.Debugf("local rank %d: warm start in pid %d", spec.LocalRank, s.proc.pid)
 	return started

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,7 +88,7 @@ func TestWarmStart(t *testing.T) {
 				}
 				for k, cv := range cold {
 					switch k {
-					case "warm", "preloaded":
+					case "warm", "preloaded", "pid":
 					case "environ":
 						diffEnv(t, name, cv.(map[string]any), warm[k].(map[string]any))
 					default:
@@ -125,6 +126,48 @@ func TestWarmRestart(t *testing.T) {
 		for _, name := range []string{"a0.r0.json", "a0.r1.json", "a1.r0.json", "a1.r1.json"} {
 			if recs[name] == nil || recs[name]["warm"] != true {
 				t.Errorf("%s: %v; want a warm start", name, recs[name])
+			}
+		}
+	})
+	t.Run("a spare killed before its round", func(t *testing.T) {
+		t.Parallel()
+		dir, tmp := t.TempDir(), shortTempDir(t)
+		fail := filepath.Join(dir, "fail-now")
+		r := gorun.start(t, job{args: append([]string{"--nproc-per-node=2", "--max-restarts=1"}, warmFlags...), tmp: tmp,
+			script: []string{script("introspect.py"), "failwhen", dir, fail}})
+		var spares []int
+		proctest.WaitFor(t, "the next attempt's two spare interpreters", launchTimeout, func() bool {
+			recs := records(t, dir)
+			if len(recs) < 2 {
+				return false
+			}
+			spares = nil
+			for _, pid := range jobProcesses(tmp) {
+				cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+				if strings.Contains(string(cmdline), "_gorun_warm") && pid != int(recs["a0.r0.json"]["pid"].(float64)) &&
+					pid != int(recs["a0.r1.json"]["pid"].(float64)) {
+					spares = append(spares, pid)
+				}
+			}
+			return len(spares) == 2
+		})
+		for _, pid := range spares {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		proctest.WaitGone(t, "the killed spares", 30*time.Second, spares)
+		if err := os.WriteFile(fail, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o := r.wait(t)
+		if o.code != 0 || !strings.Contains(o.stderr, "was killed by SIGKILL (exit code 137) before its round: starting the rank cold") {
+			t.Fatalf("exit %d; want 0, and a warning for each killed spare\n%s", o.code, o)
+		}
+		recs := records(t, dir)
+		for _, name := range []string{"a1.r0.json", "a1.r1.json"} {
+			if recs[name] == nil || recs[name]["warm"] != false {
+				t.Errorf("%s: %v; want a cold start", name, recs[name])
 			}
 		}
 	})

@@ -7,7 +7,7 @@ __main__'s names, the environment, the signal handlers, the open files and
 more; then, by MODE: "ok" exits 0; on rank 1, once rank 0's record is
 written, "raise" raises ValueError, "exit N" calls sys.exit(N) and
 "interrupt" raises KeyboardInterrupt; "failonce" exits 3 on rank 1 of
-attempt 0.
+attempt 0, "failwhen FILE" too, once FILE exists.
 """
 import json
 import os
@@ -35,6 +35,7 @@ def record(out):
     spec = getattr(__main__, "__spec__", None)
     rec = {
         "warm": WARM,
+        "pid": os.getpid(),
         "preloaded": PRELOADED,
         "argv": sys.argv,
         "orig_argv": sys.orig_argv,
@@ -78,7 +79,9 @@ def main(argv):
         sys.exit(int(argv[2]))
     if mode == "interrupt":
         raise KeyboardInterrupt
-    if mode == "failonce" and os.environ["RANK"] == "1" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if mode in ("failonce", "failwhen") and os.environ["RANK"] == "1" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        while mode == "failwhen" and not os.path.exists(argv[2]):
+            time.sleep(0.01)
         sys.exit(3)
 
 

@@ -1,0 +1,314 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gorun-dev/gorun/internal/netns"
+)
+
+// recoveryRun is one job of the recovery benchmark: its agents, one
+// fault, the time to training again.
+type recoveryRun struct {
+	cfg      RecoveryConfig
+	launcher string
+	fault    fault
+	script   string
+	dir      string // receives gorun's run folders
+	n        int
+	// hosts, for a cut, runs agent i on host i.
+	hosts *netns.Hosts
+}
+
+// agentLog is what one agent's workers printed, as it comes.
+type agentLog struct {
+	mu       sync.Mutex
+	steps    [][4]float64 // time, step, world, attempt
+	pids     []int
+	imported []float64 // each worker's first statement after its imports
+}
+
+func (l *agentLog) read(r io.Reader) {
+	s := bufio.NewScanner(r)
+	for s.Scan() {
+		line := s.Text()
+		l.mu.Lock()
+		if m := stepLine.FindStringSubmatch(line); m != nil {
+			var v [4]float64
+			for i := range v {
+				v[i], _ = strconv.ParseFloat(m[i+1], 64)
+			}
+			l.steps = append(l.steps, v)
+		} else if i := strings.Index(line, "imported="); i >= 0 {
+			if t, err := strconv.ParseFloat(strings.TrimSpace(line[i+len("imported="):]), 64); err == nil {
+				l.imported = append(l.imported, t)
+			}
+		} else if i := strings.Index(line, "pid="); i >= 0 {
+			if f := strings.Fields(line[i+4:]); len(f) > 0 {
+				if pid, err := strconv.Atoi(f[0]); err == nil {
+					l.pids = append(l.pids, pid)
+				}
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// first is the time of the first step after `after` that ok accepts.
+func (l *agentLog) first(after float64, ok func(v [4]float64) bool) (float64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, v := range l.steps {
+		if v[0] > after && ok(v) {
+			return v[0], true
+		}
+	}
+	return 0, false
+}
+
+// trained says whether the agent's workers trained 10 steps in a world
+// of 3.
+func (l *agentLog) trained() bool {
+	_, ok := l.first(0, func(v [4]float64) bool { return v[1] >= 10 && v[2] == 3 })
+	return ok
+}
+
+// argv is the launcher's command line for agent a (its --local-addr and
+// --log-dir), with the store at ep.
+func (r *recoveryRun) argv(a int, ep, id string) []string {
+	if r.launcher == torchrunName {
+		return []string{r.cfg.Python, "-c", torchrunMain, "--nnodes=2:3", "--nproc_per_node=1", "--max_restarts=3", "--rdzv_backend=c10d",
+			"--rdzv_endpoint=" + ep, "--rdzv_id=" + id, "--monitor_interval=0.1", r.script}
+	}
+	argv := []string{r.cfg.Gorun, "--log-dir=" + r.logDir(a), "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=3",
+		"--rdzv-backend=c10d", "--rdzv-endpoint=" + ep, "--rdzv-id=" + id}
+	if r.hosts != nil {
+		argv = append(argv, "--local-addr="+r.hosts.Addr(a))
+	}
+	if r.launcher == gorunWarm {
+		argv = append(argv, "--warm-start", "--warm-imports=torch,torch.distributed")
+	}
+	return append(argv, r.script)
+}
+
+// logDir is gorun agent a's --log-dir.
+func (r *recoveryRun) logDir(a int) string {
+	return filepath.Join(r.dir, fmt.Sprintf("%s-%d-%d-agent%d", r.fault.name, len(r.launcher), r.n, a))
+}
+
+// measure runs the job, waits for 10 steps in a world of 3, makes the
+// fault on an agent that does not host the store (and is no spare), and
+// returns the time to training again and, for gorun, each restarted
+// worker's start-up (its round's close to its first statement after its
+// imports).
+func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Duration, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	host := "127.0.0.1"
+	if r.hosts != nil {
+		host = r.hosts.Addr(0)
+	}
+	ep, id := net.JoinHostPort(host, strconv.Itoa(port)), fmt.Sprintf("recovery-%d-%d-%s", os.Getpid(), r.n, r.fault.name)
+	n := r.fault.agents
+	logs, cmds := make([]*agentLog, n), make([]*exec.Cmd, n)
+	var readers sync.WaitGroup
+	victim := -1
+	defer func() {
+		if r.hosts != nil && victim >= 0 {
+			_ = r.hosts.Heal(victim)
+		}
+		for _, c := range cmds {
+			if c != nil && c.Process != nil {
+				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			}
+		}
+		readers.Wait()
+		for _, c := range cmds {
+			if c != nil {
+				_ = c.Wait()
+			}
+		}
+	}()
+	for a := range cmds {
+		argv := r.argv(a, ep, id)
+		var c *exec.Cmd
+		env := append(os.Environ(), "PATH="+filepath.Dir(r.cfg.Python)+":"+os.Getenv("PATH"))
+		if r.hosts != nil {
+			// Gloo takes the address of the host's name, which every
+			// namespace shares: its own interface instead.
+			c, env = r.hosts.Command(ctx, a, argv...), append(env, "GLOO_SOCKET_IFNAME=eth0")
+		} else {
+			c = exec.CommandContext(ctx, argv[0], argv[1:]...)
+		}
+		c.Env = env
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := c.StdoutPipe()
+		if err != nil {
+			return 0, nil, err
+		}
+		c.Stderr = io.Discard
+		if err := c.Start(); err != nil {
+			return 0, nil, err
+		}
+		cmds[a], logs[a] = c, &agentLog{}
+		readers.Go(func() { logs[a].read(out) })
+		if a == 0 {
+			// The first agent hosts the store (gorun's embedded etcd,
+			// torchrun's TCPStore) once it listens: the agent lost is
+			// another (a host's loss ends either job: its store goes).
+			if err := waitUntil(ctx, time.Minute, func() bool {
+				c, err := net.DialTimeout("tcp", ep, time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err == nil
+			}); err != nil {
+				return 0, nil, fmt.Errorf("the first agent never opened its store at %s: %w", ep, err)
+			}
+		}
+	}
+	// 3 agents train; with a spare, the fourth waits.
+	var training []int
+	if err := waitUntil(ctx, recoveryLimit, func() bool {
+		training = training[:0]
+		for a, l := range logs {
+			if l.trained() {
+				training = append(training, a)
+			}
+		}
+		return len(training) == 3
+	}); err != nil {
+		return 0, nil, fmt.Errorf("never trained in a world of 3: %w", err)
+	}
+	victim = training[2]
+	survivors := []int{training[0], training[1]}
+	for a := range logs {
+		if a != victim && !slices.Contains(training, a) {
+			survivors = append(survivors, a) // the spare
+		}
+	}
+	t0 := float64(time.Now().UnixNano()) / 1e9
+	newWorld := func(v [4]float64) bool { return v[2] == 2 }
+	switch r.fault.name {
+	case "node-kill":
+		_ = syscall.Kill(-cmds[victim].Process.Pid, syscall.SIGKILL)
+	case "node-cut":
+		if err := r.hosts.Cut(victim); err != nil {
+			return 0, nil, err
+		}
+	case "worker-kill", "node-kill-spare":
+		if r.fault.name == "worker-kill" {
+			logs[victim].mu.Lock()
+			pids := logs[victim].pids
+			logs[victim].mu.Unlock()
+			if len(pids) == 0 {
+				return 0, nil, fmt.Errorf("agent %d's worker never said its pid", victim)
+			}
+			_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
+			survivors = append(survivors, victim)
+		} else {
+			_ = syscall.Kill(-cmds[victim].Process.Pid, syscall.SIGKILL)
+		}
+		// A new worker: its steps count from 0 again (torchrun restarts
+		// the others' workers without counting a restart for them, so
+		// the attempt number does not tell).
+		newWorld = func(v [4]float64) bool { return v[1] < 10 }
+	}
+	var last float64
+	err = waitUntil(ctx, recoveryLimit, func() bool {
+		last = 0
+		for _, a := range survivors {
+			t, ok := logs[a].first(t0, newWorld)
+			if !ok {
+				return false
+			}
+			last = max(last, t)
+		}
+		return true
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("never trained again: %w", err)
+	}
+	var startups []time.Duration
+	for _, a := range survivors {
+		if r.launcher == torchrunName {
+			break
+		}
+		spawn, err := spawnAfter(r.logDir(a), t0)
+		if err != nil {
+			return 0, nil, err
+		}
+		l := logs[a]
+		l.mu.Lock()
+		for _, t := range l.imported {
+			if t > spawn {
+				startups = append(startups, time.Duration((t-spawn)*1e9))
+				break
+			}
+		}
+		l.mu.Unlock()
+	}
+	return time.Duration((last - t0) * 1e9), startups, nil
+}
+
+// spawnAfter is the time of the first spawn event after t0 in the
+// events.jsonl of the run folder under logDir.
+func spawnAfter(logDir string, t0 float64) (float64, error) {
+	files, _ := filepath.Glob(filepath.Join(logDir, "*", "events.jsonl"))
+	if len(files) != 1 {
+		return 0, fmt.Errorf("%s: %d run folders with events.jsonl, want 1", logDir, len(files))
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		var e struct {
+			Time  time.Time `json:"time"`
+			Event string    `json:"event"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil || e.Event != "spawn" {
+			continue
+		}
+		if t := float64(e.Time.UnixNano()) / 1e9; t > t0 {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: no spawn after the fault", files[0])
+}
+
+// waitUntil polls cond every 20 ms until it holds, limit passes or ctx
+// ends.
+func waitUntil(ctx context.Context, limit time.Duration, cond func() bool) error {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return fmt.Errorf("not within %v", limit)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
