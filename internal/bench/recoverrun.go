@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/netns"
+	gorunlauncher "github.com/gorun-dev/gorun/launcher"
 )
 
 // recoveryRun is one job of the recovery benchmark: its agents, one
@@ -113,11 +114,12 @@ func (r *recoveryRun) logDir(a int) string {
 // fault on an agent that does not host the store (and is no spare), and
 // returns the time to training again and, for gorun, each restarted
 // worker's start-up (its round's close to its first statement after its
-// imports).
-func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Duration, error) {
+// imports) and what the goodput report of the first survivor counts as
+// lost to the fault.
+func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Duration, time.Duration, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
@@ -161,11 +163,11 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		out, err := c.StdoutPipe()
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, 0, err
 		}
 		c.Stderr = io.Discard
 		if err := c.Start(); err != nil {
-			return 0, nil, err
+			return 0, nil, 0, err
 		}
 		cmds[a], logs[a] = c, &agentLog{}
 		readers.Go(func() { logs[a].read(out) })
@@ -180,7 +182,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 				}
 				return err == nil
 			}); err != nil {
-				return 0, nil, fmt.Errorf("the first agent never opened its store at %s: %w", ep, err)
+				return 0, nil, 0, fmt.Errorf("the first agent never opened its store at %s: %w", ep, err)
 			}
 		}
 	}
@@ -195,7 +197,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		}
 		return len(training) == 3
 	}); err != nil {
-		return 0, nil, fmt.Errorf("never trained in a world of 3: %w", err)
+		return 0, nil, 0, fmt.Errorf("never trained in a world of 3: %w", err)
 	}
 	victim = training[2]
 	survivors := []int{training[0], training[1]}
@@ -211,7 +213,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		_ = syscall.Kill(-cmds[victim].Process.Pid, syscall.SIGKILL)
 	case "node-cut":
 		if err := r.hosts.Cut(victim); err != nil {
-			return 0, nil, err
+			return 0, nil, 0, err
 		}
 	case "worker-kill", "node-kill-spare":
 		if r.fault.name == "worker-kill" {
@@ -219,7 +221,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 			pids := logs[victim].pids
 			logs[victim].mu.Unlock()
 			if len(pids) == 0 {
-				return 0, nil, fmt.Errorf("agent %d's worker never said its pid", victim)
+				return 0, nil, 0, fmt.Errorf("agent %d's worker never said its pid", victim)
 			}
 			_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
 			survivors = append(survivors, victim)
@@ -244,7 +246,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		return true
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("never trained again: %w", err)
+		return 0, nil, 0, fmt.Errorf("never trained again: %w", err)
 	}
 	var startups []time.Duration
 	for _, a := range survivors {
@@ -253,7 +255,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		}
 		spawn, err := spawnAfter(r.logDir(a), t0)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, 0, err
 		}
 		l := logs[a]
 		l.mu.Lock()
@@ -265,7 +267,41 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		}
 		l.mu.Unlock()
 	}
-	return time.Duration((last - t0) * 1e9), startups, nil
+	var lost time.Duration
+	if r.launcher != torchrunName {
+		if lost, err = goodputLost(r.logDir(survivors[0]), t0); err != nil {
+			return 0, nil, 0, err
+		}
+	}
+	return time.Duration((last - t0) * 1e9), startups, lost, nil
+}
+
+// goodputLost is what the goodput report of the run under logDir counts
+// as lost to the failure of the attempt that ended after t0.
+func goodputLost(logDir string, t0 float64) (time.Duration, error) {
+	files, _ := filepath.Glob(filepath.Join(logDir, "*", "events.jsonl"))
+	if len(files) != 1 {
+		return 0, fmt.Errorf("%s: %d run folders with events.jsonl, want 1", logDir, len(files))
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	events, err := gorunlauncher.ReadEvents(f)
+	if err != nil {
+		return 0, err
+	}
+	rep, err := gorunlauncher.ComputeReport(events, time.Now(), nil)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", files[0], err)
+	}
+	for _, fl := range rep.Failures {
+		if float64(fl.To.UnixNano())/1e9 > t0 {
+			return time.Duration(fl.LostSeconds * 1e9), nil
+		}
+	}
+	return 0, fmt.Errorf("%s: the goodput report has no failure after the fault", files[0])
 }
 
 // spawnAfter is the time of the first spawn event after t0 in the

@@ -38,6 +38,10 @@ type RecoveryResult struct {
 	Torchrun string                      `json:"torchrun"`
 	Recovery map[string]map[string]Stats `json:"recovery"`
 	Startup  map[string]Stats            `json:"startup"`
+	// Lost is what gorun's own goodput report (events.jsonl) counts as
+	// lost to the fault on a survivor, by fault then launcher: from the
+	// failed attempt's last reported step to the next spawn.
+	Lost map[string]map[string]Stats `json:"goodput_lost"`
 	// NotMeasured says why a fault was not measured (the network cut
 	// where namespaces cannot be made).
 	NotMeasured map[string]string `json:"not_measured,omitempty"`
@@ -79,11 +83,18 @@ print(f"imported={time.time():.6f}", flush=True)
 dist.init_process_group("gloo")
 w, r, a = dist.get_world_size(), dist.get_rank(), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 print(f"pid={os.getpid()} rank={r}", flush=True)
+progress, first = os.environ.get("GORUN_PROGRESS_FILE"), None
 t = torch.ones(1000)
 step = 0
 while True:
     dist.all_reduce(t)
     print(f"t={time.time():.6f} step={step} world={w} attempt={a} rank={r}", flush=True)
+    if progress:  # gorun's goodput report
+        now = time.time_ns()
+        first = first or (step, now)
+        with open(progress + ".tmp", "w") as f:
+            f.write(f"step={step} time={now} first_step={first[0]} first_time={first[1]}\n")
+        os.replace(progress + ".tmp", progress)
     step += 1
     time.sleep(0.1)
 `
@@ -97,7 +108,7 @@ var stepLine = regexp.MustCompile(`t=([0-9.]+) step=(\d+) world=(\d+) attempt=(\
 // run.
 func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error) {
 	res := RecoveryResult{Machine: Describe(ctx, cfg.Python), Torchrun: "not measured (--skip-torchrun)",
-		Recovery: map[string]map[string]Stats{}, Startup: map[string]Stats{}, NotMeasured: map[string]string{}, Failed: map[string]int{}}
+		Recovery: map[string]map[string]Stats{}, Startup: map[string]Stats{}, Lost: map[string]map[string]Stats{}, NotMeasured: map[string]string{}, Failed: map[string]int{}}
 	dir, err := os.MkdirTemp("", "gorun-bench-recovery-")
 	if err != nil {
 		return res, err
@@ -143,7 +154,7 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 				if f.cut {
 					run.hosts = hosts
 				}
-				d, startups, err := run.measure(ctx)
+				d, startups, lost, err := run.measure(ctx)
 				key := f.name + " " + l
 				if err != nil {
 					res.Failed[key]++
@@ -152,15 +163,21 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 				}
 				add(key, d)
 				add("startup "+l, startups...)
+				if lost > 0 {
+					add("lost "+key, lost)
+				}
 				fmt.Fprintf(cfg.Progress, "bench recovery: %s, %s, run %d: %s\n", f.name, l, i+1, ms(d))
 			}
 		}
 	}
 	for _, f := range recoveryFaults {
-		res.Recovery[f.name] = map[string]Stats{}
+		res.Recovery[f.name], res.Lost[f.name] = map[string]Stats{}, map[string]Stats{}
 		for _, l := range launchers {
 			if s := samples[f.name+" "+l]; s != nil {
 				res.Recovery[f.name][l] = s.Stats()
+			}
+			if s := samples["lost "+f.name+" "+l]; s != nil {
+				res.Lost[f.name][l] = s.Stats()
 			}
 		}
 	}
@@ -190,6 +207,11 @@ func (r RecoveryResult) Markdown(when time.Time, runs int) string {
 	}
 	fmt.Fprintf(&b, "| a round's close (the agent's spawn event) -> each restarted worker's first statement after `import torch`, every fault | n/a | %s | %s | | %s |\n",
 		millis(r.Startup[gorunName]), millis(r.Startup[gorunWarm]), ratio(r.Startup[gorunName], r.Startup[gorunWarm]))
+	b.WriteString("\ngorun's own goodput report (`gorun report`, a survivor's events.jsonl) for the same runs: time lost to the fault, from the failed attempt's last reported step to the next spawn (the workers' start-up, above, comes after it):\n\n")
+	b.WriteString("| fault | gorun | gorun --warm-start |\n|---|---|---|\n")
+	for _, f := range recoveryFaults {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", f.name, secs(r.Lost[f.name][gorunName]), secs(r.Lost[f.name][gorunWarm]))
+	}
 	if len(r.Failed) > 0 {
 		fmt.Fprintf(&b, "\nRuns that never trained again within %v: %v.\n", recoveryLimit, r.Failed)
 	}
