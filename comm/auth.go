@@ -10,13 +10,15 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // JobSecretEnv names the job's secret, which gorun gives every worker:
 // 64 hexadecimal digits (32 random bytes), the same on every rank. The
 // worker store and the CPU backend's mesh admit only connections that
 // prove they know it (docs/comm.md); it never crosses the wire.
-const JobSecretEnv = "GORUN_JOB_SECRET"
+const JobSecretEnv = workerenv.JobSecret
 
 // SecretLen is the length of a job secret in bytes.
 const SecretLen = 32

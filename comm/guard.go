@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/watchdog"
 )
 
@@ -23,7 +24,7 @@ const (
 	TimeoutEnv = "GORUN_COLLECTIVE_TIMEOUT"
 	// DumpDirEnv is where the flight recorder is dumped; gorun sets it
 	// under --log-dir.
-	DumpDirEnv = "GORUN_FR_DUMP_DIR"
+	DumpDirEnv = workerenv.FlightRecorderDir
 	// HeartbeatTimeoutEnv (seconds; PyTorch's
 	// TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC is read too) bounds how long the
 	// watchdog may make no progress before the process is ended.

@@ -4,11 +4,13 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // HeartbeatEnv names the file that gorun --hang-timeout watches besides a
 // worker's output (launcher.EnvHeartbeatFile).
-const HeartbeatEnv = "GORUN_HEARTBEAT_FILE"
+const HeartbeatEnv = workerenv.HeartbeatFile
 
 // Heartbeat tells gorun that this worker makes progress, for workers that
 // may stay silent longer than --hang-timeout: it touches the file named by

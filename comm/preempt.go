@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // The variables of gorun's coordinated preemption, set for every worker.
@@ -22,20 +24,20 @@ const (
 	// StopFileEnv names a file, one per node, that does not exist at
 	// start: gorun creates it when the job is asked to stop (SIGTERM to
 	// any agent, Slurm's USR1, gorun stop RUN_ID).
-	StopFileEnv = "GORUN_STOP_FILE"
+	StopFileEnv = workerenv.StopFile
 	// StopSignalEnv names the signal, without "SIG" (TERM, USR1, ...),
 	// that gorun also sends every worker then; empty or unset: none, only
 	// the file appears.
-	StopSignalEnv = "GORUN_STOP_SIGNAL"
+	StopSignalEnv = workerenv.StopSignal
 	// ProgressFileEnv names a file, one per worker, where the worker
 	// reports its last step (ProgressReporter).
-	ProgressFileEnv = "GORUN_PROGRESS_FILE"
+	ProgressFileEnv = workerenv.ProgressFile
 	// IgnoredSignalsEnv lists, comma-separated without "SIG", the signals
 	// gorun starts the workers with ignored: a scheduler's stop requests
 	// (Slurm's USR1), which gorun handles and passes on as StopFileEnv's
 	// file. Go installs its own handlers at start and cannot see the
 	// inherited SIG_IGN: the package reads this instead.
-	IgnoredSignalsEnv = "GORUN_IGNORED_SIGNALS"
+	IgnoredSignalsEnv = workerenv.IgnoredSignals
 )
 
 // launcherIgnores says whether gorun started this worker with sig

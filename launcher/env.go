@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -47,7 +48,7 @@ func lookupEnv(environ []string, name string) (string, bool) {
 // GORUN_JOB_SECRET, derived from the token for them alone).
 func isLauncherSecret(name string) bool {
 	switch name {
-	case "GORUN_RDZV_TOKEN", "GORUN_RDZV_TOKEN_FILE", "GORUN_RDZV_PASSWORD", "GORUN_STORE_PASSWORD":
+	case "GORUN_RDZV_TOKEN", "GORUN_RDZV_TOKEN_FILE", "GORUN_RDZV_PASSWORD", workerenv.StorePassword:
 		return true
 	}
 	return false
@@ -195,10 +196,10 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 	}
 	if len(round.StoreEndpoints) > 0 {
 		vars = append(vars,
-			EnvVar{"GORUN_STORE_ENDPOINTS", strings.Join(round.StoreEndpoints, ",")},
-			EnvVar{"GORUN_STORE_PREFIX", round.StorePrefix})
+			EnvVar{workerenv.StoreEndpoints, strings.Join(round.StoreEndpoints, ",")},
+			EnvVar{workerenv.StorePrefix, round.StorePrefix})
 		if round.StoreUser != "" {
-			vars = append(vars, EnvVar{"GORUN_STORE_USER", round.StoreUser}, EnvVar{"GORUN_STORE_PASSWORD", round.StorePassword})
+			vars = append(vars, EnvVar{workerenv.StoreUser, round.StoreUser}, EnvVar{workerenv.StorePassword, round.StorePassword})
 		}
 	}
 	return vars

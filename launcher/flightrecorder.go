@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/watchdog"
 )
@@ -14,7 +15,7 @@ import (
 // EnvFlightRecorderDir tells workers where to dump their flight recorders
 // (comm's watchdog reads it); gorun sets it per attempt unless the user
 // did.
-const EnvFlightRecorderDir = "GORUN_FR_DUMP_DIR"
+const EnvFlightRecorderDir = workerenv.FlightRecorderDir
 
 // HangReporter is a rendezvous that gathers the nodes' flight-recorder
 // reports on a failed round (the etcd backends), for one job-wide

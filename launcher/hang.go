@@ -11,12 +11,14 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // EnvHeartbeatFile names the file a worker may touch to show progress
 // when gorun runs with --hang-timeout (comm.Heartbeat, or
 // examples/pytorch/gorun_heartbeat.py).
-const EnvHeartbeatFile = "GORUN_HEARTBEAT_FILE"
+const EnvHeartbeatFile = workerenv.HeartbeatFile
 
 // evidenceGrace is how long a hung worker has to print its evidence and
 // exit after the evidence signal, before SIGKILL.

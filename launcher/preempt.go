@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -34,16 +35,16 @@ const (
 	// left for the stop that follows a grace that ran out.
 	DefaultPreemptGrace = 25 * time.Second
 	// EnvStopFile names the file that appears on a stop request.
-	EnvStopFile = "GORUN_STOP_FILE"
+	EnvStopFile = workerenv.StopFile
 	// EnvStopSignal names the signal the workers get on a stop request
 	// (TERM, USR1, ...); unset when none is sent.
-	EnvStopSignal = "GORUN_STOP_SIGNAL"
+	EnvStopSignal = workerenv.StopSignal
 	// EnvIgnoredSignals lists, comma-separated without "SIG", the signals
 	// the workers start with ignored (workerIgnoredSignals): a scheduler's
 	// stop requests, which gorun handles. A runtime that installs its own
 	// handlers at start (Go's) cannot see the inherited SIG_IGN, and
 	// reads this instead; unset when there are none.
-	EnvIgnoredSignals = "GORUN_IGNORED_SIGNALS"
+	EnvIgnoredSignals = workerenv.IgnoredSignals
 	// stopFileName is the stop file's name in the run's folder;
 	// plainStopSuffix makes the plain-stop mark's (stopFiles).
 	stopFileName    = "stop"

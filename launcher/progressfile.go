@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // EnvProgressFile names a worker's progress file,
@@ -21,7 +23,7 @@ import (
 //
 // time is when this step was reported, first_* the first step this
 // process reported. Readers ignore other key=value fields.
-const EnvProgressFile = "GORUN_PROGRESS_FILE"
+const EnvProgressFile = workerenv.ProgressFile
 
 // ProgressFile is the name of a worker's progress file in its folder.
 const ProgressFile = "progress"

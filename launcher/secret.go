@@ -5,17 +5,19 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // Names of the variables that carry the job secret.
 const (
 	// EnvJobSecret gives every worker the job's secret, with which the
 	// worker store and the mesh authenticate their peers.
-	EnvJobSecret = "GORUN_JOB_SECRET"
+	EnvJobSecret = workerenv.JobSecret
 	// EnvStorePassword gives the --standalone local store the password of
 	// its one user, rendezvous.EtcdUser: the job's secret, which the
 	// workers get as GORUN_STORE_PASSWORD to log in.
-	EnvStorePassword = "GORUN_STORE_PASSWORD"
+	EnvStorePassword = workerenv.StorePassword
 	// SecretPlaceholder stands for the secret wherever it is shown: a
 	// dry run's environment, a formatted Secret.
 	SecretPlaceholder = "<secret>"

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
@@ -92,7 +93,7 @@ var secretEnv = map[string]string{
 // --standalone store).
 const (
 	tokenEnv    = "GORUN_RDZV_TOKEN"
-	passwordEnv = "GORUN_STORE_PASSWORD"
+	passwordEnv = workerenv.StorePassword
 )
 
 func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
