@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -403,7 +404,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	cfg.Log.Warnf("worker group failed; restart %d of %d", attemptN+1, cfg.MaxRestarts)
 	if d := a.policy.Delay(attemptN); d > 0 {
 		cfg.Log.Infof("waiting %v before restarting (--restart-backoff)", d)
-		sig, err := a.interruptible(ctx, true, func(ctx context.Context) error { return sleep(ctx, d) })
+		sig, err := a.interruptible(ctx, true, func(ctx context.Context) error { return ctxtime.Sleep(ctx, d) })
 		if sig != 0 {
 			res.ExitCode, res.Signal = 128+int(sig), sig
 			return res, false, nil
@@ -490,16 +491,4 @@ func (a *Agent) interruptible(ctx context.Context, preemptible bool, fn func(con
 		return 0, errPreemptedIdle
 	}
 	return 0, err
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun-dev/gorun/internal/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -361,7 +362,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 			r.cfg.Log.Warnf("rendezvous: etcd at %s: %v; retrying for up to %v more", strings.Join(r.cli.Endpoints(), ","), err, (r.cfg.UnreachableTimeout - now.Sub(unreachable)).Round(time.Second))
 			lastWarn = now
 		}
-		if err := sleep(jctx, delay); err != nil {
+		if err := ctxtime.Sleep(jctx, delay); err != nil {
 			return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 		}
 		delay = min(2*delay, 5*time.Second)
@@ -485,17 +486,6 @@ var (
 	errRetry = errors.New("rendezvous: retry")
 	errEtcd  = errors.New("etcd unreachable")
 )
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 func atoi(b []byte) int {
 	n, err := strconv.Atoi(string(b))

@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun-dev/gorun/internal/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -84,7 +85,7 @@ func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *guard, re
 		if resp.Succeeded {
 			return nil
 		}
-		if err := sleep(ctx, rewatchDelay); err != nil {
+		if err := ctxtime.Sleep(ctx, rewatchDelay); err != nil {
 			return fmt.Errorf("rendezvous: record the stop request: someone else keeps writing %s: %w", key, err)
 		}
 	}
@@ -106,7 +107,7 @@ func (r *Rendezvous) WatchStop(ctx context.Context) <-chan rendezvous.StopReques
 				return
 			}
 			r.cfg.Log.Debugf("rendezvous %s: watch for a stop request: %v; watching again", r.cfg.Shape.RunID, err)
-			if sleep(ctx, delay) != nil {
+			if ctxtime.Sleep(ctx, delay) != nil {
 				return
 			}
 			delay = min(2*delay, 5*time.Second)

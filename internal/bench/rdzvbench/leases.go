@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/gorun-dev/gorun/internal/ctxtime"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -119,7 +120,7 @@ func RunLeases(ctx context.Context, binary string, nodes int, ttl, window time.D
 		})
 	}
 	// The keep-alives settle into their rhythm, then the window.
-	if err := sleep(ctx, ttl); err != nil {
+	if err := ctxtime.Sleep(ctx, ttl); err != nil {
 		return LeaseResult{}, err
 	}
 	before, err := cpuTime(store.Process.Pid)
@@ -127,7 +128,7 @@ func RunLeases(ctx context.Context, binary string, nodes int, ttl, window time.D
 		return LeaseResult{}, err
 	}
 	start := time.Now()
-	if err := sleep(ctx, window); err != nil {
+	if err := ctxtime.Sleep(ctx, window); err != nil {
 		return LeaseResult{}, err
 	}
 	after, err := cpuTime(store.Process.Pid)
@@ -199,16 +200,4 @@ func cpuTime(pid int) (time.Duration, error) {
 	}
 	// Linux counts in USER_HZ, 100 a second on every architecture it runs.
 	return time.Duration(u+st) * 10 * time.Millisecond, nil
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
