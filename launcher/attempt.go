@@ -167,9 +167,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 // can help, unlike a program that cannot be started.
 func (att *attempt) handOver(warm *warmPool, s *spare, spec WorkerSpec) <-chan error {
 	started := make(chan error, 1)
-	if err := warm.activate(s, spec); err != nil {
-		att.cfg.Log.Warnf("--warm-start: %v", err)
-	}
+	warm.activate(s, spec)
 	started <- nil
 	go func() { att.exited <- <-s.exited }() // ends when the worker does
 	att.cfg.Log.Debugf("local rank %d: warm start in pid %d", spec.LocalRank, s.proc.pid)

@@ -47,9 +47,9 @@ var warmStartProgram string
 // --warm-imports names others.
 const DefaultWarmImport = "torch"
 
-// maxWarmLine bounds a line of a spare's control socket (its "ready"
-// line lists the variables its imports read).
-const maxWarmLine = 1 << 20
+// maxWarmLine bounds a line of a spare's control socket (the spare
+// sends lines of at most 4,000 bytes).
+const maxWarmLine = 64 << 10
 
 // isModuleName says whether s is a dotted Python module name.
 func isModuleName(s string) bool {
@@ -77,10 +77,11 @@ type warmPool struct {
 	group  *jobGroup
 	env    []string // every spare's environment, less its local rank's
 	spares map[int]*spare
-	// listeners are the goroutines that read the spares' sockets.
-	listeners sync.WaitGroup
-	mu        sync.Mutex
-	off       string // why warm start was turned off ("" while it is on)
+	// talkers are the goroutines that read the spares' sockets and write
+	// the workers' command lines to them.
+	talkers sync.WaitGroup
+	mu      sync.Mutex
+	off     string // why warm start was turned off ("" while it is on)
 }
 
 // spare is one warm interpreter, not yet a worker (or one that was just
@@ -186,6 +187,14 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
+	// gorun's end is non-blocking, so that its reads and writes wait in
+	// Go's poller and its Close ends them (a spare that never reads must
+	// not hold a goroutine); the spare's end stays blocking.
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "warm-control"), os.NewFile(uintptr(fds[1]), "warm-control")
 	defer theirs.Close()
 	s := &spare{localRank: lr, ctl: ours, exited: make(chan *process, 1), heard: make(chan struct{})}
@@ -212,7 +221,7 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 	if p.cgroupErr != nil {
 		wp.group.noCgroup(p.cgroupErr)
 	}
-	wp.listeners.Add(1)
+	wp.talkers.Add(1)
 	go wp.listen(s) // ends when the interpreter closes its end or exits
 	return s, nil
 }
@@ -222,7 +231,7 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 // then, once handed its worker, "warm", or "cold" and why it execs the
 // worker's command line instead.
 func (wp *warmPool) listen(s *spare) {
-	defer wp.listeners.Done()
+	defer wp.talkers.Done()
 	defer close(s.heard)
 	defer s.ctl.Close()
 	sc := bufio.NewScanner(s.ctl)
@@ -232,9 +241,7 @@ func (wp *warmPool) listen(s *spare) {
 		var why string
 		switch word {
 		case "ready":
-			var reads map[string]any
-			_ = json.Unmarshal([]byte(rest), &reads)
-			wp.cfg.Log.Debugf("--warm-start: local rank %d's interpreter (pid %d) is ready; its imports read %d variables", s.localRank, s.proc.pid, len(reads))
+			wp.cfg.Log.Debugf("--warm-start: local rank %d's interpreter (pid %d) is ready; its imports read %s environment variables", s.localRank, s.proc.pid, rest)
 		case "warm":
 			wp.cfg.Log.Debugf("--warm-start: local rank %d runs in its warm interpreter (pid %d)", s.localRank, s.proc.pid)
 		case "failed", "cold":
@@ -276,7 +283,11 @@ func (wp *warmPool) take(spec WorkerSpec) *spare {
 // activate makes s the worker of spec: it sends the worker's command
 // line and environment, and the interpreter runs the script (or, where
 // its imports cannot be trusted with this round, execs the command line).
-func (wp *warmPool) activate(s *spare, spec WorkerSpec) error {
+// The message is written in the background: a spare still importing
+// reads it once its imports are done (a large environment does not fit
+// in the socket's buffer), and one that dies or is killed never does
+// (the socket's close ends the write).
+func (wp *warmPool) activate(s *spare, spec WorkerSpec) {
 	var b strings.Builder
 	field := func(v string) { b.WriteString(v); b.WriteByte(0) }
 	field(strconv.Itoa(len(spec.Argv)))
@@ -286,12 +297,15 @@ func (wp *warmPool) activate(s *spare, spec WorkerSpec) error {
 	for _, kv := range spec.Env {
 		field(kv)
 	}
-	_, err := io.WriteString(s.ctl, "go "+strconv.Itoa(b.Len())+"\n"+b.String())
 	wp.group.unkeep(s.proc.pid)
-	if err != nil {
-		return fmt.Errorf("hand local rank %d to its warm interpreter (pid %d): %w", spec.LocalRank, s.proc.pid, err)
-	}
-	return nil
+	msg := "go " + strconv.Itoa(b.Len()) + "\n" + b.String()
+	wp.talkers.Add(1)
+	go func() { // ends once written, or when the socket closes
+		defer wp.talkers.Done()
+		if _, err := io.WriteString(s.ctl, msg); err != nil && !s.proc.exited() {
+			wp.cfg.Log.Warnf("--warm-start: hand local rank %d to its warm interpreter (pid %d): %v", spec.LocalRank, s.proc.pid, err)
+		}
+	}()
 }
 
 // discard kills a spare and waits until it is gone.
@@ -322,14 +336,15 @@ func (wp *warmPool) discardAll() {
 	}
 }
 
-// close discards the spares and waits for the listeners of the ones that
-// became workers (every worker has exited when the agent closes it).
+// close discards the spares and waits for the talkers of the ones that
+// became workers (every worker has exited when the agent closes it, and
+// its socket has closed).
 func (wp *warmPool) close() {
 	if wp == nil {
 		return
 	}
 	wp.discardAll()
-	wp.listeners.Wait()
+	wp.talkers.Wait()
 }
 
 func closeAll(files []*os.File) {

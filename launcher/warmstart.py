@@ -2,9 +2,9 @@
 # docs/launcher.md). gorun starts it as `PYTHON -u -c THIS MODE TARGET
 # IMPORTS ARGS...` with the worker's environment less the variables
 # that change from round to round, and file descriptor 3 a socket to
-# gorun. It imports IMPORTS (comma-separated), tells gorun which
-# environment variables those imports looked up ("ready" and a JSON
-# object; "failed" and why when an import failed), and waits. On "go" it
+# gorun. It imports IMPORTS (comma-separated), tells gorun it is ready
+# ("ready" and how many environment variables those imports looked up;
+# "failed" and why when an import failed), and waits. On "go" it
 # takes the worker's command line and environment and, unless an import
 # failed or read a variable that the round gives another value ("cold"
 # and why: it then execs the command line, a cold start in this process),
@@ -27,7 +27,8 @@ def _gorun_warm():
         sys.path[0] = os.getcwd()
 
     def send(line):
-        data = line.encode() + b"\n"
+        # One short line: gorun reads each with a bound.
+        data = line.encode(errors="replace")[:4000] + b"\n"
         while data:
             data = data[os.write(ctl, data):]
 
@@ -68,9 +69,9 @@ def _gorun_warm():
     finally:
         environ_class.__getitem__ = get_item
     if failed:
-        send("failed " + json.dumps(failed))
+        send("failed " + json.dumps(failed[:2000]))
     else:
-        send("ready " + json.dumps(reads))
+        send("ready %d" % len(reads))
 
     # "go N\n" and N bytes: NUL-terminated fields, the count of argv's
     # items, argv (the worker's own command line), then NAME=VALUE items.
@@ -108,7 +109,7 @@ def _gorun_warm():
                     who, name, show(value), show(now))
                 break
     if failed:
-        send("cold " + json.dumps(failed))
+        send("cold " + json.dumps(failed[:2000]))
         os.close(ctl)
         import signal
 

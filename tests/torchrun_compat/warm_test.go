@@ -2,6 +2,7 @@ package torchrun_compat
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -171,6 +172,60 @@ func TestWarmRestart(t *testing.T) {
 			}
 		}
 	})
+	// A spare still importing when its round starts gets the worker's
+	// command line and environment (300 KB here, more than the socket
+	// holds) once its imports are done; meanwhile gorun stops on SIGTERM
+	// as for any worker (it used to wait in the write).
+	for _, tc := range []struct {
+		name string
+		stop bool
+	}{{"a slow import and a large environment", false}, {"SIGTERM during a slow import", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir, tmp := t.TempDir(), shortTempDir(t)
+			gate := filepath.Join(dir, "gate")
+			// 10 variables of 30 KiB: one string may not pass 128 KiB.
+			env := []string{"SLOW_IMPORT_GATE=" + gate}
+			for i := range 10 {
+				env = append(env, fmt.Sprintf("LARGE%d=%s", i, strings.Repeat("x", 30<<10)))
+			}
+			r := gorun.start(t, job{args: []string{"--nproc-per-node=2", "--warm-start", "--warm-imports=slowimport"}, tmp: tmp,
+				env: env, script: []string{script("introspect.py"), "ok", dir}})
+			proctest.WaitFor(t, "the spares to start", launchTimeout, func() bool { return len(jobProcesses(tmp)) >= 3 })
+			if tc.stop {
+				if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				o := r.wait(t)
+				if o.code != 143 {
+					t.Errorf("exit %d after SIGTERM; want 143\n%s", o.code, o)
+				}
+				proctest.WaitFor(t, "every process of the job to end", 30*time.Second, func() bool { return len(jobProcesses(tmp)) == 0 })
+				return
+			}
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if o := r.wait(t); o.code != 0 {
+				t.Fatalf("exit %d\n%s", o.code, o)
+			}
+			recs := records(t, dir)
+			if len(recs) != 2 {
+				t.Fatalf("records %v; want ranks 0 and 1", recs)
+			}
+			for name, rec := range recs {
+				if !reflect.DeepEqual(rec["preloaded"], []any{"slowimport"}) {
+					t.Errorf("%s: modules imported before the script: %v; want slowimport (a warm start)", name, rec["preloaded"])
+				}
+				env := rec["environ"].(map[string]any)
+				for i := range 10 {
+					if v, _ := env[fmt.Sprintf("LARGE%d", i)].(string); len(v) != 30<<10 {
+						t.Errorf("%s: LARGE%d has %d bytes, want %d", name, i, len(v), 30<<10)
+					}
+				}
+			}
+		})
+	}
 	t.Run("torch's @record", func(t *testing.T) {
 		t.Parallel()
 		needTorch(t)
