@@ -227,9 +227,11 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 }
 
 // listen reads what the spare says on its control socket until it closes
-// it: "ready" and the variables its imports read, "failed" and why,
-// then, once handed its worker, "warm", or "cold" and why it execs the
-// worker's command line instead.
+// it: "ready" and how many variables its imports read, or "failed" and
+// why; then, once handed its worker, "warm", or why it execs the worker's
+// command line instead: "cold" (warm start cannot be trusted with this
+// job: it is turned off) or "fresh" (this start only: the script is not
+// a source file that compiles, or its folder moved).
 func (wp *warmPool) listen(s *spare) {
 	defer wp.talkers.Done()
 	defer close(s.heard)
@@ -244,14 +246,20 @@ func (wp *warmPool) listen(s *spare) {
 			wp.cfg.Log.Debugf("--warm-start: local rank %d's interpreter (pid %d) is ready; its imports read %s environment variables", s.localRank, s.proc.pid, rest)
 		case "warm":
 			wp.cfg.Log.Debugf("--warm-start: local rank %d runs in its warm interpreter (pid %d)", s.localRank, s.proc.pid)
-		case "failed", "cold":
+		case "failed", "cold", "fresh":
 			if json.Unmarshal([]byte(rest), &why) != nil {
 				why = rest
 			}
-			if word == "cold" {
-				why = fmt.Sprintf("local rank %d started cold: %s", s.localRank, why)
+			switch word {
+			case "cold":
+				wp.turnOff(fmt.Sprintf("local rank %d started cold: %s", s.localRank, why))
+			case "fresh":
+				// This start only: the next spares start from what is
+				// there now.
+				wp.cfg.Log.Infof("--warm-start: local rank %d starts cold this time: %s", s.localRank, why)
+			default:
+				wp.turnOff(why)
 			}
-			wp.turnOff(why)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,13 +46,18 @@ func TestWarmStart(t *testing.T) {
 		// script is the command line, with DIR for the records' folder.
 		script []string
 		code   int
+		env    []string
 	}{
-		{"script", nil, []string{script("introspect.py"), "ok", "DIR", "an argument"}, 0},
-		{"module", []string{"-m"}, []string{"introspect", "ok", "DIR"}, 0},
-		{"run-path", []string{"--run-path"}, []string{script("introspect.py"), "ok", "DIR"}, 0},
-		{"uncaught exception", nil, []string{script("introspect.py"), "raise", "DIR"}, 1},
-		{"sys.exit(7)", nil, []string{script("introspect.py"), "exit", "DIR", "7"}, 7},
-		{"KeyboardInterrupt", nil, []string{script("introspect.py"), "interrupt", "DIR"}, 130},
+		{"script", nil, []string{script("introspect.py"), "ok", "DIR", "an argument"}, 0, nil},
+		{"module", []string{"-m"}, []string{"introspect", "ok", "DIR"}, 0, nil},
+		{"run-path", []string{"--run-path"}, []string{script("introspect.py"), "ok", "DIR"}, 0, nil},
+		{"uncaught exception", nil, []string{script("introspect.py"), "raise", "DIR"}, 1, nil},
+		{"sys.exit(7)", nil, []string{script("introspect.py"), "exit", "DIR", "7"}, 7, nil},
+		{"KeyboardInterrupt", nil, []string{script("introspect.py"), "interrupt", "DIR"}, 130, nil},
+		// The script's folder is not put on sys.path (a planted module
+		// there would run).
+		{"PYTHONSAFEPATH=1", nil, []string{script("introspect.py"), "ok", "DIR"}, 0, []string{"PYTHONSAFEPATH=1"}},
+		{"PYTHONSAFEPATH=1 -m", []string{"-m"}, []string{"introspect", "ok", "DIR"}, 0, []string{"PYTHONSAFEPATH=1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -68,7 +75,7 @@ func TestWarmStart(t *testing.T) {
 				if warm {
 					args = append(args, warmFlags...)
 				}
-				outs[warm] = gorun.launch(t, job{args: args, script: argv, home: home, tmp: tmp})
+				outs[warm] = gorun.launch(t, job{args: args, script: argv, home: home, tmp: tmp, env: tc.env})
 				if outs[warm].code != tc.code {
 					t.Fatalf("warm %v: exit %d, want %d\n%s", warm, outs[warm].code, tc.code, outs[warm])
 				}
@@ -102,6 +109,66 @@ func TestWarmStart(t *testing.T) {
 			// The workers' own lines (a traceback), as gorun prints them.
 			if cold, warm := workerLines(outs[false].stderr), workerLines(outs[true].stderr); !reflect.DeepEqual(cold, warm) {
 				t.Errorf("the workers' stderr differs:\ncold:\n%s\nwarm:\n%s", strings.Join(cold, "\n"), strings.Join(warm, "\n"))
+			}
+		})
+	}
+}
+
+// TestWarmStartPythonsOwnMessages: what is not a source file that a
+// warm interpreter can run (a syntax error, a missing file, a folder with
+// __main__.py) is started cold in its place, so that the output and the
+// exit code are Python's own; what a warm import set in the environment
+// is set in the round's too.
+func TestWarmStartPythonsOwnMessages(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		script []string
+		flags  []string
+		code   int
+	}{
+		{"a syntax error", []string{script("syntaxerror.py")}, nil, 1},
+		{"a missing script", []string{script("missing.py")}, nil, 2},
+		{"a folder with __main__.py", []string{script("appdir"), "x"}, nil, 0},
+		{"what an import set", []string{script("usesetsenv.py")}, []string{"--warm-imports=setsenv"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			home, tmp := t.TempDir(), shortTempDir(t)
+			outs := map[bool]outcome{}
+			for _, warm := range []bool{false, true} {
+				args := []string{"--nproc-per-node=2"}
+				if warm {
+					args = append(args, "--warm-start")
+					args = append(args, tc.flags...)
+					if tc.flags == nil {
+						args = append(args, "--warm-imports=xml.dom.minidom")
+					}
+				}
+				outs[warm] = gorun.launch(t, job{args: args, script: tc.script, home: home, tmp: tmp, env: []string{"UNSET_BY_IMPORT=there"}})
+				if outs[warm].code != tc.code {
+					t.Fatalf("warm %v: exit %d, want %d\n%s", warm, outs[warm].code, tc.code, outs[warm])
+				}
+			}
+			// Each distinct line, whichever rank wrote it (the first rank
+			// to fail stops the other).
+			distinct := func(out string) []string {
+				var lines []string
+				for _, l := range workerLines(out) {
+					_, l, _ = strings.Cut(l, "]:")
+					lines = append(lines, l)
+				}
+				slices.Sort(lines)
+				return slices.Compact(lines)
+			}
+			for _, stream := range []func(o outcome) string{func(o outcome) string { return o.stdout }, func(o outcome) string { return o.stderr }} {
+				cold, warm := distinct(stream(outs[false])), distinct(stream(outs[true]))
+				if !reflect.DeepEqual(cold, warm) {
+					t.Errorf("the workers' lines differ:\ncold:\n%s\nwarm:\n%s", strings.Join(cold, "\n"), strings.Join(warm, "\n"))
+				}
+			}
+			if strings.Contains(outs[true].stderr, "warm start is off") {
+				t.Errorf("warm start turned off for a script that is not a source file, or for what an import set:\n%s", outs[true])
 			}
 		})
 	}
@@ -179,26 +246,36 @@ func TestWarmRestart(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		stop bool
-	}{{"a slow import and a large environment", false}, {"SIGTERM during a slow import", true}} {
+		sig  syscall.Signal
+	}{{"a slow import and a large environment", false, 0}, {"SIGTERM during a slow import", true, syscall.SIGTERM},
+		{"SIGINT during a slow import", true, syscall.SIGINT}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir, tmp := t.TempDir(), shortTempDir(t)
 			gate := filepath.Join(dir, "gate")
 			// 10 variables of 30 KiB: one string may not pass 128 KiB.
-			env := []string{"SLOW_IMPORT_GATE=" + gate}
+			started := filepath.Join(t.TempDir(), "importing")
+			env := []string{"SLOW_IMPORT_GATE=" + gate, "SLOW_IMPORT_STARTED=" + started}
 			for i := range 10 {
 				env = append(env, fmt.Sprintf("LARGE%d=%s", i, strings.Repeat("x", 30<<10)))
 			}
 			r := gorun.start(t, job{args: []string{"--nproc-per-node=2", "--warm-start", "--warm-imports=slowimport"}, tmp: tmp,
 				env: env, script: []string{script("introspect.py"), "ok", dir}})
-			proctest.WaitFor(t, "the spares to start", launchTimeout, func() bool { return len(jobProcesses(tmp)) >= 3 })
+			proctest.WaitFor(t, "both spares to be in their import", launchTimeout, func() bool {
+				m, _ := filepath.Glob(started + ".*")
+				return len(m) == 2
+			})
 			if tc.stop {
-				if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				// The spares are handed their workers, which wait for the
+				// import: a stop ends them as it would cold workers in
+				// their imports (a KeyboardInterrupt in an import is no
+				// failed import, and the script never runs).
+				if err := r.cmd.Process.Signal(tc.sig); err != nil {
 					t.Fatal(err)
 				}
 				o := r.wait(t)
-				if o.code != 143 {
-					t.Errorf("exit %d after SIGTERM; want 143\n%s", o.code, o)
+				if o.code != 128+int(tc.sig) || strings.Contains(o.stderr, "failed") || len(records(t, dir)) != 0 {
+					t.Errorf("exit %d after %v, records %v; want %d, no failed import, no script run\n%s", o.code, tc.sig, records(t, dir), 128+int(tc.sig), o)
 				}
 				proctest.WaitFor(t, "every process of the job to end", 30*time.Second, func() bool { return len(jobProcesses(tmp)) == 0 })
 				return
@@ -250,7 +327,7 @@ func TestWarmRestart(t *testing.T) {
 		if o.code != 0 {
 			t.Fatalf("exit %d\n%s", o.code, o)
 		}
-		for _, want := range []string{"started cold: importing readsrank read RANK, unset then and", "warm start is off for this job"} {
+		for _, want := range []string{"started cold: importing readsrank read RANK, which this round sets", "warm start is off for this job"} {
 			if !strings.Contains(o.stderr, want) {
 				t.Errorf("no %q in gorun's warning\n%s", want, o)
 			}
@@ -259,6 +336,17 @@ func TestWarmRestart(t *testing.T) {
 			if pre := rec["preloaded"]; !reflect.DeepEqual(pre, []any{}) {
 				t.Errorf("%s: modules imported before the script: %v; want none (a cold start)", name, pre)
 			}
+		}
+	})
+	t.Run("an import reads the job's secret", func(t *testing.T) {
+		t.Parallel()
+		o := gorun.launch(t, job{args: []string{"--nproc-per-node=2", "--warm-start", "--warm-imports=readssecret"},
+			script: []string{script("introspect.py"), "ok", t.TempDir()}})
+		if o.code != 0 || !strings.Contains(o.stderr, "importing readssecret read GORUN_JOB_SECRET, which this round sets") {
+			t.Fatalf("exit %d; want 0 and a warning naming the variable\n%s", o.code, o)
+		}
+		if m := regexp.MustCompile(`[0-9a-f]{64}`).FindString(o.stderr); m != "" {
+			t.Errorf("gorun's output shows the secret %s\n%s", m, o)
 		}
 	})
 	t.Run("an import fails", func(t *testing.T) {

@@ -65,13 +65,13 @@ def record(out):
 def main(argv):
     mode, out = argv[0], argv[1]
     record(out)
-    if mode in ("raise", "exit", "interrupt"):
+    if mode in ("raise", "exit", "interrupt", "failonce", "failwhen"):
         # Rank 1 fails, once rank 0 has written its record and ended.
         if os.environ["RANK"] == "0":
             return
-        mine = os.path.join(out, "a%s.r0.json" % os.environ["TORCHELASTIC_RESTART_COUNT"])
+        rank0 = os.path.join(out, "a%s.r0.json" % os.environ["TORCHELASTIC_RESTART_COUNT"])
         deadline = time.monotonic() + 60
-        while not os.path.exists(mine) and time.monotonic() < deadline:
+        while not os.path.exists(rank0) and time.monotonic() < deadline:
             time.sleep(0.01)
     if mode == "raise":
         raise ValueError("raised on purpose")
