@@ -133,29 +133,28 @@ func netnsLink(name string) string {
 	return "net:[" + strconv.FormatUint(st.Ino, 10) + "]"
 }
 
-// marks say which processes belong to a cluster: those in its network or
-// UTS namespaces and those whose environment holds env. (Not pids: once a
-// daemon is reaped, its pid may be another program's.)
+// marks say which processes belong to a cluster: those in its network
+// namespaces (held by their /run/netns mounts until the cluster is
+// removed) and those whose environment holds env. (Not pids: once a
+// daemon is reaped, its pid may be another program's. Not the daemons'
+// UTS namespaces either: the kernel gives a freed namespace's number to
+// the next one, and a cluster that ended took another cluster's new
+// slurmctld, in a namespace of the reused number, for its own and killed
+// it.)
 type marks struct {
-	namespaces map[string]bool // "net:[N]", "uts:[N]"
+	namespaces map[string]bool // "net:[N]"
 	env        []byte          // "SLURM_CONF=<the cluster's slurm.conf>"
 }
 
-// add marks the namespace of kind that pid is in.
-func (m marks) add(pid int, kind string) { m.addLink(nsLink(pid, kind)) }
-
-// addLink marks a namespace, unless it is one this process or init is in:
-// a daemon caught before it has made its own namespace must not mark the
-// machine's.
+// addLink marks a network namespace, unless it is this process's or
+// init's.
 func (m marks) addLink(link string) {
 	if link == "" {
 		return
 	}
 	for _, pid := range []int{os.Getpid(), 1} {
-		for _, kind := range []string{"net", "uts"} {
-			if nsLink(pid, kind) == link {
-				return
-			}
+		if nsLink(pid, "net") == link {
+			return
 		}
 	}
 	m.namespaces[link] = true
@@ -172,7 +171,7 @@ func (m marks) scan() []Process {
 		if err != nil || pid == self || proctest.Gone(pid) {
 			continue
 		}
-		if !m.namespaces[nsLink(pid, "net")] && !m.namespaces[nsLink(pid, "uts")] && !m.inEnv(pid) {
+		if !m.namespaces[nsLink(pid, "net")] && !m.inEnv(pid) {
 			continue
 		}
 		if p, ok := process(pid); ok {

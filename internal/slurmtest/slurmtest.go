@@ -250,7 +250,6 @@ func (c *Cluster) setUp(ctx context.Context, opts Options) error {
 	}); err != nil {
 		return err
 	}
-	c.marks.add(c.ctld.cmd.Process.Pid, "uts")
 	// Each slurmd in its host's network namespace (nsenter: `ip netns
 	// exec` would also mount a /sys of its own) and a UTS namespace whose
 	// host name is the node's name.
@@ -263,13 +262,7 @@ func (c *Cluster) setUp(ctx context.Context, opts Options) error {
 		}
 		c.slurmds = append(c.slurmds, d)
 	}
-	if err := c.WaitNodesIdle(ctx); err != nil {
-		return err
-	}
-	for _, d := range c.slurmds {
-		c.marks.add(d.cmd.Process.Pid, "uts")
-	}
-	return nil
+	return c.WaitNodesIdle(ctx)
 }
 
 // startMunge starts the cluster's munged: its own key, socket, pid and

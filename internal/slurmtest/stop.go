@@ -19,9 +19,6 @@ func (c *Cluster) stop() {
 		t.Logf("slurm test cluster %s:%s", c.name, c.logs())
 	}
 	if c.ctld != nil && !c.ctld.exited() {
-		// UTS namespaces are read again now: a daemon that failed to come
-		// up had not been marked yet.
-		c.marks.add(c.ctld.cmd.Process.Pid, "uts")
 		c.cancelJobs()
 	}
 	// What still runs on the nodes but their slurmd (a job that ignores
@@ -29,11 +26,6 @@ func (c *Cluster) stop() {
 	// ends at SIGTERM.
 	if left := killAll(c.stepProcesses, 10*time.Second); len(left) > 0 {
 		t.Errorf("slurm test cluster %s: job processes left after SIGKILL: %v", c.name, left)
-	}
-	for _, d := range c.slurmds {
-		if !d.exited() {
-			c.marks.add(d.cmd.Process.Pid, "uts")
-		}
 	}
 	// The slurmds before slurmctld: a slurmd that ends tells slurmctld its
 	// jobs' epilogs are done, and retries for seconds if it cannot.
