@@ -4,6 +4,7 @@ import (
 	"bufio"
 	_ "embed" // the warm interpreter's program
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -310,7 +311,10 @@ func (wp *warmPool) activate(s *spare, spec WorkerSpec) {
 	wp.talkers.Add(1)
 	go func() { // ends once written, or when the socket closes
 		defer wp.talkers.Done()
-		if _, err := io.WriteString(s.ctl, msg); err != nil && !s.proc.exited() {
+		// A spare that died or closed its end meanwhile is that worker's
+		// failure, reported with its exit: nothing to add.
+		_, err := io.WriteString(s.ctl, msg)
+		if err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, os.ErrClosed) {
 			wp.cfg.Log.Warnf("--warm-start: hand local rank %d to its warm interpreter (pid %d): %v", spec.LocalRank, s.proc.pid, err)
 		}
 	}()

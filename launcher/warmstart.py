@@ -15,7 +15,19 @@
 # and why), it execs the worker's command line instead: a cold start in
 # this process, with Python's own messages.
 def _gorun_warm():
-    import importlib, json, os, signal, sys
+    import os, signal
+
+    # A SIGINT before the script runs (gorun stops a worker whose spare
+    # still imports, or is being handed the round) ends the process as it
+    # would a cold worker that had not started its script: by SIGINT.
+    def die_by_sigint(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    sigint = signal.getsignal(signal.SIGINT)
+    if sigint is signal.default_int_handler:
+        signal.signal(signal.SIGINT, die_by_sigint)
+    import importlib, json, sys
 
     ctl = 3
     mode, target, imports = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -81,42 +93,29 @@ def _gorun_warm():
                 return value
         return get_item(self, key)
 
-    def tracked_iter(self):
-        if (self is os.environ or self is getattr(os, "environb", None)) and "*" not in reads:
-            reads["*"] = [who(), None]
-        return iterate(self)
+    def whole(method):
+        def tracked_whole(self, *a):
+            if (self is os.environ or self is getattr(os, "environb", None)) and "*" not in reads:
+                reads["*"] = [who(), None]
+            return method(self, *a)
+        return tracked_whole
 
-    # A SIGINT while importing (gorun stops a worker whose spare still
-    # imports) ends the process as it would a cold worker's import,
-    # whatever the module makes of the KeyboardInterrupt.
-    interrupted = []
-
-    def on_sigint(signum, frame):
-        interrupted.append(signum)
-        raise KeyboardInterrupt
-
-    sigint = signal.getsignal(signal.SIGINT)
-    if sigint is signal.default_int_handler:
-        signal.signal(signal.SIGINT, on_sigint)
+    represent = environ_class.__repr__
     before = dict(os.environb)
-    environ_class.__getitem__, environ_class.__iter__ = tracked, tracked_iter
+    environ_class.__getitem__, environ_class.__iter__, environ_class.__repr__ = tracked, whole(iterate), whole(represent)
     failed = None
     try:
         for name in filter(None, imports.split(",")):
             try:
                 importlib.import_module(name)
             except BaseException as e:
-                if interrupted:
-                    break
-                failed = "import %s failed: %s: %s" % (name, type(e).__name__, e)
+                # The exception's type, not its text: it may hold a value.
+                failed = "import %s failed: %s" % (name, type(e).__name__)
+                if isinstance(e, ImportError) and e.name:
+                    failed += " (no module %s)" % e.name if isinstance(e, ModuleNotFoundError) else " (in %s)" % e.name
                 break
     finally:
-        environ_class.__getitem__, environ_class.__iter__ = get_item, iterate
-        if sigint is signal.default_int_handler:
-            signal.signal(signal.SIGINT, sigint)
-    if interrupted:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        environ_class.__getitem__, environ_class.__iter__, environ_class.__repr__ = get_item, iterate, represent
     after = dict(os.environb)
     set_by_imports = {k: v for k, v in after.items() if before.get(k) != v}
     unset_by_imports = [k for k in before if k not in after]
@@ -194,6 +193,8 @@ def _gorun_warm():
             os._exit(127)
     send("warm")
     os.close(ctl)
+    if sigint is signal.default_int_handler:
+        signal.signal(signal.SIGINT, sigint)  # the script's, as Python sets it
     # The round's environment, then what the imports set in it, as they
     # would have had they run in the round.
     os.environb.clear()

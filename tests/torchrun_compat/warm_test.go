@@ -351,6 +351,19 @@ func TestWarmRestart(t *testing.T) {
 			t.Errorf("gorun's output shows the secret %s\n%s", m, o)
 		}
 	})
+	for _, tc := range []struct{ module, want string }{
+		{"raiseswithvalue", "import raiseswithvalue failed: ValueError;"},
+		{"reprsenv", "importing reprsenv went through the whole environment, which every round changes"},
+	} {
+		t.Run("import of "+tc.module, func(t *testing.T) {
+			t.Parallel()
+			o := gorun.launch(t, job{args: []string{"--nproc-per-node=2", "--warm-start", "--warm-imports=" + tc.module},
+				env: []string{"WARM_TEST_VALUE=s3cr3t-value"}, script: []string{script("introspect.py"), "ok", t.TempDir()}})
+			if o.code != 0 || !strings.Contains(o.stderr, tc.want) || strings.Contains(o.stderr, "s3cr3t-value") {
+				t.Errorf("exit %d; want 0 and %q, without the variable's value\n%s", o.code, tc.want, o)
+			}
+		})
+	}
 	t.Run("an import fails", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
