@@ -68,9 +68,9 @@ func PlanDryRun(cfg *Config, round rendezvous.Round, spare bool) (DryRunPlan, er
 	warnings = append(warnings, secretWarnings(cfg)...)
 	errorFile := func(lr int) string {
 		if cfg.LogDir == "" {
-			return filepath.Join("<temporary directory>", "attempt_0", strconv.Itoa(lr), "error.json")
+			return filepath.Join("<temporary directory>", attemptName(0), strconv.Itoa(lr), "error.json")
 		}
-		return filepath.Join(cfg.LogDir, cfg.RunID+"_<random>", "attempt_0", strconv.Itoa(lr), "error.json")
+		return filepath.Join(cfg.LogDir, cfg.RunID+"_<random>", attemptName(0), strconv.Itoa(lr), "error.json")
 	}
 	workers := []WorkerSpec{}
 	if !spare {

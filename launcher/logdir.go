@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/gorun-dev/gorun/internal/private"
@@ -110,7 +111,29 @@ func openOwnRoot(path string) (*os.Root, error) {
 func (l *logLayout) kept() bool { return l.temp == nil }
 
 // attemptName is attempt n's folder, relative to the run's.
-func attemptName(n int) string { return "attempt_" + strconv.Itoa(n) }
+func attemptName(n int) string { return attemptPrefix + strconv.Itoa(n) }
+
+// attemptPrefix starts the name of an attempt's folder.
+const attemptPrefix = "attempt_"
+
+// FlightRecorderFolder is the name of an attempt's flight-recorder folder
+// under --log-dir: <run>/attempt_<n>/flight_recorder.
+const FlightRecorderFolder = "flight_recorder"
+
+// AttemptDir is attempt n's folder in the run folder run:
+// <run>/attempt_<n>, for the run folder's readers (gorun report).
+func AttemptDir(run string, n int) string { return filepath.Join(run, attemptName(n)) }
+
+// ParseAttemptName reads the name of an attempt's folder, attempt_<n>,
+// for the run folder's readers (gorun trace).
+func ParseAttemptName(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, attemptPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 0
+}
 
 // rankName is a rank's folder, relative to the run's.
 func rankName(attempt, localRank int) string {
@@ -163,7 +186,7 @@ func (l *logLayout) prepareAttempt(attempt, nproc int) error {
 // attempt's folder when it dumps; close removes those that stayed empty.
 func (l *logLayout) dumpDir(attempt int) (dir, warning string, err error) {
 	if l.kept() {
-		return filepath.Join(l.root, attemptName(attempt), "flight_recorder"), "", nil
+		return filepath.Join(l.root, attemptName(attempt), FlightRecorderFolder), "", nil
 	}
 	if l.frBase == "" {
 		if l.frBase, warning, err = l.makeDumpBase(); err != nil {

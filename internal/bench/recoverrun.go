@@ -279,9 +279,9 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 // goodputLost is what the goodput report of the run under logDir counts
 // as lost to the failure of the attempt that ended after t0.
 func goodputLost(logDir string, t0 float64) (time.Duration, error) {
-	files, _ := filepath.Glob(filepath.Join(logDir, "*", "events.jsonl"))
+	files, _ := filepath.Glob(filepath.Join(logDir, "*", gorunlauncher.EventsFile))
 	if len(files) != 1 {
-		return 0, fmt.Errorf("%s: %d run folders with events.jsonl, want 1", logDir, len(files))
+		return 0, fmt.Errorf("%s: %d run folders with %s, want 1", logDir, len(files), gorunlauncher.EventsFile)
 	}
 	f, err := os.Open(files[0])
 	if err != nil {
@@ -307,9 +307,9 @@ func goodputLost(logDir string, t0 float64) (time.Duration, error) {
 // spawnAfter is the time of the first spawn event after t0 in the
 // events.jsonl of the run folder under logDir.
 func spawnAfter(logDir string, t0 float64) (float64, error) {
-	files, _ := filepath.Glob(filepath.Join(logDir, "*", "events.jsonl"))
+	files, _ := filepath.Glob(filepath.Join(logDir, "*", gorunlauncher.EventsFile))
 	if len(files) != 1 {
-		return 0, fmt.Errorf("%s: %d run folders with events.jsonl, want 1", logDir, len(files))
+		return 0, fmt.Errorf("%s: %d run folders with %s, want 1", logDir, len(files), gorunlauncher.EventsFile)
 	}
 	data, err := os.ReadFile(files[0])
 	if err != nil {

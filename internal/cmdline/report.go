@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -162,7 +161,7 @@ func runningProgress(run string, events []launcher.Event, stderr io.Writer) map[
 	if !open {
 		return nil
 	}
-	dir := filepath.Join(run, "attempt_"+strconv.Itoa(attempt))
+	dir := launcher.AttemptDir(run, attempt)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/watchdog"
 )
 
@@ -237,23 +238,13 @@ func isDumpName(name string) bool {
 // name places a folder of dumps, by its real absolute path, in gorun's
 // layout: <run>/attempt_<n>/flight_recorder or <run>/attempt_<n>.
 func name(abs string) Attempt {
-	if filepath.Base(abs) == "flight_recorder" {
+	if filepath.Base(abs) == launcher.FlightRecorderFolder {
 		abs = filepath.Dir(abs)
 	}
-	if n, ok := attemptNumber(filepath.Base(abs)); ok {
+	if n, ok := launcher.ParseAttemptName(filepath.Base(abs)); ok {
 		return Attempt{Run: filepath.Base(filepath.Dir(abs)), Number: n}
 	}
 	return Attempt{Number: -1}
-}
-
-// attemptNumber parses attempt_<n>.
-func attemptNumber(base string) (int, bool) {
-	s, ok := strings.CutPrefix(base, "attempt_")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	return n, err == nil && n >= 0
 }
 
 // order sorts attempts oldest run first (a run's age is its newest
