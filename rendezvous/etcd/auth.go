@@ -10,6 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // jobRole is the role of EtcdUser: read and write under the auth prefix.
@@ -44,7 +46,7 @@ func setUpAuth(ctx context.Context, e *embed.Etcd, cfg ServerConfig) error {
 	if enabled() {
 		return nil
 	}
-	rootPassword, err := NewToken()
+	rootPassword, err := rendezvous.NewToken()
 	if err != nil {
 		return err
 	}

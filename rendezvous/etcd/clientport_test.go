@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // failingListener fails its first fails Accepts with EMFILE, as a
@@ -87,7 +89,7 @@ func echoStore(t *testing.T) string {
 // hold 21,000 descriptors of the store's process and kill etcd.
 func TestClientPortCapsIdleConnections(t *testing.T) {
 	t.Parallel()
-	token, err := NewToken()
+	token, err := rendezvous.NewToken()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +167,8 @@ func TestClientPortCapsIdleConnections(t *testing.T) {
 // never reaches the store.
 func TestClientPortRefusesStrangers(t *testing.T) {
 	t.Parallel()
-	token, _ := NewToken()
-	other, _ := NewToken()
+	token, _ := rendezvous.NewToken()
+	other, _ := rendezvous.NewToken()
 	srvTLS, err := serverTLS(token)
 	if err != nil {
 		t.Fatal(err)
@@ -202,8 +204,8 @@ func TestClientPortRefusesStrangers(t *testing.T) {
 // ClientHello and nothing else, and the error is ErrNotJobStore.
 func TestClientTLSProvesTheServer(t *testing.T) {
 	t.Parallel()
-	token, _ := NewToken()
-	other, _ := NewToken()
+	token, _ := rendezvous.NewToken()
+	other, _ := rendezvous.NewToken()
 	otherTLS, err := serverTLS(other)
 	if err != nil {
 		t.Fatal(err)

@@ -85,7 +85,7 @@ func TestForgedValuesAreRefused(t *testing.T) {
 			log := &syncBuf{}
 			l := logrus.New()
 			l.SetOutput(log)
-			token, _ := NewToken()
+			token, _ := rendezvous.NewToken()
 			cfg := Config{Shape: shape(t.Name(), 2, 3, 1), Token: token, Log: l, LastCallTimeout: 50 * time.Millisecond}
 			as := mustAgents(t, 2, cfg)
 			rounds := nextAll(t, as, 1)
@@ -132,11 +132,11 @@ func TestForgedValuesAreRefused(t *testing.T) {
 // join, says why, and leaves the job's keys as they were.
 func TestNodeWithAnotherTokenIsRefused(t *testing.T) {
 	t.Parallel()
-	token, _ := NewToken()
+	token, _ := rendezvous.NewToken()
 	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token}
 	as := mustAgents(t, 2, cfg)
 	rounds := nextAll(t, as, 1)
-	other, _ := NewToken()
+	other, _ := rendezvous.NewToken()
 	cfg.Token, cfg.NodeRank = other, -1
 	a, err := newAgent(t, cfg)
 	if err != nil {
@@ -145,7 +145,7 @@ func TestNodeWithAnotherTokenIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = a.r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"})
-	if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "token") {
+	if !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("Next with another token = %v; want a shape mismatch that names the token", err)
 	}
 	errs := make(chan error, 2)
@@ -207,7 +207,7 @@ func TestRecordsOutOfRangeAreRefused(t *testing.T) {
 // the old one to end.
 func TestNodesBackInARunningRoundEndIt(t *testing.T) {
 	t.Parallel()
-	token, _ := NewToken()
+	token, _ := rendezvous.NewToken()
 	as := mustAgents(t, 2, Config{Shape: shape(t.Name(), 2, 2, 1), Token: token})
 	first := nextAll(t, as, 1)
 	again := nextAll(t, as, 1)

@@ -18,7 +18,7 @@ import (
 // outcomeErr turns a finished job's outcome into Next's error.
 func outcomeErr(outcome string) error {
 	if strings.HasPrefix(outcome, "succeeded") {
-		return fmt.Errorf("%w: %s", ErrJobSucceeded, outcome)
+		return fmt.Errorf("%w: %s", rendezvous.ErrJobSucceeded, outcome)
 	}
 	if strings.HasPrefix(outcome, preemptedPrefix) {
 		return fmt.Errorf("%w: %s", rendezvous.ErrPreempted, outcome)
@@ -231,7 +231,7 @@ func (r *Rendezvous) nodeRankTaken(ctx context.Context, t int, holder string, re
 		case wr, ok := <-w:
 			if !ok || wr.Err() != nil {
 				if ctx.Err() == nil && wctx.Err() != nil {
-					return fmt.Errorf("%w: --node-rank=%d is already taken by node %s in round %d: give each node its own rank", ErrInvalidNode, r.cfg.NodeRank, holder, t)
+					return fmt.Errorf("%w: --node-rank=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, r.cfg.NodeRank, holder, t)
 				}
 				return fmt.Errorf("%w: %w", errEtcd, watchErr(wr, ok))
 			}
@@ -244,7 +244,7 @@ func (r *Rendezvous) nodeRankTaken(ctx context.Context, t int, holder string, re
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("%w: --node-rank=%d is already taken by node %s in round %d: give each node its own rank", ErrInvalidNode, r.cfg.NodeRank, holder, t)
+			return fmt.Errorf("%w: --node-rank=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, r.cfg.NodeRank, holder, t)
 		}
 	}
 }
@@ -407,7 +407,7 @@ func (j *joiner) check() (joined, bool, error) {
 	}
 	if rec, ok := c.closed[j.target]; ok {
 		if want := shapeHash(j.r.shape); rec.ShapeHash != want {
-			return joined{}, true, fmt.Errorf("%w %s: round %d was closed for a job of shape %s, this node's is %s", ErrShapeMismatch, j.r.cfg.Shape.RunID, j.target, rec.ShapeHash, want)
+			return joined{}, true, fmt.Errorf("%w %s: round %d was closed for a job of shape %s, this node's is %s", rendezvous.ErrShapeMismatch, j.r.cfg.Shape.RunID, j.target, rec.ShapeHash, want)
 		}
 		if rec.Arrivals != nil {
 			if g, member := arrivalRank(rec.Arrivals, j.joinRev); member {
@@ -546,7 +546,7 @@ func retryBrokenWatch[T any](ctx context.Context, log logrus.FieldLogger, what s
 // that ran a round already, goes on without the refused node.
 func (r *Rendezvous) failUnformed(ctx context.Context, c *control, refusal error) {
 	var job Shape
-	if !errors.Is(refusal, ErrShapeMismatch) || c.shape == nil || json.Unmarshal(c.shape, &job) != nil ||
+	if !errors.Is(refusal, rendezvous.ErrShapeMismatch) || c.shape == nil || json.Unmarshal(c.shape, &job) != nil ||
 		job.MinNodes != job.MaxNodes || len(c.closed) > 0 || c.round != 0 {
 		return
 	}

@@ -33,7 +33,7 @@ func TestFailedOutcomeCarriesExitCode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := outcomeErr(tt.outcome)
 			var jf *rendezvous.JobFailure
-			if !errors.Is(err, ErrJobFailed) || !errors.As(err, &jf) {
+			if !errors.Is(err, rendezvous.ErrJobFailed) || !errors.As(err, &jf) {
 				t.Fatalf("outcomeErr(%q) = %v; want a JobFailure", tt.outcome, err)
 			}
 			if jf.ExitCode != tt.want || jf.Outcome != tt.outcome {

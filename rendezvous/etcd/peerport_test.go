@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // TestSinglePeerPortTakesNoStranger: a single member's peer port (etcd
@@ -17,7 +19,7 @@ import (
 // user listed the members and, posing as a leader, committed AuthDisable.
 func TestSinglePeerPortTakesNoStranger(t *testing.T) {
 	t.Parallel()
-	token, err := NewToken()
+	token, err := rendezvous.NewToken()
 	if err != nil {
 		t.Fatal(err)
 	}

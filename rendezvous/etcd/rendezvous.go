@@ -42,15 +42,9 @@ const (
 	revokeTimeout = 2 * time.Second
 )
 
-// Errors of the etcd rendezvous are package rendezvous's sentinels; they
-// are re-exported here for callers of this package.
+// Errors of the etcd rendezvous of its own; the others are package
+// rendezvous's sentinels (rendezvous.ErrJobFailed, ...).
 var (
-	ErrShapeMismatch = rendezvous.ErrShapeMismatch
-	ErrInvalidNode   = rendezvous.ErrInvalidNode
-	ErrJoinTimeout   = rendezvous.ErrJoinTimeout
-	ErrJobFailed     = rendezvous.ErrJobFailed
-	ErrJobSucceeded  = rendezvous.ErrJobSucceeded
-	ErrRoundEnded    = rendezvous.ErrRoundEnded
 	// ErrUnreachable: etcd stayed unreachable for longer than
 	// Config.UnreachableTimeout.
 	ErrUnreachable = errors.New("rendezvous: etcd unreachable")
@@ -215,7 +209,7 @@ func (r *Rendezvous) openLease(ctx context.Context) error {
 // sharedToken reads the job's secret from etcd, or makes it if this node
 // is the first: for jobs given no token.
 func (r *Rendezvous) sharedToken(ctx context.Context) (Token, error) {
-	mine, err := NewToken()
+	mine, err := rendezvous.NewToken()
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +229,7 @@ func (r *Rendezvous) sharedToken(ctx context.Context) (Token, error) {
 	if len(kvs) == 0 {
 		return nil, fmt.Errorf("rendezvous: %s vanished while read", key)
 	}
-	return ParseToken(key, kvs[0].Value)
+	return rendezvous.ParseToken(key, kvs[0].Value)
 }
 
 // WorkerSecret is the secret this job's workers share (GORUN_JOB_SECRET).
@@ -281,14 +275,14 @@ func (r *Rendezvous) compareShape(recorded []byte) error {
 		return fmt.Errorf("rendezvous: %s holds no job shape: %w", r.k.shape(), err)
 	}
 	if d := r.cfg.Shape.Diff(job); len(d) > 0 {
-		return fmt.Errorf("%w %s: %s", ErrShapeMismatch, r.cfg.Shape.RunID, strings.Join(d, "; "))
+		return fmt.Errorf("%w %s: %s", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, strings.Join(d, "; "))
 	}
 	return nil
 }
 
 // untrustedShape explains a job shape sealed with another secret.
 func (r *Rendezvous) untrustedShape() error {
-	return fmt.Errorf("%w %s: the job's shape at %s is not sealed with this node's job token: every node needs the same token (--rdzv-conf token_file=, GORUN_RDZV_TOKEN), and --rdzv-id must be this job's alone", ErrShapeMismatch, r.cfg.Shape.RunID, r.k.shape())
+	return fmt.Errorf("%w %s: the job's shape at %s is not sealed with this node's job token: every node needs the same token (--rdzv-conf token_file=, GORUN_RDZV_TOKEN), and --rdzv-id must be this job's alone", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, r.k.shape())
 }
 
 // Close leaves the job: the lease is revoked, so this node's keys go at
@@ -309,8 +303,8 @@ func (r *Rendezvous) Close(ctx context.Context) error {
 }
 
 // Next joins the next round and blocks until it closes with this node as
-// a member. It returns ErrJobFailed or ErrJobSucceeded when the job is
-// over, ErrJoinTimeout when too few nodes came in time.
+// a member. It returns rendezvous.ErrJobFailed or rendezvous.ErrJobSucceeded when the job is
+// over, rendezvous.ErrJoinTimeout when too few nodes came in time.
 func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Round, error) {
 	if err := node.Validate(); err != nil {
 		return rendezvous.Round{}, err
@@ -344,10 +338,10 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 				lastErr = err
 			}
 			if lastErr != nil {
-				return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
+				return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", rendezvous.ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 			}
-			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d%s)%s", ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.smallest(), r.cfg.Shape.sizesNote(), r.joinedNodes(ctx))
-		case ctx.Err() != nil, errors.Is(err, ErrJobFailed), errors.Is(err, ErrJobSucceeded), errors.Is(err, rendezvous.ErrPreempted), errors.Is(err, ErrShapeMismatch), errors.Is(err, ErrInvalidNode):
+			return rendezvous.Round{}, fmt.Errorf("%w after %v: too few nodes joined (min %d%s)%s", rendezvous.ErrJoinTimeout, r.cfg.JoinTimeout, r.cfg.Shape.smallest(), r.cfg.Shape.sizesNote(), r.joinedNodes(ctx))
+		case ctx.Err() != nil, errors.Is(err, rendezvous.ErrJobFailed), errors.Is(err, rendezvous.ErrJobSucceeded), errors.Is(err, rendezvous.ErrPreempted), errors.Is(err, rendezvous.ErrShapeMismatch), errors.Is(err, rendezvous.ErrInvalidNode):
 			return rendezvous.Round{}, err
 		}
 		lastErr = err
@@ -363,7 +357,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 			lastWarn = now
 		}
 		if err := ctxtime.Sleep(jctx, delay); err != nil {
-			return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
+			return rendezvous.Round{}, fmt.Errorf("%w after %v: etcd at %s: %v", rendezvous.ErrJoinTimeout, r.cfg.JoinTimeout, strings.Join(r.cli.Endpoints(), ","), lastErr)
 		}
 		delay = min(2*delay, 5*time.Second)
 	}

@@ -235,7 +235,7 @@ func TestShapeMismatchRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = a.r.Next(ctx, rendezvous.Node{LocalWorldSize: 8, Role: "default"})
-	if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "--max-restarts: this node has 5, the job has 1") {
+	if !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "--max-restarts: this node has 5, the job has 1") {
 		t.Fatalf("Next = %v; want a shape mismatch naming --max-restarts", err)
 	}
 	select {
@@ -262,8 +262,8 @@ func TestJoinTimeoutNamesNodes(t *testing.T) {
 	t.Parallel()
 	as := mustAgents(t, 1, Config{Shape: shape(t.Name(), 2, 2, 1), JoinTimeout: 300 * time.Millisecond})
 	_, err := as[0].r.Next(context.Background(), rendezvous.Node{LocalWorldSize: 1, Role: "default"})
-	if !errors.Is(err, ErrJoinTimeout) || !strings.Contains(err.Error(), "1 in round 0: "+as[0].r.ID()) {
-		t.Fatalf("Next = %v; want ErrJoinTimeout naming the node that joined", err)
+	if !errors.Is(err, rendezvous.ErrJoinTimeout) || !strings.Contains(err.Error(), "1 in round 0: "+as[0].r.ID()) {
+		t.Fatalf("Next = %v; want rendezvous.ErrJoinTimeout naming the node that joined", err)
 	}
 }
 
@@ -315,8 +315,8 @@ func TestFailureRestartsEveryNodeWithOneBudget(t *testing.T) {
 		t.Fatalf("Fail with the budget spent = %v, %v; want no restart", restart, err)
 	}
 	_, err = as[0].r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"})
-	if !errors.Is(err, ErrJobFailed) {
-		t.Fatalf("Next after the job failed = %v; want ErrJobFailed", err)
+	if !errors.Is(err, rendezvous.ErrJobFailed) {
+		t.Fatalf("Next after the job failed = %v; want rendezvous.ErrJobFailed", err)
 	}
 }
 
@@ -391,8 +391,8 @@ func TestSucceedWaitsForEveryNode(t *testing.T) {
 			t.Errorf("Succeed = %v; want nil", err)
 		}
 	}
-	if _, err := as[0].r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"}); !errors.Is(err, ErrJobSucceeded) {
-		t.Errorf("Next after success = %v; want ErrJobSucceeded", err)
+	if _, err := as[0].r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"}); !errors.Is(err, rendezvous.ErrJobSucceeded) {
+		t.Errorf("Next after success = %v; want rendezvous.ErrJobSucceeded", err)
 	}
 }
 
@@ -406,8 +406,8 @@ func TestSucceededNodeRejoinsAfterAnotherFails(t *testing.T) {
 	if _, err := as[1].r.Fail(ctx, rounds[1], "boom", 1, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrRoundEnded) {
-		t.Fatalf("Succeed = %v; want ErrRoundEnded", err)
+	if err := <-done; !errors.Is(err, rendezvous.ErrRoundEnded) {
+		t.Fatalf("Succeed = %v; want rendezvous.ErrRoundEnded", err)
 	}
 	checkRanks(t, nextAll(t, as, 1), 1)
 }

@@ -25,13 +25,6 @@ import (
 // Token is the job's shared secret (package rendezvous).
 type Token = rendezvous.Token
 
-// Token helpers of package rendezvous, for this package's callers.
-var (
-	NewToken    = rendezvous.NewToken
-	ParseToken  = rendezvous.ParseToken
-	ErrBadToken = rendezvous.ErrBadToken
-)
-
 // EtcdUser is the embedded etcd's user for jobs.
 const EtcdUser = rendezvous.EtcdUser
 

@@ -21,6 +21,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // Defaults of ServerConfig, chosen for a one-member store that must be
@@ -268,7 +270,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded etcd: peer address %q: %w", cfg.PeerAddr, err)
 		}
-		alone, err := NewToken()
+		alone, err := rendezvous.NewToken()
 		if err != nil {
 			return nil, err
 		}

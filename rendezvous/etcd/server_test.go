@@ -8,6 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 func TestServerStartsAndServes(t *testing.T) {
@@ -43,7 +45,7 @@ func TestServerStartsAndServes(t *testing.T) {
 // answers only the job's user, and only under the job's prefix.
 func TestServerWithTokenRefusesStrangers(t *testing.T) {
 	t.Parallel()
-	token, _ := NewToken()
+	token, _ := rendezvous.NewToken()
 	s, err := StartServer(context.Background(), ServerConfig{Token: token})
 	if err != nil {
 		t.Fatal(err)

@@ -195,7 +195,7 @@ func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string
 		if len(sec.Kvs) == 0 {
 			return fmt.Errorf("job %q was started with a token: give the same one (--token-file, GORUN_RDZV_TOKEN)", runID)
 		}
-		if token, err = ParseToken(k.secret(), sec.Kvs[0].Value); err != nil {
+		if token, err = rendezvous.ParseToken(k.secret(), sec.Kvs[0].Value); err != nil {
 			return err
 		}
 	}

@@ -72,7 +72,7 @@ func TestStrangersStopRequestRefused(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tok, err := NewToken()
+	tok, err := rendezvous.NewToken()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestStrangersStopRequestRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := a.r.WatchStop(ctx)
-	other, _ := NewToken()
+	other, _ := rendezvous.NewToken()
 	for _, tt := range []struct {
 		name  string
 		run   string

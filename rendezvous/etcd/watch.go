@@ -245,8 +245,8 @@ func (r *Rendezvous) failOnce(ctx context.Context, t int, reason string, exitCod
 
 // Succeed reports that this node's workers all succeeded in round and
 // waits for the job's outcome instead of a fixed barrier: nil once every
-// member succeeded, ErrRoundEnded when the round ended (this node must
-// join the next one), ErrJobFailed when the job failed elsewhere.
+// member succeeded, rendezvous.ErrRoundEnded when the round ended (this node must
+// join the next one), rendezvous.ErrJobFailed when the job failed elsewhere.
 func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error {
 	return r.succeedAs(ctx, round, doneOK)
 }
@@ -307,7 +307,7 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 		return err
 	}
 	if !put.Succeeded {
-		return ErrRoundEnded
+		return rendezvous.ErrRoundEnded
 	}
 	// The last node to finish sees every done key (each counts after its
 	// own put) and records the outcome, once it has checked that they are
@@ -332,7 +332,7 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 		case c.outcome != "":
 			return outcomeErr(c.outcome)
 		case c.round > t:
-			return ErrRoundEnded
+			return rendezvous.ErrRoundEnded
 		}
 		select {
 		case wr, ok := <-ctlWatch:

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -138,7 +139,7 @@ func (s *sharedToken) create() (made bool, err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
-	t, err := etcdrdzv.NewToken()
+	t, err := rendezvous.NewToken()
 	if err != nil {
 		return false, err
 	}
@@ -206,7 +207,7 @@ func (s *sharedToken) await(ctx context.Context, stale etcdrdzv.Token) (etcdrdzv
 				what = "still holds a token the store refuses (an earlier job's)"
 			}
 			return nil, fmt.Errorf("%w: no job token given, and the job's token file %s, which the node hosting the store writes, %s within %v (--rdzv-conf connect_timeout): does the store's host run this job (the same --rdzv-id and port), and do the two share your home folder? If they share none, give every node the same GORUN_RDZV_TOKEN (docs/security.md)",
-				etcdrdzv.ErrBadToken, s.path, what, s.wait)
+				rendezvous.ErrBadToken, s.path, what, s.wait)
 		}
 		t2 := time.NewTimer(tokenPoll)
 		select {
@@ -268,7 +269,7 @@ func readSecretFile(path string, mine bool) (etcdrdzv.Token, error) {
 	if err != nil {
 		return nil, err
 	}
-	return etcdrdzv.ParseToken("the job's token file "+path, b)
+	return rendezvous.ParseToken("the job's token file "+path, b)
 }
 
 // sameFile says whether a and b are the same file.

@@ -175,7 +175,7 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 			return cli.Exit(err.Error(), 2)
 		}
 	case conf.token != "":
-		if token, err = etcdrdzv.ParseToken(tokenEnv, []byte(conf.token)); err != nil {
+		if token, err = rendezvous.ParseToken(tokenEnv, []byte(conf.token)); err != nil {
 			return cli.Exit(err.Error(), 2)
 		}
 	case embedded:
