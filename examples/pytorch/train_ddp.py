@@ -122,6 +122,10 @@ def main():
         if not same:
             raise RuntimeError("DDP replicas diverged")
         print(f"final loss={last_loss:.6f} checksum={flat.sum().item():.6f} world={world}", flush=True)
+    # Every rank reaches the end before any destroys its group: with gloo
+    # on torch 1.13, rank 0 once hung in destroy_process_group after the
+    # other rank had left (PyTorch's advice for that hang, issue 75097).
+    dist.barrier()
     dist.destroy_process_group()
 
 
