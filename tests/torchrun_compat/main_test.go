@@ -386,7 +386,13 @@ func wantTouched(t *testing.T, dir string, n int, o outcome) {
 // file name.
 func dumps(t *testing.T, dir string) map[string]map[string]string {
 	t.Helper()
-	recs := map[string]map[string]string{}
+	return jsonRecords[string](t, dir)
+}
+
+// jsonRecords reads the JSON objects in dir's *.json files, by file name.
+func jsonRecords[V any](t *testing.T, dir string) map[string]map[string]V {
+	t.Helper()
+	recs := map[string]map[string]V{}
 	for _, name := range fileNames(t, dir) {
 		if !strings.HasSuffix(name, ".json") {
 			continue
@@ -395,7 +401,7 @@ func dumps(t *testing.T, dir string) map[string]map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := map[string]string{}
+		rec := map[string]V{}
 		if err := json.Unmarshal(data, &rec); err != nil {
 			t.Fatalf("%s: %v: %s", name, err, data)
 		}

@@ -1,7 +1,6 @@
 package torchrun_compat
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -416,22 +415,7 @@ func TestWarmRestart(t *testing.T) {
 // records reads the JSON records introspect.py wrote in dir, by file name.
 func records(t *testing.T, dir string) map[string]map[string]any {
 	t.Helper()
-	recs := map[string]map[string]any{}
-	for _, name := range fileNames(t, dir) {
-		if !strings.HasSuffix(name, ".json") {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rec map[string]any
-		if err := json.Unmarshal(data, &rec); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		recs[name] = rec
-	}
-	return recs
+	return jsonRecords[any](t, dir)
 }
 
 // diffEnv reports the variables of a warm worker's environment that are
