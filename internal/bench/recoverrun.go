@@ -3,7 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -248,14 +248,24 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("never trained again: %w", err)
 	}
+	if r.launcher == torchrunName {
+		return time.Duration((last - t0) * 1e9), nil, 0, nil
+	}
 	var startups []time.Duration
-	for _, a := range survivors {
-		if r.launcher == torchrunName {
-			break
-		}
-		spawn, err := spawnAfter(r.logDir(a), t0)
+	var lost time.Duration
+	for i, a := range survivors {
+		events, err := runEvents(r.logDir(a))
 		if err != nil {
 			return 0, nil, 0, err
+		}
+		if i == 0 {
+			if lost, err = goodputLost(events, t0); err != nil {
+				return 0, nil, 0, fmt.Errorf("%s: %w", r.logDir(a), err)
+			}
+		}
+		spawn, err := spawnAfter(events, t0)
+		if err != nil {
+			return 0, nil, 0, fmt.Errorf("%s: %w", r.logDir(a), err)
 		}
 		l := logs[a]
 		l.mu.Lock()
@@ -267,67 +277,50 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		}
 		l.mu.Unlock()
 	}
-	var lost time.Duration
-	if r.launcher != torchrunName {
-		if lost, err = goodputLost(r.logDir(survivors[0]), t0); err != nil {
-			return 0, nil, 0, err
-		}
-	}
 	return time.Duration((last - t0) * 1e9), startups, lost, nil
 }
 
-// goodputLost is what the goodput report of the run under logDir counts
-// as lost to the failure of the attempt that ended after t0.
-func goodputLost(logDir string, t0 float64) (time.Duration, error) {
+// runEvents reads the events.jsonl of the one run folder under logDir.
+func runEvents(logDir string) ([]gorunlauncher.Event, error) {
 	files, _ := filepath.Glob(filepath.Join(logDir, "*", gorunlauncher.EventsFile))
 	if len(files) != 1 {
-		return 0, fmt.Errorf("%s: %d run folders with %s, want 1", logDir, len(files), gorunlauncher.EventsFile)
+		return nil, fmt.Errorf("%s: %d run folders with %s, want 1", logDir, len(files), gorunlauncher.EventsFile)
 	}
 	f, err := os.Open(files[0])
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer f.Close()
 	events, err := gorunlauncher.ReadEvents(f)
 	if err != nil {
-		return 0, err
+		return nil, fmt.Errorf("%s: %w", files[0], err)
 	}
+	return events, nil
+}
+
+// goodputLost is what the goodput report of a run's events counts as lost
+// to the failure of the attempt that ended after t0.
+func goodputLost(events []gorunlauncher.Event, t0 float64) (time.Duration, error) {
 	rep, err := gorunlauncher.ComputeReport(events, time.Now(), nil)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", files[0], err)
+		return 0, err
 	}
 	for _, fl := range rep.Failures {
 		if float64(fl.To.UnixNano())/1e9 > t0 {
 			return time.Duration(fl.LostSeconds * 1e9), nil
 		}
 	}
-	return 0, fmt.Errorf("%s: the goodput report has no failure after the fault", files[0])
+	return 0, errors.New("the goodput report has no failure after the fault")
 }
 
-// spawnAfter is the time of the first spawn event after t0 in the
-// events.jsonl of the run folder under logDir.
-func spawnAfter(logDir string, t0 float64) (float64, error) {
-	files, _ := filepath.Glob(filepath.Join(logDir, "*", gorunlauncher.EventsFile))
-	if len(files) != 1 {
-		return 0, fmt.Errorf("%s: %d run folders with %s, want 1", logDir, len(files), gorunlauncher.EventsFile)
-	}
-	data, err := os.ReadFile(files[0])
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		var e struct {
-			Time  time.Time `json:"time"`
-			Event string    `json:"event"`
-		}
-		if json.Unmarshal([]byte(line), &e) != nil || e.Event != "spawn" {
-			continue
-		}
-		if t := float64(e.Time.UnixNano()) / 1e9; t > t0 {
+// spawnAfter is the time of the first spawn event after t0.
+func spawnAfter(events []gorunlauncher.Event, t0 float64) (float64, error) {
+	for _, e := range events {
+		if t := float64(e.Time.UnixNano()) / 1e9; e.Kind == gorunlauncher.EventSpawn && t > t0 {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("%s: no spawn after the fault", files[0])
+	return 0, errors.New("no spawn after the fault")
 }
 
 // waitUntil polls cond every 20 ms until it holds, limit passes or ctx
