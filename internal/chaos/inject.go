@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/ctxtime"
 )
 
 // errJobOver: the job ended before the fault could be injected.
@@ -49,7 +51,7 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 	if !poll(trainWithin, func() bool { return over() || trains() }) {
 		return faultResult{}, fmt.Errorf("the job did not train within %v before a %s", trainWithin, f.kind)
 	}
-	if over() || !wait(ctx, f.after) || over() {
+	if over() || ctxtime.Sleep(ctx, f.after) != nil || over() {
 		return faultResult{}, errJobOver
 	}
 	var alive []int
@@ -102,7 +104,7 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 		} else if err != nil {
 			return fr, fmt.Errorf("stop agent: %w", err)
 		}
-		wait(ctx, holdFor) // the fault itself: stopped longer than the lease
+		_ = ctxtime.Sleep(ctx, holdFor) // the fault itself: stopped longer than the lease
 		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 			return fr, fmt.Errorf("continue agent: %w", err)
 		}
@@ -110,7 +112,7 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 	case NetCut:
 		fr.target = "host " + rn.hosts.Addr(node)
 		rn.hosts.Cut(rn.tb, node)
-		wait(ctx, holdFor) // the fault itself: cut for longer than the lease
+		_ = ctxtime.Sleep(ctx, holdFor) // the fault itself: cut for longer than the lease
 		rn.hosts.Heal(rn.tb, node)
 		healed = time.Now()
 	case MemberKill:
@@ -176,16 +178,4 @@ func workerPid(dir string, node int, a *agent) (int, error) {
 		return 0, fmt.Errorf("node %d's worker: %q is no live worker of the round", node, b)
 	}
 	return pid, nil
-}
-
-// wait waits for d or ctx, and says whether d passed.
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
