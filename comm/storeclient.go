@@ -132,12 +132,18 @@ func (c *StoreClient) roundTrip(ctx context.Context, req string) (string, error)
 
 // Set implements Store.
 func (c *StoreClient) Set(ctx context.Context, key, value string) error {
+	return c.acknowledged(ctx, "SET", "set", key, value)
+}
+
+// acknowledged sends "VERB key value" and expects "OK"; what names the
+// request in errors.
+func (c *StoreClient) acknowledged(ctx context.Context, verb, what, key, value string) error {
 	if err := checkRequest(key, value); err != nil {
 		return err
 	}
-	reply, err := c.roundTrip(ctx, "SET "+key+" "+value+"\n")
+	reply, err := c.roundTrip(ctx, verb+" "+key+" "+value+"\n")
 	if err != nil {
-		return fmt.Errorf("store: set %s: %w", key, err)
+		return fmt.Errorf("store: %s %s: %w", what, key, err)
 	}
 	if reply != "OK" {
 		return refusal(reply)
@@ -165,17 +171,7 @@ func (c *StoreClient) Create(ctx context.Context, key, value string) (string, er
 // its process dies is seen to end only once that key is set: use one
 // that is idle.
 func (c *StoreClient) CreateOnClose(ctx context.Context, key, value string) error {
-	if err := checkRequest(key, value); err != nil {
-		return err
-	}
-	reply, err := c.roundTrip(ctx, "ONCLOSE "+key+" "+value+"\n")
-	if err != nil {
-		return fmt.Errorf("store: on close, create %s: %w", key, err)
-	}
-	if reply != "OK" {
-		return refusal(reply)
-	}
-	return nil
+	return c.acknowledged(ctx, "ONCLOSE", "on close, create", key, value)
 }
 
 // Get implements Store.
