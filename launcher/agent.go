@@ -284,9 +284,8 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		a.group = <-a.groupReady
 	}
 	a.pre.newAttempt()
-	// The spawn is when the start began: a warm interpreter that is still
-	// importing is waited for in startAttempt, as a cold worker imports
-	// after its fork; both are the workers' start-up.
+	// The spawn is when the start began, before the forks and hand-overs
+	// (a round's close to the spawn is the rendezvous's time).
 	spawned := time.Now()
 	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr, a.group, a.warm)
 	if err != nil {
