@@ -261,7 +261,14 @@ func (wp *warmPool) listen(s *spare) {
 			default:
 				wp.turnOff(why)
 			}
+		default:
+			wp.cfg.Log.Warnf("--warm-start: local rank %d's interpreter (pid %d) said %.80q: want ready, failed, warm, cold or fresh", s.localRank, s.proc.pid, sc.Text())
 		}
+	}
+	if err := sc.Err(); err != nil {
+		// Over maxWarmLine, or unreadable: the socket closes, and the
+		// interpreter, handed a worker, sees it as gorun gone.
+		wp.cfg.Log.Warnf("--warm-start: local rank %d's interpreter (pid %d): %v", s.localRank, s.proc.pid, err)
 	}
 }
 
