@@ -126,9 +126,10 @@ func (g *jobGroup) startGuard() {
 func (g *jobGroup) startGuardian(r *os.File, cgroup string) {
 	cmd := exec.Command("/bin/sh", "-c", guardianScript, "gorun-guardian", cgroup)
 	cmd.Stdin = r
-	// Its own process group: a terminal's ^C to gorun's group does not
-	// reach it, and it outlives gorun by design.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own session: a terminal's ^C to gorun's group does not reach it,
+	// it outlives gorun by design, and a ^Z during its fork cannot stop it
+	// before its exec (and gorun with it: process.go).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err := cmd.Start()
 	r.Close()
 	if err != nil {

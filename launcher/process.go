@@ -45,8 +45,8 @@ type exitStatus struct {
 	At time.Time
 }
 
-// process is one running worker process, the leader of its own process
-// group. One goroutine, locked to the OS thread that forked the process,
+// process is one running worker process, the leader of its own session
+// and process group. One goroutine, locked to the OS thread that forked the process,
 // waits for it and then closes done.
 type process struct {
 	pid  int
@@ -62,8 +62,9 @@ type process struct {
 	inGorunsGroup bool
 }
 
-// startProcess starts argv with env, stdout and stderr in a new process
-// group, with SIGKILL as its parent death signal. It returns at once; the
+// startProcess starts argv with env, stdout and stderr in a session (and
+// process group) of its own, as torchrun starts its workers
+// (start_new_session), with SIGKILL as its parent death signal. It returns at once; the
 // start's outcome arrives on the returned channel, so that many workers can
 // be started in parallel. When the process exits, the waiting goroutine
 // records the status, closes p.done and sends p on exited (which must have
@@ -103,7 +104,18 @@ func startProcessIn(argv, env []string, files procFiles, exited chan<- *process,
 		}
 		cmd.ExtraFiles = files.extra
 		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Setpgid: !files.inGorunsGroup,
+			// A session, not only a process group: a Ctrl-Z at gorun's
+			// terminal during the fork reaches the child before its exec
+			// (the kernel gives the child the signals sent to the
+			// parent's group while it forks), and a child that stops
+			// there holds the forking thread in vfork, so gorun cannot
+			// stop and the shell never gets its prompt back. The kernel
+			// discards a terminal stop for a process group that has no
+			// parent in its session, which a new session is.
+			// The worker in gorun's own group keeps that window: it
+			// stops with gorun on the same Ctrl-Z, and only a restart of
+			// it in the instant of the key press can catch it.
+			Setsid: !files.inGorunsGroup,
 			// Delivered when the forking thread ends; the goroutine below
 			// keeps that thread alive until the worker has exited.
 			Pdeathsig: syscall.SIGKILL,

@@ -103,7 +103,7 @@ func TestCtrlZOnTheTerminalStopsGorun(t *testing.T) {
 		t.Skip("SKIPPED: no bash for an interactive shell")
 	}
 	script := writeScript(t, `echo "rank $RANK ready"; if [ "$RANK" = 0 ]; then read x; echo "rank 0 read [$x]"; else sleep 60 & wait; fi`)
-	master, wait, done, seen, _ := onTerminalRun(t, []string{bash, "--norc", "--noprofile", "-i"})
+	master, wait, done, seen, shell := onTerminalRun(t, []string{bash, "--norc", "--noprofile", "-i"})
 	if _, err := io.WriteString(master, gorunBin+" --nproc-per-node=2 --no-python "+script+"\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -112,20 +112,19 @@ func TestCtrlZOnTheTerminalStopsGorun(t *testing.T) {
 	if _, err := io.WriteString(master, "\x1a"); err != nil { // Ctrl-Z
 		t.Fatal(err)
 	}
-	// Known race, not yet found (about 1 run in 10, with or without
-	// gorun's undumpable setting): the terminal echoes ^Z and gorun is
-	// not stopped; a second Ctrl-Z stops it, as a user would press it.
-	if !wait("Stopped", 10*time.Second) {
-		t.Log("KNOWN RACE: the first Ctrl-Z did not stop gorun; pressing it again")
-		if _, err := io.WriteString(master, "\x1a"); err != nil {
-			t.Fatal(err)
-		}
+	// A Ctrl-Z that came while gorun forked its guardian once stopped the
+	// child before its exec, and gorun could not stop (its forking thread
+	// waits in vfork): about 1 run in 10 under load.
+	if !wait("Stopped", 30*time.Second) {
+		t.Fatalf("no \"Stopped\" on the terminal within 30s; the session's processes:\n%s\nthe terminal:\n%s", sessionStates(shell), seen())
 	}
-	wait("Stopped")
 	// Readline draws the prompt once it has set the terminal up; what is
-	// typed before that may be lost (CI lost the f of fg).
+	// typed before that may be lost. Even after it, under load, the first
+	// key is sometimes lost ("g: command not found"; what takes it is not
+	// known): a leading space is harmless to the shell, and to rank 0's
+	// read, which trims it.
 	wait("prompt2$ ")
-	if _, err := io.WriteString(master, "fg\n"); err != nil {
+	if _, err := io.WriteString(master, " fg\n"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := io.WriteString(master, "hello\n"); err != nil {
@@ -306,4 +305,50 @@ func processState(pid int) string {
 		return s[i+2 : i+3]
 	}
 	return ""
+}
+
+// sessionStates describes every process of the session whose leader is
+// sid: its state, process group, the terminal's foreground group, and
+// its signal masks (what a Ctrl-Z that stops nothing needs explained).
+func sessionStates(sid int) string {
+	var b strings.Builder
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		end := strings.LastIndexByte(s, ')')
+		if end < 0 {
+			continue
+		}
+		// After "pid (comm) ": state ppid pgrp session tty_nr tpgid ...
+		f := strings.Fields(s[end+1:])
+		if len(f) < 6 || f[3] != strconv.Itoa(sid) {
+			continue
+		}
+		fmt.Fprintf(&b, "%s state %s ppid %s pgrp %s tpgid %s", s[:end+1], f[0], f[1], f[2], f[5])
+		status, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		for _, line := range strings.Split(string(status), "\n") {
+			for _, k := range []string{"SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"} {
+				if strings.HasPrefix(line, k+":") {
+					b.WriteString(" " + strings.Join(strings.Fields(line), ""))
+				}
+			}
+		}
+		// Per thread: a process-wide signal waits for a thread that does
+		// not block it.
+		tasks, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "task"))
+		for _, task := range tasks {
+			ts, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "task", task.Name(), "status"))
+			for _, line := range strings.Split(string(ts), "\n") {
+				if strings.HasPrefix(line, "SigBlk:") || strings.HasPrefix(line, "State:") {
+					b.WriteString(" " + task.Name() + ":" + strings.Join(strings.Fields(line), ""))
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

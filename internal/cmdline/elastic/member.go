@@ -180,9 +180,10 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	if err != nil {
 		return false, 0, err
 	}
-	// Its own process group: a Ctrl-C at the terminal reaches the agent,
-	// which stops the member after the workers.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Its own session: a Ctrl-C at the terminal reaches the agent, which
+	// stops the member after the workers, and a Ctrl-Z during the fork
+	// cannot stop it before its exec (launcher/process.go says why).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	m.mu.Lock()
 	if m.stopping {
 		m.mu.Unlock()
