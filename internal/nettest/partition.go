@@ -61,6 +61,16 @@ func (p *Proxy) Heal() {
 	p.cond.Broadcast()
 }
 
+// Reset closes every open connection through the proxy, as a reset
+// from the network would; new ones are forwarded as before.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
 // FailedDials is the number of client connections that the target
 // refused: a client tried to reach it while it was down.
 func (p *Proxy) FailedDials() int {

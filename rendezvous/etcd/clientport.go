@@ -21,13 +21,17 @@ import (
 // Pending connections are capped (in all, and per source address, the
 // oldest closed first) and must prove themselves within a deadline, so a
 // flood of idle connections costs one descriptor each, and a bounded
-// number of them. Without it (the user's own TLS, which is etcd's end to
-// end, or none), bytes are forwarded as they are.
+// number of them. A proven connection that negotiated presenceProto is
+// held, not forwarded: the node's presence (presence.go). Without the
+// job's TLS (the user's own, which is etcd's end to end, or none), bytes
+// are forwarded as they are.
 type clientPort struct {
 	ln     net.Listener
 	socket string
 	tls    *tls.Config
 	limits pendingLimits
+	// presence serves the presence connections; nil without the job's TLS.
+	presence *presences
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool
@@ -227,6 +231,12 @@ func (p *clientPort) forward(c net.Conn) {
 		if client, ok = p.prove(c); !ok {
 			return
 		}
+		if client.(*tls.Conn).ConnectionState().NegotiatedProtocol == presenceProto {
+			if p.presence != nil {
+				p.presence.hold(client)
+			}
+			return
+		}
 	}
 	s, err := net.Dial("unix", p.socket)
 	if err != nil {
@@ -251,6 +261,10 @@ func (p *clientPort) forward(c net.Conn) {
 // close stops accepting, closes every forwarded connection and waits for
 // the forwarding goroutines.
 func (p *clientPort) close() {
+	if p.presence != nil {
+		// First: the connections closed below must not lead to revocations.
+		p.presence.close()
+	}
 	p.mu.Lock()
 	if !p.closed {
 		close(p.done)

@@ -83,7 +83,7 @@ func ClientTLS(token Token) (*tls.Config, error) {
 
 // serverTLS is the client port's TLS for token: a certificate under the
 // job's CA, and clients must present one too. gRPC needs HTTP/2 named in
-// the handshake (ALPN).
+// the handshake (ALPN); a node's presence connection names presenceProto.
 func serverTLS(token Token) (*tls.Config, error) {
 	ca, err := newJobCA(token, clientCALabel)
 	if err != nil {
@@ -98,6 +98,6 @@ func serverTLS(token Token) (*tls.Config, error) {
 		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    ca.pool(),
-		NextProtos:   []string{"h2"},
+		NextProtos:   []string{"h2", presenceProto},
 	}, nil
 }

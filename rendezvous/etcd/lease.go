@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -12,8 +13,12 @@ type keptLease struct {
 	id clientv3.LeaseID
 	// done closes when the keep-alive ends: the lease expired (etcd was
 	// unreachable for longer than its TTL, or it was revoked) or the
-	// context ended.
+	// context ended. life ends then too.
 	done chan struct{}
+	life context.Context
+	// presence closes when the lease's presence connection is given up
+	// (present); nil when none was held.
+	presence chan struct{}
 }
 
 // keepLease keeps lease id alive until ctx ends. A lease just granted
@@ -21,9 +26,11 @@ type keptLease struct {
 // (as etcd's client schedules every later one): joining a round costs no
 // keep-alive stream.
 func keepLease(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, ttl time.Duration) *keptLease {
-	l := &keptLease{id: id, done: make(chan struct{})}
+	life, end := context.WithCancel(ctx)
+	l := &keptLease{id: id, done: make(chan struct{}), life: life}
 	go func() {
 		defer close(l.done)
+		defer end()
 		t := time.NewTimer(ttl / 3)
 		defer t.Stop()
 		select {
@@ -39,6 +46,24 @@ func keepLease(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, t
 		}
 	}()
 	return l
+}
+
+// present holds the lease's presence at the store (presence.go) while
+// the keep-alive lasts.
+func (l *keptLease) present(endpoints []string, tlsCfg *tls.Config) {
+	l.presence = make(chan struct{})
+	go func() {
+		defer close(l.presence)
+		holdPresence(l.life, endpoints, tlsCfg, l.id)
+	}()
+}
+
+// ended waits for the keep-alive and the presence to end.
+func (l *keptLease) ended() {
+	<-l.done
+	if l.presence != nil {
+		<-l.presence
+	}
 }
 
 // lost reports whether the keep-alive has ended.

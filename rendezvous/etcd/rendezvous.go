@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,6 +81,11 @@ type Config struct {
 	// ErrUnreachable (DefaultUnreachableTimeout); a round merely waiting
 	// for nodes waits up to JoinTimeout.
 	UnreachableTimeout time.Duration
+	// Presence says the store is a job's store reached over the job's
+	// TLS (its client port is gorun's): this node then holds a presence
+	// connection, so that the store ends its lease as soon as the node's
+	// process is gone, not a TTL later (presence.go).
+	Presence bool
 	// Token is the job's secret, the same on every node: the values the
 	// job writes are sealed with a key derived from it, and a value that
 	// is not is refused. Nil: the first node makes one and keeps it in
@@ -96,6 +102,9 @@ type Rendezvous struct {
 	node rendezvous.Node
 	k    keys
 	id   string
+	// presenceTLS is the job's TLS for the lease's presence connection;
+	// nil without Config.Presence.
+	presenceTLS *tls.Config
 	// lease is the node's current lease: a new one replaces it when it
 	// was lost (etcd unreachable for longer than its TTL) and the node
 	// joins again.
@@ -185,6 +194,12 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 		}
 	}
 	r.g = newGuard(r.token, cfg.Log)
+	if cfg.Presence {
+		if r.presenceTLS, err = presenceTLS(r.token); err != nil {
+			stop()
+			return nil, err
+		}
+	}
 	if err := r.openLease(ctx); err != nil {
 		stop()
 		return nil, err
@@ -202,7 +217,11 @@ func (r *Rendezvous) openLease(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rendezvous: open a lease on %v: %w", r.cli.Endpoints(), err)
 	}
-	r.lease.Store(keepLease(r.life, r.cli, grant.ID, time.Duration(ttl)*time.Second))
+	l := keepLease(r.life, r.cli, grant.ID, time.Duration(ttl)*time.Second)
+	if r.presenceTLS != nil {
+		l.present(r.cli.Endpoints(), r.presenceTLS)
+	}
+	r.lease.Store(l)
 	return nil
 }
 
@@ -292,7 +311,7 @@ func (r *Rendezvous) Close(ctx context.Context) error {
 	// by itself.
 	r.stop()
 	lease := r.lease.Load()
-	<-lease.done
+	lease.ended()
 	rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
 	_, err := r.cli.Revoke(rctx, lease.id)
 	cancel()

@@ -320,6 +320,9 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Token != nil {
 		cfg.Password = cfg.Token.EtcdPassword()
 	}
+	if jobTLS != nil {
+		s.port.presence = newPresences(socket, cfg.Password)
+	}
 	ec := embedConfig(cfg, logger)
 	if cfg.CertFile != "" {
 		ec.ClientTLSInfo = transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.TrustedCAFile, ClientCertAuth: cfg.TrustedCAFile != ""}

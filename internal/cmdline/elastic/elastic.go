@@ -340,6 +340,9 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		NodeRank: spec.NodeRank, Addr: addr, Prefix: c.prefix,
 		LastCallTimeout: c.lastCall, JoinTimeout: c.join, LeaseTTL: c.leaseTTL, UnreachableTimeout: c.connect, Log: log,
 		Token: token,
+		// The job's TLS ends at a job's store's client port, which holds
+		// the node's presence; the user's own TLS is etcd's.
+		Presence: jobStore && tlsCfg != nil && c.tls.TrustedCAFile == "" && c.tls.CertFile == "",
 	}
 	cli, r, err := connect(ctx, ccfg, cfg, jobStore, embedded && server == nil, log)
 	for shared != nil && server == nil && (errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, etcdrdzv.ErrNotJobStore) || errors.Is(err, errTokenRefused)) {
@@ -415,6 +418,7 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, job
 			if jobTLS, terr := etcdrdzv.ClientTLS(cfg.Token); terr == nil {
 				if proven, _ := proveJobStore(ctx, ccfg.Endpoints, jobTLS); proven {
 					ccfg.TLS, ccfg.Username, ccfg.Password, jobStore = jobTLS, etcdrdzv.EtcdUser, cfg.Token.EtcdPassword(), true
+					cfg.Presence = true
 					if cli != nil {
 						cli.Close()
 						cli = nil

@@ -1,0 +1,278 @@
+package etcd
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/gorun-dev/gorun/internal/ctxtime"
+)
+
+// Presence: a node killed outright (SIGKILL, the OOM killer, a crash)
+// cannot renew its lease, but the store would otherwise learn of it only
+// when the lease ends, a whole TTL later. Its kernel closes its sockets
+// at once, though. So each node of a job's store (one reached over the
+// job's TLS, whose client port gorun runs) holds one more connection to
+// the client port, negotiated as presenceProto, naming its lease; the
+// port ends the lease once the last such connection of it has been gone
+// for presenceGrace, as the node would have, had it left cleanly. A node
+// cut off the network closes nothing: its lease ends with its TTL, as
+// before. A node that is alive reconnects within the grace (a store's
+// member restarting, a reset connection), and keeps its lease.
+//
+// A presence claim needs the job's TLS, that is the token, whose holder
+// may revoke any of the job's leases through etcd anyway.
+
+// presenceProto is the presence connection's ALPN protocol.
+const presenceProto = "gorun-presence/1"
+
+// presenceGrace is how long a lease outlives its last presence
+// connection: a live node reconnects well within it.
+const presenceGrace = 500 * time.Millisecond
+
+// presenceRetry bounds the node's reconnection back-off.
+const (
+	presenceMinDelay = 20 * time.Millisecond
+	presenceMaxDelay = 2 * time.Second
+)
+
+// presences is the client port's side: the presence connections open
+// per lease, and the revocations they lead to.
+type presences struct {
+	socket, password string
+	grace            time.Duration
+
+	mu     sync.Mutex
+	open   map[clientv3.LeaseID]int
+	timers map[clientv3.LeaseID]*time.Timer
+	cli    *clientv3.Client // logged in as EtcdUser over socket, made at the first revocation
+	closed bool
+	// life ends with close: it cancels a revocation in flight.
+	life context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// newPresences serves presence connections for the store whose client
+// socket is socket and whose job user's password is password.
+func newPresences(socket, password string) *presences {
+	life, stop := context.WithCancel(context.Background())
+	return &presences{socket: socket, password: password, grace: presenceGrace,
+		open: map[clientv3.LeaseID]int{}, timers: map[clientv3.LeaseID]*time.Timer{}, life: life, stop: stop}
+}
+
+// hold serves one presence connection until it ends: a line "lease=ID",
+// answered "ok", then nothing either way.
+func (ps *presences) hold(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(handshakeDeadline))
+	line, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
+	if err != nil {
+		return
+	}
+	id, err := parsePresence(line)
+	if err != nil {
+		_, _ = fmt.Fprintf(c, "error: %v\n", err)
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if !ps.opened(id) {
+		return
+	}
+	if _, err := c.Write([]byte("ok\n")); err == nil {
+		var b [1]byte
+		_, _ = c.Read(b[:]) // the node sends nothing: this ends with the connection
+	}
+	ps.closedOne(id)
+}
+
+// parsePresence reads a presence line's lease.
+func parsePresence(line string) (clientv3.LeaseID, error) {
+	v, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "lease=")
+	if !ok {
+		return 0, errors.New("want lease=ID")
+	}
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("bad lease %q", v)
+	}
+	return clientv3.LeaseID(id), nil
+}
+
+// opened counts a presence connection of id; false once closed.
+func (ps *presences) opened(id clientv3.LeaseID) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		return false
+	}
+	ps.open[id]++
+	if t := ps.timers[id]; t != nil && t.Stop() {
+		delete(ps.timers, id)
+		ps.wg.Done() // the stopped revocation will not run
+	}
+	return true
+}
+
+// closedOne forgets a presence connection of id; the last one arms the
+// lease's revocation.
+func (ps *presences) closedOne(id clientv3.LeaseID) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.open[id]--; ps.open[id] > 0 {
+		return
+	}
+	delete(ps.open, id)
+	if ps.closed || ps.timers[id] != nil {
+		return
+	}
+	ps.wg.Add(1)
+	ps.timers[id] = time.AfterFunc(ps.grace, func() {
+		defer ps.wg.Done()
+		ps.mu.Lock()
+		delete(ps.timers, id)
+		ps.mu.Unlock()
+		ps.revoke(id)
+	})
+}
+
+// revoke ends lease id, as its node would have on its way out.
+func (ps *presences) revoke(id clientv3.LeaseID) {
+	cli, err := ps.client()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ps.life, revokeTimeout)
+	defer cancel()
+	_, _ = cli.Revoke(ctx, id) // a lease already gone is what was wanted
+}
+
+// client is the store's own client for revocations, logged in as the
+// job's user over the store's socket.
+func (ps *presences) client() (*clientv3.Client, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		return nil, context.Canceled
+	}
+	if ps.cli == nil {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"unix://" + ps.socket}, Username: EtcdUser, Password: ps.password,
+			DialTimeout: callTimeout, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, err
+		}
+		ps.cli = cli
+	}
+	return ps.cli, nil
+}
+
+// close stops the revocations not yet begun, waits for those in flight
+// and closes the client. The connections are the port's to close.
+func (ps *presences) close() {
+	ps.mu.Lock()
+	ps.closed = true
+	for id, t := range ps.timers {
+		if t.Stop() {
+			ps.wg.Done()
+		}
+		delete(ps.timers, id)
+	}
+	ps.mu.Unlock()
+	ps.stop()
+	ps.wg.Wait()
+	if ps.cli != nil {
+		ps.cli.Close()
+	}
+}
+
+// presenceTLS is the job's client TLS, negotiating presenceProto.
+func presenceTLS(token Token) (*tls.Config, error) {
+	cfg, err := ClientTLS(token)
+	if err != nil {
+		return nil, err
+	}
+	cfg.NextProtos = []string{presenceProto}
+	return cfg, nil
+}
+
+// holdPresence keeps a presence connection for lease id at one of
+// endpoints until ctx ends, reconnecting (to the next endpoint) when it
+// breaks. A store that does not serve presence (an older gorun's) or
+// refuses the claim makes it give up: the lease then ends with its TTL.
+func holdPresence(ctx context.Context, endpoints []string, tlsCfg *tls.Config, id clientv3.LeaseID) {
+	delay := time.Duration(0)
+	for i := 0; ctx.Err() == nil; i++ {
+		held, permanent := presentOnce(ctx, endpoints[i%len(endpoints)], tlsCfg, id)
+		if permanent {
+			return
+		}
+		if held {
+			delay = 0
+			continue // at once: the grace is short
+		}
+		delay = min(max(2*delay, presenceMinDelay), presenceMaxDelay)
+		if ctxtime.Sleep(ctx, delay) != nil {
+			return
+		}
+	}
+}
+
+// presentOnce holds one presence connection at endpoint until it or ctx
+// ends. held: the store accepted it; permanent: it never will.
+func presentOnce(ctx context.Context, endpoint string, tlsCfg *tls.Config, id clientv3.LeaseID) (held, permanent bool) {
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: callTimeout}, Config: tlsCfg}
+	c, err := d.DialContext(ctx, "tcp", hostPort(endpoint))
+	if err != nil {
+		return false, refusedHandshake(err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if c.(*tls.Conn).ConnectionState().NegotiatedProtocol != presenceProto {
+		return false, true
+	}
+	_ = c.SetDeadline(time.Now().Add(callTimeout))
+	if _, err := fmt.Fprintf(c, "lease=%d\n", int64(id)); err != nil {
+		return false, false
+	}
+	answer, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
+	if err != nil {
+		return false, false
+	}
+	if answer != "ok\n" {
+		return false, true
+	}
+	_ = c.SetDeadline(time.Time{})
+	var b [1]byte
+	_, _ = c.Read(b[:]) // the store sends nothing more: this ends with the connection
+	return true, false
+}
+
+// refusedHandshake says whether a failed TLS dial was an answer (the
+// server's alert: no such protocol, our certificate refused; a
+// certificate not of the job's; not TLS at all) rather than a server
+// that could not be reached, which may serve later.
+func refusedHandshake(err error) bool {
+	var op *net.OpError
+	var header tls.RecordHeaderError
+	return errors.As(err, &header) || errors.Is(err, ErrNotJobStore) ||
+		(errors.As(err, &op) && op.Op == "remote error")
+}
+
+// hostPort is an endpoint without its URL scheme.
+func hostPort(endpoint string) string {
+	if _, rest, ok := strings.Cut(endpoint, "://"); ok {
+		return rest
+	}
+	return endpoint
+}

@@ -1,0 +1,129 @@
+package etcd
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/gorun-dev/gorun/internal/nettest"
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// TestPresenceEndsAGoneNodesLease: a node whose process is gone (its
+// connections closed, its lease not revoked, as after a SIGKILL) loses
+// its lease within the presence grace, not its TTL (60 s here); a live
+// node whose connections are reset reconnects and keeps its lease.
+func TestPresenceEndsAGoneNodesLease(t *testing.T) {
+	t.Parallel()
+	token, _ := rendezvous.NewToken()
+	s, err := StartServer(context.Background(), ServerConfig{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() }) // after the agents' (cleanups run last first)
+	proxy := nettest.NewProxy(t, s.Endpoints()[0])
+	cfg := Config{Shape: shape("presence", 1, 2, 1), NodeRank: -1, LeaseTTL: time.Minute, Token: token, Presence: true}
+	join := func(endpoint string) *agent {
+		t.Helper()
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			TLS: mustClientTLS(t, token), Username: EtcdUser, Password: token.EtcdPassword()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.Addr, c.Log = "127.0.0.1", testLog(t)
+		r, err := New(context.Background(), cli, c)
+		if err != nil {
+			cli.Close()
+			t.Fatal(err)
+		}
+		a := &agent{cli: cli, r: r}
+		t.Cleanup(func() {
+			a.r.Close(context.Background())
+			a.cli.Close()
+		})
+		return a
+	}
+	gone, live, watcher := join(s.Endpoints()[0]), join(proxy.Addr()), join(s.Endpoints()[0])
+	ttl := func(a *agent) int64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := watcher.cli.TimeToLive(ctx, a.r.lease.Load().id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.TTL
+	}
+	held := func(a *agent) bool {
+		ps, id := s.port.presence, a.r.lease.Load().id
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		return ps.open[id] == 1 && ps.timers[id] == nil
+	}
+	waitFor(t, "both presences", func() bool { return held(gone) && held(live) })
+
+	// A live node's connections are reset: it is back within the grace.
+	proxy.Reset()
+	waitFor(t, "the reset node's presence again", func() bool {
+		ps, id := s.port.presence, live.r.lease.Load().id
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		return ps.timers[id] == nil && ps.open[id] == 1
+	})
+	if got := ttl(live); got <= 0 {
+		t.Errorf("the reset node's lease ended (TTL %d): it was alive", got)
+	}
+
+	// The gone node: its process ends without a word.
+	gone.r.stop()
+	gone.r.lease.Load().ended()
+	start := time.Now()
+	waitFor(t, "the gone node's lease to end", func() bool { return ttl(gone) == -1 })
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the gone node's lease ended after %v; its TTL is %v", took, cfg.LeaseTTL)
+	}
+	if got := ttl(live); got <= 0 {
+		t.Errorf("the live node's lease ended too (TTL %d)", got)
+	}
+}
+
+func TestParsePresence(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		line string
+		want clientv3.LeaseID
+		ok   bool
+	}{
+		{"lease=7587892014862811148\n", 7587892014862811148, true},
+		{"lease=1\n", 1, true},
+		{"lease=0\n", 0, false},
+		{"lease=-5\n", 0, false},
+		{"lease=x\n", 0, false},
+		{"node=a lease=5\n", 0, false},
+		{"\n", 0, false},
+	} {
+		got, err := parsePresence(tt.line)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parsePresence(%q) = %d, %v; want %d, ok %v", tt.line, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+// waitFor polls cond until it holds, for up to 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("waited 30s for %s", what)
+		}
+	}
+}
