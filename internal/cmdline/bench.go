@@ -43,7 +43,7 @@ func benchLaunchCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.Int("runs") < 1 || c.Int("warmup") < 0 {
-				return usageError("--runs must be at least 1 and --warmup at least 0")
+				return Usagef("--runs must be at least 1 and --warmup at least 0")
 			}
 			self, err := os.Executable()
 			if err != nil {
@@ -93,7 +93,7 @@ func benchSpareCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.Int("runs") < 1 || c.Duration("lease-ttl") < time.Second || c.Duration("last-call") <= 0 {
-				return usageError("--runs must be at least 1, --lease-ttl at least 1s, --last-call above 0")
+				return Usagef("--runs must be at least 1, --lease-ttl at least 1s, --last-call above 0")
 			}
 			self, err := os.Executable()
 			if err != nil {
@@ -131,7 +131,7 @@ func benchRecoveryCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.Int("runs") < 1 {
-				return usageError("--runs=%d: want at least 1", c.Int("runs"))
+				return Usagef("--runs=%d: want at least 1", c.Int("runs"))
 			}
 			self, err := os.Executable()
 			if err != nil {

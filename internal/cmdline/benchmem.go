@@ -37,14 +37,14 @@ func benchMemoryAction(c *cli.Context) error {
 	}
 	modes, err := benchModes(c.String("mode"))
 	if err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	format := c.String("format")
 	if format != "text" && format != "json" {
-		return usageError("--format=%q: want text or json", format)
+		return Usagef("--format=%q: want text or json", format)
 	}
 	if format == "json" && c.String("write") != "" {
-		return usageError("--write takes the text format, not --format=json")
+		return Usagef("--write takes the text format, not --format=json")
 	}
 	var results []membench.Result
 	for _, w := range workloads {
@@ -52,7 +52,7 @@ func benchMemoryAction(c *cli.Context) error {
 			res, err := membench.Run(c.Context, membench.Config{Workload: w, Mode: m, ExpandableSegments: c.Bool("expandable-segments")})
 			if err != nil {
 				if strings.HasPrefix(err.Error(), "--workload") {
-					return usageError("%v", err)
+					return Usage(err)
 				}
 				return cli.Exit("bench memory: "+err.Error(), 1)
 			}

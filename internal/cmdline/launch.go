@@ -20,11 +20,6 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// usageError marks bad input: gorun exits 2 for it, as torchrun does.
-func usageError(format string, a ...any) error {
-	return cli.Exit(fmt.Sprintf(format, a...), 2)
-}
-
 // launchAction runs `gorun [flags] SCRIPT [ARGS...]`.
 func launchAction(c *cli.Context, opts Options) error {
 	// A console that went away (`gorun ... | head`) must not kill gorun
@@ -45,22 +40,22 @@ func launchAction(c *cli.Context, opts Options) error {
 	}
 	log, err := newLogger(level, c.App.ErrWriter)
 	if err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	if levelNote != "" {
 		log.Warn(levelNote)
 	}
 	schedName, fromScheduler, storeHosts, logSchedulerNote, err := applyScheduler(c)
 	if err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	cfg, err := launchConfig(c, log)
 	if err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	plan, err := selectRendezvous(c, &cfg, log)
 	if err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	rdzv, round := plan.rdzv, plan.round
 	if plan.elastic != nil {
@@ -73,7 +68,7 @@ func launchAction(c *cli.Context, opts Options) error {
 			lo, hi = plan.elastic.MinNodes, plan.elastic.MaxNodes
 		}
 		if cfg.Plan, err = planLayouts(path, cfg.NprocPerNode, lo, hi, log); err != nil {
-			return usageError("%v", err)
+			return Usage(err)
 		}
 		if plan.elastic != nil && lo != hi {
 			valid := cfg.Plan.ValidNodes(cfg.NprocPerNode)
@@ -94,8 +89,8 @@ func launchAction(c *cli.Context, opts Options) error {
 		plan.elastic.Log = log
 		var release func()
 		rdzv, release, err = opts.Elastic.Rendezvous(c.Context, *plan.elastic)
-		if errors.Is(err, ErrUsage) {
-			return usageError("%v", errors.Unwrap(err))
+		if isUsage(err) {
+			return err
 		}
 		if err != nil {
 			return cli.Exit(err.Error(), 1)
@@ -103,7 +98,7 @@ func launchAction(c *cli.Context, opts Options) error {
 		defer release()
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	if plan.standalone != nil && !c.Bool(fDryRun) {
 		// One secret for the job: the store checks it, the workers
@@ -126,11 +121,11 @@ func launchAction(c *cli.Context, opts Options) error {
 	if c.Bool(fDryRun) {
 		format := c.String(fFormat)
 		if format != "text" && format != "json" {
-			return usageError("--format=%q: want text or json", format)
+			return Usagef("--format=%q: want text or json", format)
 		}
 		dry, err := launcher.PlanDryRun(&cfg, round, spare)
 		if err != nil {
-			return usageError("%v", err)
+			return Usage(err)
 		}
 		dry.Scheduler, dry.FromScheduler = schedName, fromScheduler
 		if err := dry.Write(c.App.Writer, format); err != nil {
@@ -159,11 +154,11 @@ func launchAction(c *cli.Context, opts Options) error {
 
 	agent, err := launcher.NewAgent(cfg, rdzv, sigs)
 	if err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	res, err := agent.Run(c.Context)
-	if errors.Is(err, ErrUsage) {
-		return usageError("%v", err)
+	if isUsage(err) {
+		return err
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), max(res.ExitCode, 1))

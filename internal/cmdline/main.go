@@ -29,10 +29,6 @@ import (
 // CompanionBinary is the name of the binary with etcd linked in.
 const CompanionBinary = "gorun-etcd"
 
-// ErrUsage marks errors caused by bad flags or settings; gorun exits 2 for
-// them. Extensions wrap their input errors with it.
-var ErrUsage = errors.New("bad input")
-
 // Options configures the command line.
 type Options struct {
 	// Version is printed by --version.
@@ -116,7 +112,7 @@ func Main(ctx context.Context, args []string, opts Options) int {
 func execCompanion(why string) error {
 	path, err := findCompanion()
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("%s needs %s, the gorun binary with etcd linked in: %v. Build it with `make build` (bin/%s) and keep it next to gorun, or set GORUN_ETCD_BINARY", why, CompanionBinary, err, CompanionBinary), 2)
+		return Usagef("%s needs %s, the gorun binary with etcd linked in: %v. Build it with `make build` (bin/%s) and keep it next to gorun, or set GORUN_ETCD_BINARY", why, CompanionBinary, err, CompanionBinary)
 	}
 	argv := append([]string{path}, os.Args[1:]...)
 	if err := syscall.Exec(path, argv, os.Environ()); err != nil {

@@ -51,19 +51,19 @@ func planCommand() *cli.Command {
 func planAction(c *cli.Context) error {
 	cfg, err := planConfig(c)
 	if err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	format := c.String("format")
 	if format != "text" && format != "json" {
-		return usageError("--format=%q: want text or json", format)
+		return Usagef("--format=%q: want text or json", format)
 	}
 	estimator := c.String("estimator")
 	if estimator != memory.EstimatorBridge && estimator != memory.EstimatorMegatronLM {
-		return usageError("--estimator=%q: want %s or %s", estimator, memory.EstimatorBridge, memory.EstimatorMegatronLM)
+		return Usagef("--estimator=%q: want %s or %s", estimator, memory.EstimatorBridge, memory.EstimatorMegatronLM)
 	}
 	capacity, err := planCapacity(cfg)
 	if err != nil {
-		return usageError("%v", err)
+		return Usage(err)
 	}
 	if ws := c.String("world-sizes"); ws != "" {
 		return planSizesAction(c, cfg, ws, capacity, estimator, format)
@@ -95,11 +95,11 @@ func planAction(c *cli.Context) error {
 func planSizesAction(c *cli.Context, cfg *topology.Config, list string, capacity float64, estimator, format string) error {
 	worlds, err := topology.ParseWorldSizes(list)
 	if err != nil {
-		return usageError("--world-sizes: %v", err)
+		return Usagef("--world-sizes: %v", err)
 	}
 	fits, err := topology.FitSizes(cfg, worlds, capacity, topology.Options{Estimator: estimator})
 	if err != nil {
-		return usageError("--world-sizes: %v", err)
+		return Usagef("--world-sizes: %v", err)
 	}
 	if format == "json" {
 		enc := json.NewEncoder(c.App.Writer)

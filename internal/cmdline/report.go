@@ -35,24 +35,24 @@ func reportCommand() *cli.Command {
 // reportAction runs `gorun report`.
 func reportAction(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return usageError("report: want one LOGDIR (a run folder or a --log-dir), got %d arguments", c.NArg())
+		return Usagef("report: want one LOGDIR (a run folder or a --log-dir), got %d arguments", c.NArg())
 	}
 	logDir := c.Args().First()
 	format := c.String("format")
 	if format != "text" && format != "json" {
-		return usageError("report: --format=%q: want text or json", format)
+		return Usagef("report: --format=%q: want text or json", format)
 	}
 	now := time.Now()
 	if s := c.String("now"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return usageError("report: --now=%q: want an RFC3339 time such as 2026-03-01T12:00:00Z", s)
+			return Usagef("report: --now=%q: want an RFC3339 time such as 2026-03-01T12:00:00Z", s)
 		}
 		now = t
 	}
 	run, picked, err := findRunFolder(logDir)
 	if err != nil {
-		return usageError("report: %v", err)
+		return Usagef("report: %v", err)
 	}
 	if picked {
 		fmt.Fprintf(c.App.ErrWriter, "gorun: report: reporting %s, the run in %s whose %s changed last\n", run, logDir, launcher.EventsFile)
@@ -63,7 +63,7 @@ func reportAction(c *cli.Context) error {
 		return err
 	}
 	if len(events) == 0 {
-		return usageError("report: %s has no events: the run in %s has not started", path, logDir)
+		return Usagef("report: %s has no events: the run in %s has not started", path, logDir)
 	}
 	r, err := launcher.ComputeReport(events, now, runningProgress(run, events, c.App.ErrWriter))
 	if err != nil {
@@ -129,9 +129,9 @@ func readEventsFile(path string) ([]launcher.Event, error) {
 	f, st, err := private.OpenRegular(path)
 	switch {
 	case errors.Is(err, private.ErrNotRegular):
-		return nil, usageError("report: %s is not a regular file", path)
+		return nil, Usagef("report: %s is not a regular file", path)
 	case err != nil:
-		return nil, usageError("report: %v", err)
+		return nil, Usagef("report: %v", err)
 	}
 	defer f.Close()
 	if st.Size() > maxEventsBytes {

@@ -29,7 +29,7 @@ func traceCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			args, err := traceArgs(c.Args().Slice(), c.String("format"), c.Bool("all-attempts"))
 			if err != nil {
-				return cli.Exit("trace: "+err.Error(), 2)
+				return Usagef("trace: %w", err)
 			}
 			return runTrace(c.App.Writer, c.App.ErrWriter, args)
 		},

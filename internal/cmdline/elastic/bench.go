@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/bench"
 	"github.com/gorun-dev/gorun/internal/bench/rdzvbench"
+	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/launcher"
 )
 
@@ -34,11 +35,11 @@ func (e *Elastic) BenchRendezvousCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			counts, err := launcher.ParseIntList("agents", c.String("agents"))
 			if err != nil || len(counts) == 0 {
-				return cli.Exit(fmt.Sprintf("--agents=%q: want a number or a comma-separated list", c.String("agents")), 2)
+				return cmdline.Usagef("--agents=%q: want a number or a comma-separated list", c.String("agents"))
 			}
 			format := c.String("format")
 			if format != "json" && format != "text" {
-				return cli.Exit(fmt.Sprintf("--format=%q: want json or text", format), 2)
+				return cmdline.Usagef("--format=%q: want json or text", format)
 			}
 			var results []rdzvbench.Result
 			for _, n := range counts {

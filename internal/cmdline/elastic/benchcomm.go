@@ -14,6 +14,7 @@ import (
 	"github.com/gorun-dev/gorun/comm"
 	"github.com/gorun-dev/gorun/comm/world"
 	"github.com/gorun-dev/gorun/internal/bench/commbench"
+	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/memory"
 )
 
@@ -45,7 +46,7 @@ func (e *Elastic) BenchCommCommand() *cli.Command {
 func benchCommAction(c *cli.Context) error {
 	cfg, err := benchCommConfig(c)
 	if err != nil {
-		return cli.Exit(err.Error(), 2)
+		return cmdline.Usage(err)
 	}
 	if c.Bool("worker") {
 		if err := commbench.RunWorker(c.Context, cfg, c.App.Writer); err != nil {
@@ -55,7 +56,7 @@ func benchCommAction(c *cli.Context) error {
 	}
 	n := c.Int("nproc-per-node")
 	if n < 1 {
-		return cli.Exit(fmt.Sprintf("--nproc-per-node=%d: want at least 1", n), 2)
+		return cmdline.Usagef("--nproc-per-node=%d: want at least 1", n)
 	}
 	self, err := os.Executable()
 	if err != nil {

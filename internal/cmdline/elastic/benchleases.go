@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/bench"
 	"github.com/gorun-dev/gorun/internal/bench/rdzvbench"
+	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/launcher"
 )
 
@@ -32,19 +33,19 @@ func (e *Elastic) BenchLeasesCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			counts, err := launcher.ParseIntList("nodes", c.String("nodes"))
 			if err != nil || len(counts) == 0 {
-				return cli.Exit(fmt.Sprintf("--nodes=%q: want a number or a comma-separated list", c.String("nodes")), 2)
+				return cmdline.Usagef("--nodes=%q: want a number or a comma-separated list", c.String("nodes"))
 			}
 			var ttls []time.Duration
 			for _, v := range strings.Split(c.String("ttl"), ",") {
 				d, err := time.ParseDuration(strings.TrimSpace(v))
 				if err != nil || d < time.Second || d%time.Second != 0 {
-					return cli.Exit(fmt.Sprintf("--ttl=%q: want whole seconds of at least 1s, comma-separated (2s,3s)", c.String("ttl")), 2)
+					return cmdline.Usagef("--ttl=%q: want whole seconds of at least 1s, comma-separated (2s,3s)", c.String("ttl"))
 				}
 				ttls = append(ttls, d)
 			}
 			format := c.String("format")
 			if format != "json" && format != "text" {
-				return cli.Exit(fmt.Sprintf("--format=%q: want json or text", format), 2)
+				return cmdline.Usagef("--format=%q: want json or text", format)
 			}
 			exe, err := os.Executable()
 			if err != nil {

@@ -221,12 +221,12 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	log := spec.Log
 	c, err := parseConf(spec.Conf, log)
 	if err != nil {
-		return nil, nil, usage(err)
+		return nil, nil, cmdline.Usage(err)
 	}
 	embedded := isEmbedded(spec.Backend)
 	endpoints, err := parseEndpoints(spec.Endpoint, embedded)
 	if err != nil {
-		return nil, nil, usage(err)
+		return nil, nil, cmdline.Usage(err)
 	}
 	addr := spec.LocalAddr
 	if addr == "" {
@@ -241,7 +241,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		_, epPort, _ := net.SplitHostPort(endpoints[0])
 		port, _ := strconv.Atoi(epPort)
 		if members, err = storeMembers(spec.Conf, spec, port); err != nil {
-			return nil, nil, usage(err)
+			return nil, nil, cmdline.Usage(err)
 		}
 	} else if spec.Conf["store_hosts"] != "" {
 		log.Warnf("--rdzv-conf store_hosts is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", spec.Backend)
@@ -361,7 +361,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	if err != nil {
 		release()
 		if errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, etcdrdzv.ErrInvalidConfig) {
-			return nil, nil, usage(err)
+			return nil, nil, cmdline.Usage(err)
 		}
 		return nil, nil, err
 	}
@@ -512,7 +512,7 @@ func (h *hosted) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Rou
 	switch {
 	case err == nil:
 	case errors.Is(err, rendezvous.ErrShapeMismatch), errors.Is(err, rendezvous.ErrInvalidNode):
-		err = usage(err) // the node's flags do not fit the job: exit 2
+		err = cmdline.Usage(err) // the node's flags do not fit the job: exit 2
 	case h.hint != "" && (errors.Is(err, rendezvous.ErrJoinTimeout) || errors.Is(err, etcdrdzv.ErrUnreachable)):
 		err = fmt.Errorf("%w (%s)", err, h.hint)
 	}
@@ -529,15 +529,3 @@ func (h *hosted) Close(ctx context.Context) error {
 	}
 	return err
 }
-
-// usage marks err as bad input (exit 2), keeping its message.
-func usage(err error) error { return &usageErr{err} }
-
-type usageErr struct{ err error }
-
-func (u *usageErr) Error() string { return u.err.Error() }
-
-// Unwrap gives the input error; Is makes the wrapper match
-// cmdline.ErrUsage.
-func (u *usageErr) Unwrap() error        { return u.err }
-func (u *usageErr) Is(target error) bool { return target == cmdline.ErrUsage }

@@ -58,40 +58,40 @@ func stopAction(c *cli.Context) error {
 	log := logrus.New()
 	log.SetOutput(c.App.ErrWriter)
 	if c.NArg() > 1 {
-		return cli.Exit("gorun stop: give the job's run id (its --rdzv-id), once", 2)
+		return cmdline.Usagef("gorun stop: give the job's run id (its --rdzv-id), once")
 	}
 	runID := c.Args().First()
 	if runID != "" {
 		if err := rendezvous.ValidateRunID(runID); err != nil {
-			return cli.Exit(err.Error(), 2)
+			return cmdline.Usage(err)
 		}
 	}
 	req := rendezvous.StopRequest{Reason: c.String("reason")}
 	if v := c.String("grace"); v != "" {
 		g, err := cmdline.ParseSeconds("grace", v)
 		if err != nil || g <= 0 || g > 24*time.Hour {
-			return cli.Exit(fmt.Sprintf("--grace=%q: want a duration above 0 and at most 24h, such as 60s", v), 2)
+			return cmdline.Usagef("--grace=%q: want a duration above 0 and at most 24h, such as 60s", v)
 		}
 		req.Grace = g
 	}
 	kv, err := launcher.ParseKeyValues("rdzv-conf", c.String("rdzv-conf"))
 	if err != nil {
-		return cli.Exit(err.Error(), 2)
+		return cmdline.Usage(err)
 	}
 	conf, err := parseConf(kv, log)
 	if err != nil {
-		return cli.Exit(err.Error(), 2)
+		return cmdline.Usage(err)
 	}
 	embedded := isEmbedded(c.String("rdzv-backend"))
 	var targets []stopTarget
 	switch job := os.Getenv("SLURM_JOB_ID"); {
 	case c.IsSet("rdzv-endpoint"):
 		if runID == "" {
-			return cli.Exit("gorun stop: give the job's run id (its --rdzv-id)", 2)
+			return cmdline.Usagef("gorun stop: give the job's run id (its --rdzv-id)")
 		}
 		endpoints, err := parseEndpoints(c.String("rdzv-endpoint"), embedded)
 		if err != nil {
-			return cli.Exit(err.Error(), 2)
+			return cmdline.Usage(err)
 		}
 		targets = []stopTarget{{runID, endpoints}}
 	case job != "" && embedded:
@@ -99,7 +99,7 @@ func stopAction(c *cli.Context) error {
 			return cli.Exit("gorun stop: "+err.Error(), 1)
 		}
 	default:
-		return cli.Exit("gorun stop: give the job's store (--rdzv-endpoint=HOST:PORT) and run id; inside a Slurm allocation gorun finds both", 2)
+		return cmdline.Usagef("gorun stop: give the job's store (--rdzv-endpoint=HOST:PORT) and run id; inside a Slurm allocation gorun finds both")
 	}
 	code := 0
 	for _, t := range targets {
@@ -172,11 +172,11 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 	switch {
 	case conf.tokenFile != "":
 		if token, err = tokenFromFile(ctx, conf.tokenFlagName(), conf.tokenFile, false, 0, log); err != nil {
-			return cli.Exit(err.Error(), 2)
+			return cmdline.Usage(err)
 		}
 	case conf.token != "":
 		if token, err = rendezvous.ParseToken(tokenEnv, []byte(conf.token)); err != nil {
-			return cli.Exit(err.Error(), 2)
+			return cmdline.Usage(err)
 		}
 	case embedded:
 		// A job started with no token shares it through the home folder.
@@ -185,12 +185,12 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 			token, err = readTokenFile(shared.path)
 		}
 		if err != nil {
-			return cli.Exit(fmt.Sprintf("gorun stop: the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own --rdzv-id or --rdzv-endpoint needs them given: gorun stop --rdzv-endpoint=HOST:PORT RUN_ID)", t.runID, err), 2)
+			return cmdline.Usagef("gorun stop: the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own --rdzv-id or --rdzv-endpoint needs them given: gorun stop --rdzv-endpoint=HOST:PORT RUN_ID)", t.runID, err)
 		}
 	}
 	tlsCfg, jobStore, err := conf.storeTLS(ctx, token, t.endpoints, embedded)
 	if err != nil {
-		return cli.Exit(err.Error(), 2)
+		return cmdline.Usage(err)
 	}
 	if jobStore && conf.user == "" {
 		// The store proves it holds the token before the password goes.

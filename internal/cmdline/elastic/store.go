@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/launcher"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
@@ -50,25 +51,25 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			switch c.String("log-level") {
 			case "debug", "info", "warn", "error", "panic":
 			default:
-				return cli.Exit(fmt.Sprintf("--log-level=%q: want debug, info, warn, error or panic", c.String("log-level")), 2)
+				return cmdline.Usagef("--log-level=%q: want debug, info, warn, error or panic", c.String("log-level"))
 			}
 			if (c.String("cert") == "") != (c.String("key") == "") {
-				return cli.Exit("--cert and --key go together", 2)
+				return cmdline.Usagef("--cert and --key go together")
 			}
 			var cluster []string
 			if v := c.String("cluster"); v != "" {
 				cluster = strings.Split(v, ",")
 				if n := len(cluster); n < 3 || n%2 == 0 || n > 7 {
-					return cli.Exit(fmt.Sprintf("--cluster: %d members; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them)", n), 2)
+					return cmdline.Usagef("--cluster: %d members; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them)", n)
 				}
 				if m := c.Int("member"); m < 0 || m >= len(cluster) {
-					return cli.Exit(fmt.Sprintf("--member=%d: want this member's place in --cluster, 0 to %d", m, len(cluster)-1), 2)
+					return cmdline.Usagef("--member=%d: want this member's place in --cluster, 0 to %d", m, len(cluster)-1)
 				}
 				if c.Bool("no-auth") {
-					return cli.Exit("--cluster needs the jobs' token (its members authenticate each other with it): drop --no-auth", 2)
+					return cmdline.Usagef("--cluster needs the jobs' token (its members authenticate each other with it): drop --no-auth")
 				}
 			} else if c.IsSet("member") {
-				return cli.Exit("--member is a place in --cluster: give --cluster too", 2)
+				return cmdline.Usagef("--member is a place in --cluster: give --cluster too")
 			}
 			stdin := bufio.NewReader(os.Stdin)
 			var stdinToken []byte
@@ -83,7 +84,7 @@ func (e *Elastic) StoreCommand() *cli.Command {
 					stdinToken, err = io.ReadAll(io.LimitReader(stdin, 1<<16))
 				}
 				if err != nil {
-					return cli.Exit("gorun store: --token-stdin: "+err.Error(), 2)
+					return cmdline.Usagef("gorun store: --token-stdin: %w", err)
 				}
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
@@ -112,17 +113,17 @@ func (e *Elastic) StoreCommand() *cli.Command {
 				}
 				password = os.Getenv(passwordEnv)
 				if cluster != nil && kc.tokenFile == "" && kc.token == "" {
-					return cli.Exit("gorun store: --cluster needs the jobs' token, the same on every member (--token-file PATH, GORUN_RDZV_TOKEN or --token-stdin)", 2)
+					return cmdline.Usagef("gorun store: --cluster needs the jobs' token, the same on every member (--token-file PATH, GORUN_RDZV_TOKEN or --token-stdin)")
 				}
 				if kc.tokenFile == "" && kc.token == "" && password == "" {
-					return cli.Exit("gorun store: give the jobs' token (--token-file PATH, created when absent, or GORUN_RDZV_TOKEN), or --no-auth to serve anyone who reaches the port", 2)
+					return cmdline.Usagef("gorun store: give the jobs' token (--token-file PATH, created when absent, or GORUN_RDZV_TOKEN), or --no-auth to serve anyone who reaches the port")
 				}
 				log := logrus.New()
 				log.SetOutput(c.App.ErrWriter)
 				if password != "" && cluster == nil {
 					// the launcher's --standalone store: the password itself
 				} else if token, _, _, err = jobToken(ctx, kc, jobSpec{embedded: true, maxNodes: 1}, true, log); err != nil {
-					return cli.Exit("gorun store: "+err.Error(), 2)
+					return cmdline.Usagef("gorun store: %w", err)
 				}
 			}
 			dataDir := c.String("data-dir")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
@@ -35,18 +36,18 @@ func jobToken(ctx context.Context, c conf, spec jobSpec, maker bool, log logrus.
 	case c.token != "":
 		t, err := rendezvous.ParseToken(tokenEnv, []byte(c.token))
 		if err != nil {
-			return nil, nil, false, usage(err)
+			return nil, nil, false, cmdline.Usage(err)
 		}
 		return t, nil, maker, nil
 	case spec.embedded && spec.maxNodes <= 1:
 		t, err := rendezvous.NewToken()
 		return t, nil, maker, err
 	case spec.embedded && os.Getenv(kubernetesEnv) != "":
-		return nil, nil, false, usage(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", rendezvous.ErrBadToken, spec.maxNodes))
+		return nil, nil, false, cmdline.Usage(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", rendezvous.ErrBadToken, spec.maxNodes))
 	case spec.embedded:
 		s, err := newSharedToken(spec.runID, spec.endpoint, c.connect)
 		if err != nil {
-			return nil, nil, false, usage(fmt.Errorf("%w: %w", rendezvous.ErrBadToken, err))
+			return nil, nil, false, cmdline.Usage(fmt.Errorf("%w: %w", rendezvous.ErrBadToken, err))
 		}
 		if maker {
 			made, err := s.create()
@@ -91,10 +92,10 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 			return t, nil
 		}
 		if errors.Is(err, rendezvous.ErrBadToken) {
-			return nil, usage(err)
+			return nil, cmdline.Usage(err)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, usage(fmt.Errorf("%s=%s: %w", flag, path, err))
+			return nil, cmdline.Usage(fmt.Errorf("%s=%s: %w", flag, path, err))
 		}
 		if host {
 			t, err := rendezvous.NewToken()
@@ -103,7 +104,7 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 			}
 			made, err := createToken(path, t)
 			if err != nil {
-				return nil, usage(fmt.Errorf("%s=%s: create it: %w", flag, path, err))
+				return nil, cmdline.Usage(fmt.Errorf("%s=%s: create it: %w", flag, path, err))
 			}
 			if !made {
 				continue // another process made it first: read that one

@@ -1,0 +1,40 @@
+package cmdline
+
+import (
+	"errors"
+	"fmt"
+)
+
+// UsageError is bad input: a flag, a setting, an environment value, a
+// file the user named. gorun prints it and exits 2, as torchrun's
+// argparse does. It is a cli.ExitCoder, so an action returns it as it
+// is, and Main finds it through any wrapping (a rendezvous's error
+// returned by the agent).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap is the input error.
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// ExitCode is 2, torchrun's for bad input.
+func (e *UsageError) ExitCode() int { return 2 }
+
+// Usage marks err as bad input; nil stays nil.
+func Usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UsageError{Err: err}
+}
+
+// Usagef is bad input described by format and a.
+func Usagef(format string, a ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, a...)}
+}
+
+// isUsage says whether err is, or wraps, bad input.
+func isUsage(err error) bool {
+	var u *UsageError
+	return errors.As(err, &u)
+}

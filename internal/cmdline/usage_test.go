@@ -1,0 +1,48 @@
+package cmdline
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// TestUsageErrorExitsTwo: bad input exits 2 however deep it is wrapped
+// (the agent wraps a rendezvous's), keeps its message and its cause, and
+// other errors are not taken for it.
+func TestUsageErrorExitsTwo(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("--nnodes=3:2: want MIN <= MAX")
+	for _, tt := range []struct {
+		name  string
+		err   error
+		usage bool
+		msg   string
+	}{
+		{"Usage", Usage(cause), true, cause.Error()},
+		{"Usagef", Usagef("--format=%q: want text or json", "xml"), true, `--format="xml": want text or json`},
+		{"Usagef wraps", Usagef("gorun store: %w", cause), true, "gorun store: " + cause.Error()},
+		{"wrapped by the agent", fmt.Errorf("rendezvous: %w", Usage(cause)), true, "rendezvous: " + cause.Error()},
+		{"not usage", fmt.Errorf("etcd unreachable: %w", cause), false, "etcd unreachable: " + cause.Error()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := isUsage(tt.err); got != tt.usage {
+				t.Errorf("isUsage = %v; want %v", got, tt.usage)
+			}
+			var ec cli.ExitCoder
+			if got := errors.As(tt.err, &ec) && ec.ExitCode() == 2; got != tt.usage {
+				t.Errorf("exits 2: %v; want %v", got, tt.usage)
+			}
+			if tt.err.Error() != tt.msg {
+				t.Errorf("message %q; want %q", tt.err.Error(), tt.msg)
+			}
+			if tt.name != "Usagef" && !errors.Is(tt.err, cause) {
+				t.Errorf("%v does not wrap its cause", tt.err)
+			}
+		})
+	}
+	if Usage(nil) != nil {
+		t.Error("Usage(nil) is not nil")
+	}
+}
