@@ -29,7 +29,7 @@ import torch, torch.distributed as dist
 
 class Preemption:
     def __init__(self, every=1):
-        self.every, self.flag, self.first, self.warned = every, False, None, False
+        self.every, self.flag, self.first, self.warned, self._last = every, False, None, False, None
         self.file, self.progress = os.environ.get("GORUN_STOP_FILE"), os.environ.get("GORUN_PROGRESS_FILE")
         name = os.environ.get("GORUN_STOP_SIGNAL", "").strip().upper().removeprefix("SIG")
         self.enabled = bool(self.file or name)
@@ -81,4 +81,10 @@ class Preemption:
         t = torch.tensor([int(self.requested())], dtype=torch.int32, device="cuda" if cuda else "cpu")
         if dist.is_initialized():
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        # Kept until the next check: PyTorch (seen with 1.13's gloo) may
+        # free a collective's tensor on the group's worker thread after the
+        # call returned, and freeing one whose Python object is gone takes
+        # the GIL. If the group is destroyed then (its destructor holds the
+        # GIL and joins that thread), the rank hangs at its very end.
+        self._last = t
         return bool(t.item())
