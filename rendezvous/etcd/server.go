@@ -176,47 +176,17 @@ const maxSocketPath = 108
 // bcryptMinCost is bcrypt.MinCost.
 const bcryptMinCost = 4
 
-// StartServer starts a one-member etcd server and waits until it serves
-// clients or ctx ends.
+// StartServer starts an embedded etcd (a store of one member, or one
+// member of cfg.Cluster) and waits until it serves clients or ctx ends:
+// its peers secured, its client port bound, authentication on, then the
+// port opened.
 func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
-	if cfg.ClientAddr == "" {
-		cfg.ClientAddr = "127.0.0.1:0"
-	}
-	if cfg.PeerAddr == "" {
-		cfg.PeerAddr = "127.0.0.1:0"
-	}
-	if cfg.LogLevel == "" {
-		cfg.LogLevel = "panic"
-	}
-	if cfg.clustered() {
-		if cfg.Member < 0 || cfg.Member >= len(cfg.Cluster) {
-			return nil, fmt.Errorf("embedded etcd: member %d of a store of %d", cfg.Member, len(cfg.Cluster))
-		}
-		if cfg.Token == nil {
-			return nil, fmt.Errorf("embedded etcd: a store of several members needs the job token (its members authenticate each other with it)")
-		}
-		cfg.PeerAddr = cfg.Cluster[cfg.Member]
-		// Members on several hosts: raft's timing must bear a busy
-		// network and machine (a training node's CPUs are taken).
-		if cfg.TickMs == 0 {
-			cfg.TickMs = ClusterTickMs
-		}
-		if cfg.ElectionMs == 0 {
-			cfg.ElectionMs = ClusterElectionMs
-		}
-	}
-	if cfg.TickMs == 0 {
-		cfg.TickMs = DefaultTickMs
-	}
-	if cfg.ElectionMs == 0 {
-		cfg.ElectionMs = DefaultElectionMs
-	}
-	if cfg.ReadyTimeout == 0 {
-		cfg.ReadyTimeout = DefaultReadyTimeout
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	// etcd binds IP literals only: a host name (a Slurm node's) is bound
 	// at its address on this host.
-	var err error
 	if cfg.peerListen, err = ListenAddress(ctx, cfg.PeerAddr); err != nil {
 		return nil, fmt.Errorf("embedded etcd: peer address: %w", err)
 	}
@@ -248,9 +218,81 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			s.Close()
 		}
 	}()
-	// A private folder for the client socket and a member's peer TLS, in
-	// the data folder: whoever removes that removes it too.
-	s.runDir = filepath.Join(cfg.Dir, "gorun-run")
+	if err := s.makeRunDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if err := cfg.securePeers(s.runDir); err != nil {
+		return nil, err
+	}
+	socket := filepath.Join(s.runDir, "client.sock")
+	if err := s.bindClientPort(&cfg, clientListen, socket); err != nil {
+		return nil, err
+	}
+	if err := s.startEtcd(ctx, cfg, logger, socket); err != nil {
+		return nil, err
+	}
+	if cfg.Password != "" {
+		if err := setUpAuth(ctx, s.etcd, cfg); err != nil {
+			return nil, err
+		}
+	}
+	s.errc = make(chan error, 1)
+	if !cfg.clustered() {
+		s.closePeerPort()
+	}
+	go s.forwardErrors()
+	s.port.open()
+	started, s.ready = true, true
+	return s, nil
+}
+
+// withDefaults fills in what cfg leaves out, and checks a member's place
+// in its cluster.
+func (cfg ServerConfig) withDefaults() (ServerConfig, error) {
+	if cfg.ClientAddr == "" {
+		cfg.ClientAddr = "127.0.0.1:0"
+	}
+	if cfg.PeerAddr == "" {
+		cfg.PeerAddr = "127.0.0.1:0"
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "panic"
+	}
+	if cfg.clustered() {
+		if cfg.Member < 0 || cfg.Member >= len(cfg.Cluster) {
+			return cfg, fmt.Errorf("embedded etcd: member %d of a store of %d", cfg.Member, len(cfg.Cluster))
+		}
+		if cfg.Token == nil {
+			return cfg, fmt.Errorf("embedded etcd: a store of several members needs the job token (its members authenticate each other with it)")
+		}
+		cfg.PeerAddr = cfg.Cluster[cfg.Member]
+		// Members on several hosts: raft's timing must bear a busy
+		// network and machine (a training node's CPUs are taken).
+		if cfg.TickMs == 0 {
+			cfg.TickMs = ClusterTickMs
+		}
+		if cfg.ElectionMs == 0 {
+			cfg.ElectionMs = ClusterElectionMs
+		}
+	}
+	if cfg.TickMs == 0 {
+		cfg.TickMs = DefaultTickMs
+	}
+	if cfg.ElectionMs == 0 {
+		cfg.ElectionMs = DefaultElectionMs
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	return cfg, nil
+}
+
+// makeRunDir makes the private folder for the client socket and a
+// member's peer TLS, in the data folder dir: whoever removes that
+// removes it too.
+func (s *Server) makeRunDir(dir string) error {
+	s.runDir = filepath.Join(dir, "gorun-run")
+	var err error
 	if len(s.runDir)+len("/client.sock") >= maxSocketPath {
 		// A Unix socket's path must be short: the temporary folder then.
 		s.runDir, err = os.MkdirTemp("", "gorun-etcd-run-")
@@ -258,43 +300,52 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		err = os.MkdirAll(s.runDir, 0o700)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("embedded etcd: %w", err)
+		return fmt.Errorf("embedded etcd: %w", err)
 	}
+	return nil
+}
+
+// securePeers sets the member's peer TLS (files in runDir) and, for a
+// store of several members, etcd's auth tokens.
+func (cfg *ServerConfig) securePeers(runDir string) error {
+	host, _, err := net.SplitHostPort(cfg.PeerAddr)
 	if !cfg.clustered() {
 		// One member has no peers, but etcd always opens a peer port,
 		// which speaks raft to whoever connects: in plain HTTP, another
 		// local user could pose as a leader and switch authentication
 		// off. It takes only certificates of a CA made for this store
 		// alone (a throwaway key), that is, nobody's.
-		host, _, err := net.SplitHostPort(cfg.PeerAddr)
 		if err != nil {
-			return nil, fmt.Errorf("embedded etcd: peer address %q: %w", cfg.PeerAddr, err)
+			return fmt.Errorf("embedded etcd: peer address %q: %w", cfg.PeerAddr, err)
 		}
 		alone, err := rendezvous.NewToken()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if cfg.peerTLS, err = peerTLS(alone, s.runDir, host); err != nil {
-			return nil, err
-		}
-	} else {
-		host, _, err := net.SplitHostPort(cfg.PeerAddr)
-		if err != nil {
-			return nil, fmt.Errorf("embedded etcd: member %d's peer address %q: %w", cfg.Member, cfg.PeerAddr, err)
-		}
-		if cfg.peerTLS, err = peerTLS(cfg.Token, s.runDir, host); err != nil {
-			return nil, err
-		}
-		// etcd's simple auth tokens are one member's own: a client that
-		// logged in at one member is refused by another (a watch fails
-		// with "invalid auth token"). Signed tokens (JWT, under a key the
-		// members derive from the job token) are good at every member.
-		key := filepath.Join(s.runDir, "jwt.key")
-		if err := os.WriteFile(key, cfg.Token.Derive("gorun etcd jwt v1"), 0o600); err != nil {
-			return nil, fmt.Errorf("embedded etcd: %w", err)
-		}
-		cfg.authToken = "jwt,priv-key=" + key + ",sign-method=HS256,ttl=1h"
+		cfg.peerTLS, err = peerTLS(alone, runDir, host)
+		return err
 	}
+	if err != nil {
+		return fmt.Errorf("embedded etcd: member %d's peer address %q: %w", cfg.Member, cfg.PeerAddr, err)
+	}
+	if cfg.peerTLS, err = peerTLS(cfg.Token, runDir, host); err != nil {
+		return err
+	}
+	// etcd's simple auth tokens are one member's own: a client that
+	// logged in at one member is refused by another (a watch fails
+	// with "invalid auth token"). Signed tokens (JWT, under a key the
+	// members derive from the job token) are good at every member.
+	key := filepath.Join(runDir, "jwt.key")
+	if err := os.WriteFile(key, cfg.Token.Derive("gorun etcd jwt v1"), 0o600); err != nil {
+		return fmt.Errorf("embedded etcd: %w", err)
+	}
+	cfg.authToken = "jwt,priv-key=" + key + ",sign-method=HS256,ttl=1h"
+	return nil
+}
+
+// bindClientPort binds the client port at listen, forwarding to socket
+// once opened, and sets cfg's job password.
+func (s *Server) bindClientPort(cfg *ServerConfig, listen, socket string) error {
 	// Each client costs this process three descriptors (its connection,
 	// and both ends of the socket it is forwarded to): a store of a few
 	// thousand nodes needs more than a shell's usual soft limit, and etcd
@@ -303,25 +354,31 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// A store with a token ends the job's TLS at its client port, unless
 	// the user gave TLS of their own (etcd's, end to end).
 	var jobTLS *tls.Config
+	var err error
 	if cfg.Token != nil && cfg.CertFile == "" {
 		if jobTLS, err = serverTLS(cfg.Token); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// The client port is bound now and opened once authentication is on.
-	socket := filepath.Join(s.runDir, "client.sock")
-	if s.port, err = bindClientPort(clientListen, socket, jobTLS, defaultPendingLimits(files)); err != nil {
-		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
-	}
-	scheme, socketScheme := "http", "unix"
-	if cfg.CertFile != "" {
-		scheme, socketScheme = "https", "unixs"
+	if s.port, err = bindClientPort(listen, socket, jobTLS, defaultPendingLimits(files)); err != nil {
+		return fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
 	}
 	if cfg.Token != nil {
 		cfg.Password = cfg.Token.EtcdPassword()
 	}
 	if jobTLS != nil {
 		s.port.presence = newPresences(socket, cfg.Password)
+	}
+	return nil
+}
+
+// startEtcd starts etcd serving its clients on socket and waits until it
+// is ready.
+func (s *Server) startEtcd(ctx context.Context, cfg ServerConfig, logger *zap.Logger, socket string) error {
+	scheme, socketScheme := "http", "unix"
+	if cfg.CertFile != "" {
+		scheme, socketScheme = "https", "unixs"
 	}
 	ec := embedConfig(cfg, logger)
 	if cfg.CertFile != "" {
@@ -330,60 +387,52 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	ec.ListenClientUrls = []url.URL{{Scheme: socketScheme, Path: socket}}
 	ec.AdvertiseClientUrls = []url.URL{{Scheme: scheme, Host: advertised(cfg.ClientAddr, s.port.addr())}}
 	if err := ec.Validate(); err != nil {
-		return nil, fmt.Errorf("embedded etcd: %w", err)
+		return fmt.Errorf("embedded etcd: %w", err)
 	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
-		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
+		return fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
 	}
 	s.etcd = e
 	timer := time.NewTimer(cfg.ReadyTimeout)
 	defer timer.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
+		return nil
 	case err := <-e.Err():
-		return nil, fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
+		return fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
 	case <-timer.C:
 		if cfg.clustered() {
-			return nil, fmt.Errorf("embedded etcd: member %d at %s: no majority of the store's members %v started within %v", cfg.Member, cfg.PeerAddr, cfg.Cluster, cfg.ReadyTimeout)
+			return fmt.Errorf("embedded etcd: member %d at %s: no majority of the store's members %v started within %v", cfg.Member, cfg.PeerAddr, cfg.Cluster, cfg.ReadyTimeout)
 		}
-		return nil, fmt.Errorf("embedded etcd on %s: not ready after %v", cfg.ClientAddr, cfg.ReadyTimeout)
+		return fmt.Errorf("embedded etcd on %s: not ready after %v", cfg.ClientAddr, cfg.ReadyTimeout)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	if cfg.Password != "" {
-		if err := setUpAuth(ctx, e, cfg); err != nil {
-			return nil, err
-		}
+}
+
+// closePeerPort closes a single member's peer listeners. It has no peers,
+// yet etcd always listens for them: nobody must reach that port (a flood
+// of it wedged etcd's listener and its Close). The listener's end is not
+// a failure of the store, and etcd's error line for it is kept out of
+// the log.
+func (s *Server) closePeerPort() {
+	s.peersClosed.Store(true)
+	level := s.level.Level()
+	s.level.SetLevel(zapcore.PanicLevel)
+	for _, p := range s.etcd.Peers {
+		p.Listener.Close()
 	}
-	s.errc = make(chan error, 1)
-	if !cfg.clustered() {
-		// A single member has no peers, yet etcd always listens for them:
-		// that port is closed now, so that nobody reaches it (a flood of
-		// it wedged etcd's listener and its Close). The listener's end is
-		// not a failure of the store, and etcd's error line for it is
-		// kept out of the log.
-		s.peersClosed.Store(true)
-		level := s.level.Level()
-		s.level.SetLevel(zapcore.PanicLevel)
-		for _, p := range e.Peers {
-			p.Listener.Close()
+	t := time.NewTimer(time.Second)
+	select {
+	case err := <-s.etcd.Err():
+		if !isClosedErr(err) {
+			s.errc <- err
 		}
-		t := time.NewTimer(time.Second)
-		select {
-		case err := <-e.Err():
-			if !isClosedErr(err) {
-				s.errc <- err
-			}
-		case <-t.C:
-		}
-		t.Stop()
-		s.level.SetLevel(level)
+	case <-t.C:
 	}
-	go s.forwardErrors()
-	s.port.open()
-	started, s.ready = true, true
-	return s, nil
+	t.Stop()
+	s.level.SetLevel(level)
 }
 
 // isClosedErr says whether err is a listener's end after its Close.
