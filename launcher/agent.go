@@ -248,46 +248,8 @@ func jobExitCode(err error) int {
 // runRound runs one attempt of the workers in round and says whether the
 // agent goes on to another round.
 func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *logLayout, shared []EnvVar) (Result, bool, error) {
-	cfg := &a.cfg
-	attemptN := round.RestartCount
-	res := Result{Restarts: attemptN}
-	if err := layout.prepareAttempt(attemptN, cfg.NprocPerNode); err != nil {
-		res.ExitCode = 1
-		return res, false, err
-	}
-	dumps, set := lookupEnv(cfg.Environ, EnvFlightRecorderDir)
-	if !set || dumps == "" {
-		var (
-			warning string
-			err     error
-		)
-		if dumps, warning, err = layout.dumpDir(attemptN); err != nil {
-			res.ExitCode = 1
-			return res, false, err
-		}
-		if warning != "" {
-			cfg.Log.Warn(warning)
-		}
-		shared = append(slices.Clip(shared), EnvVar{EnvFlightRecorderDir, dumps})
-	}
-	workerRound := round
-	if workerRound.JobSecret == "" {
-		workerRound.JobSecret = cfg.JobSecret.Reveal()
-	}
-	specs, err := PlanWorkers(cfg, shared, workerRound, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
-	if err != nil {
-		res.ExitCode = 1
-		return res, false, err
-	}
-	cfg.Log.Debugf("round %d: group rank %d of %d, world size %d, master %s:%d", round.Number, round.GroupRank, round.GroupWorldSize, round.WorldSize, round.MasterAddr, round.MasterPort)
-	if a.group == nil {
-		a.group = <-a.groupReady
-	}
-	a.pre.newAttempt()
-	// The spawn is when the start began, before the forks and hand-overs
-	// (a round's close to the spawn is the rendezvous's time).
-	spawned := time.Now()
-	att, err := startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr, a.group, a.warm)
+	res := Result{Restarts: round.RestartCount}
+	att, dumps, err := a.startRound(ctx, round, layout, shared)
 	if err != nil {
 		res.ExitCode = 1
 		var se *StartError
@@ -296,10 +258,6 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		}
 		return res, false, err
 	}
-	a.group.startGuard()   // the workers are forked: off the launch's path
-	a.warm.fill(att.stdin) // the next (re)start's interpreters
-	a.events.Record(Event{Kind: EventSpawn, Time: spawned, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
-	a.startSweep(ctx)
 	wctx, stopWatch := context.WithCancel(ctx)
 	att.pre = a.pre
 	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
@@ -315,30 +273,13 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	}
 	switch out.kind {
 	case outcomeSucceeded:
-		var err error
-		sig, _ := a.interruptible(ctx, false, func(ctx context.Context) error {
-			err = a.rdzv.Succeed(ctx, round)
-			return err
-		})
-		switch {
-		case sig != 0:
-			res.ExitCode, res.Signal = 128+int(sig), sig
-			return res, false, nil
-		case errors.Is(err, rendezvous.ErrRoundEnded):
-			cfg.Log.Warnf("this node's workers succeeded, but the round ended on another node: rejoining")
-			return res, true, nil
-		case err != nil:
-			res.ExitCode = 1
-			return res, false, err
-		}
-		cfg.Log.Debugf("all %d workers succeeded", cfg.NprocPerNode)
-		return res, false, nil
+		return a.succeeded(ctx, round, res)
 	case outcomeSignalled:
 		res.ExitCode = 128 + int(out.signal)
 		if a.pre.active() {
 			// The stop request's escalation: said, so that the exit code
 			// does not look like a clean preemption gone wrong.
-			cfg.Log.Warnf("stopped by %s sent again after the stop request (%s): exiting %d", SignalName(out.signal), printable(a.pre.req.Reason), res.ExitCode)
+			a.cfg.Log.Warnf("stopped by %s sent again after the stop request (%s): exiting %d", SignalName(out.signal), printable(a.pre.req.Reason), res.ExitCode)
 		}
 		return res, false, nil
 	case outcomeCancelled:
@@ -353,7 +294,84 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		}
 		return res, true, nil
 	}
+	return a.failed(ctx, round, att, out, layout, dumps, res)
+}
 
+// startRound prepares the attempt's folders and the workers' environment
+// and starts them; dumps is the flight recorders' folder.
+func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *logLayout, shared []EnvVar) (att *attempt, dumps string, err error) {
+	cfg := &a.cfg
+	attemptN := round.RestartCount
+	if err := layout.prepareAttempt(attemptN, cfg.NprocPerNode); err != nil {
+		return nil, "", err
+	}
+	dumps, set := lookupEnv(cfg.Environ, EnvFlightRecorderDir)
+	if !set || dumps == "" {
+		var warning string
+		if dumps, warning, err = layout.dumpDir(attemptN); err != nil {
+			return nil, "", err
+		}
+		if warning != "" {
+			cfg.Log.Warn(warning)
+		}
+		shared = append(slices.Clip(shared), EnvVar{EnvFlightRecorderDir, dumps})
+	}
+	workerRound := round
+	if workerRound.JobSecret == "" {
+		workerRound.JobSecret = cfg.JobSecret.Reveal()
+	}
+	specs, err := PlanWorkers(cfg, shared, workerRound, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
+	if err != nil {
+		return nil, "", err
+	}
+	cfg.Log.Debugf("round %d: group rank %d of %d, world size %d, master %s:%d", round.Number, round.GroupRank, round.GroupWorldSize, round.WorldSize, round.MasterAddr, round.MasterPort)
+	if a.group == nil {
+		a.group = <-a.groupReady
+	}
+	a.pre.newAttempt()
+	// The spawn is when the start began, before the forks and hand-overs
+	// (a round's close to the spawn is the rendezvous's time).
+	spawned := time.Now()
+	att, err = startAttempt(cfg, attemptN, specs, layout, a.stdout, a.stderr, a.group, a.warm)
+	if err != nil {
+		return nil, "", err
+	}
+	a.group.startGuard()   // the workers are forked: off the launch's path
+	a.warm.fill(att.stdin) // the next (re)start's interpreters
+	a.events.Record(Event{Kind: EventSpawn, Time: spawned, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
+	a.startSweep(ctx)
+	return att, dumps, nil
+}
+
+// succeeded reports this node's success to the rendezvous: the job is
+// done here, unless the round ended on another node (then it rejoins).
+func (a *Agent) succeeded(ctx context.Context, round rendezvous.Round, res Result) (Result, bool, error) {
+	var err error
+	sig, _ := a.interruptible(ctx, false, func(ctx context.Context) error {
+		err = a.rdzv.Succeed(ctx, round)
+		return err
+	})
+	switch {
+	case sig != 0:
+		res.ExitCode, res.Signal = 128+int(sig), sig
+		return res, false, nil
+	case errors.Is(err, rendezvous.ErrRoundEnded):
+		a.cfg.Log.Warnf("this node's workers succeeded, but the round ended on another node: rejoining")
+		return res, true, nil
+	case err != nil:
+		res.ExitCode = 1
+		return res, false, err
+	}
+	a.cfg.Log.Debugf("all %d workers succeeded", a.cfg.NprocPerNode)
+	return res, false, nil
+}
+
+// failed reports the workers' failure to the rendezvous and, as the
+// nodes agree, either ends the job (with its summary) or waits out the
+// restart back-off and goes on.
+func (a *Agent) failed(ctx context.Context, round rendezvous.Round, att *attempt, out outcome, layout *logLayout, dumps string, res Result) (Result, bool, error) {
+	cfg := &a.cfg
+	attemptN := round.RestartCount
 	failures := att.completeFailures(out.failures, layout)
 	codes := make([]int, len(failures))
 	for i, f := range failures {
