@@ -294,19 +294,6 @@ echo "after the reader left"; touch "$1/done"; exit 3`)
 	}
 }
 
-// processState is the state letter of /proc/pid/stat (R, S, T, Z...).
-func processState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2 : i+3]
-	}
-	return ""
-}
-
 // sessionStates describes every process of the session whose leader is
 // sid: its state, process group, the terminal's foreground group, and
 // its signal masks (what a Ctrl-Z that stops nothing needs explained).

@@ -146,9 +146,9 @@ func slurmStopTargets(ctx context.Context, job, runID string, skipped io.Writer)
 	}
 	if len(targets) == 0 {
 		if runID != "" {
-			return nil, fmt.Errorf("Slurm job %s has no running step %s (squeue --steps --jobs=%s)", job, runID, job)
+			return nil, fmt.Errorf("the Slurm job %s has no running step %s (squeue --steps --jobs=%s)", job, runID, job)
 		}
-		return nil, fmt.Errorf("Slurm job %s has no running gorun step to stop (start gorun with srun)", job)
+		return nil, fmt.Errorf("the Slurm job %s has no running gorun step to stop (start gorun with srun)", job)
 	}
 	return targets, nil
 }
