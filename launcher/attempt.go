@@ -293,154 +293,179 @@ func (att *attempt) signalRunning(sig syscall.Signal) {
 // every worker's process group, then SIGKILL after the grace period. A
 // second stop signal skips what is left of the grace period.
 func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, events <-chan rendezvous.Event) outcome {
-	cfg := att.cfg
-	var (
-		out      = outcome{kind: outcomeSucceeded}
-		stopping bool
-		sent     syscall.Signal
-		grace    <-chan time.Time
-		timer    *time.Timer
-		done     = ctx.Done()
-		left     = len(att.workers)
-		hangs    = att.hangTicker()
-		kills    = make(chan *worker, len(att.workers))
-	)
-	beginStop := func(sig syscall.Signal) {
-		if stopping {
-			return
-		}
-		stopping, sent = true, sig
-		att.pre.plainStop()
-		att.signalRunning(sig)
-		timer = time.NewTimer(cfg.StopTimeout)
-		grace = timer.C
-	}
-	var (
-		deadlineTimer *time.Timer
-		deadline      <-chan time.Time
-	)
-	told := func() {
-		att.pre.tell(att)
-		if deadlineTimer == nil {
-			deadlineTimer, deadline = att.pre.deadlineTimer()
-		}
-	}
+	m := &monitoring{att: att, out: outcome{kind: outcomeSucceeded}}
+	done := ctx.Done()
+	hangs := att.hangTicker()
+	kills := make(chan *worker, len(att.workers))
 	if att.pre.active() {
-		told() // the request came before these workers started
+		m.told() // the request came before these workers started
 	}
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		if deadlineTimer != nil {
-			deadlineTimer.Stop()
-		}
-		if hangs != nil {
-			hangs.stop()
-		}
-	}()
-	for left > 0 {
+	defer m.stopTimers(hangs)
+	for left := len(att.workers); left > 0; {
 		select {
 		case p := <-att.exited:
 			left--
-			w := att.byProc[p]
-			// The worker's process tree does not outlive it.
-			_ = p.signalGroup(syscall.SIGKILL)
-			att.group.ended(p.pid)
-			st := p.status
-			// A worker ended by the stop's own signal did not fail; one
-			// that died of SIGKILL the stop never sent it (killed from
-			// outside, or by the kernel's OOM killer, before its exit was
-			// seen) did, even when it is seen after the stop began.
-			if st.Code == 0 || (stopping && st.Signal == sent && sent != syscall.SIGKILL) || (st.Signal == syscall.SIGKILL && w.stopKilled) {
-				continue
-			}
-			if att.pre != nil && att.pre.stoppedByIt(st) {
-				out.stoppedBySignal = true
-				continue
-			}
-			out.failures = append(out.failures, Failure{
-				LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.pid,
-				ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname, Hung: w.hung,
-			})
-			if out.kind == outcomeSucceeded {
-				out.kind = outcomeFailed
-				cfg.Log.Errorf("worker failed: rank %d (local rank %d, pid %d) %s; stopping the other workers", w.spec.Rank, w.spec.LocalRank, p.pid, describeExit(st))
-				beginStop(syscall.SIGTERM)
-			}
+			m.exited(p)
 		case s := <-signals:
-			sig, ok := s.(syscall.Signal)
-			if !ok {
-				continue
-			}
-			if att.pre.isPreemptSignal(sig) {
-				att.pre.fromSignal(sig)
-				continue
-			}
-			if !slices.Contains(cfg.StopSignals, sig) {
-				att.signalRunning(sig)
-				continue
-			}
-			if stopping && out.kind == outcomeSignalled {
-				cfg.Log.Warnf("received %s again: killing the workers now", SignalName(sig))
-				att.signalRunning(syscall.SIGKILL)
-				continue
-			}
-			out.kind, out.signal = outcomeSignalled, sig
-			cfg.Log.Warnf("received %s: forwarding it to the workers, SIGKILL in %v (send it again to kill at once)", SignalName(sig), cfg.StopTimeout)
-			if stopping {
-				att.signalRunning(sig)
-			}
-			beginStop(sig)
+			m.signalled(s)
 		case req, ok := <-att.pre.storeRequests():
 			if !ok {
 				att.pre.requests = nil
 				continue
 			}
-			if !stopping {
+			if !m.stopping {
 				att.pre.fromStore(req)
-				told()
+				m.told()
 			}
 		case <-att.pre.ready():
-			told()
-		case <-deadline:
-			deadline = nil
-			if !stopping {
-				out.kind = outcomeStopDeadline
-				cfg.Log.Errorf("the workers did not stop within --preempt-grace %v of the stop request: stopping them", att.pre.grace())
-				beginStop(syscall.SIGTERM)
+			m.told()
+		case <-m.deadline:
+			m.deadline = nil
+			if !m.stopping {
+				m.out.kind = outcomeStopDeadline
+				att.cfg.Log.Errorf("the workers did not stop within --preempt-grace %v of the stop request: stopping them", att.pre.grace())
+				m.beginStop(syscall.SIGTERM)
 			}
 		case ev := <-events:
 			events = nil
-			if !stopping {
-				out.kind, out.event = outcomeInterrupted, ev
-				cfg.Log.Warnf("round ended: %s; stopping the workers", ev.Reason)
-				beginStop(syscall.SIGTERM)
+			if !m.stopping {
+				m.out.kind, m.out.event = outcomeInterrupted, ev
+				att.cfg.Log.Warnf("round ended: %s; stopping the workers", ev.Reason)
+				m.beginStop(syscall.SIGTERM)
 			}
 		case <-hangs.tick():
-			if !stopping {
+			if !m.stopping {
 				att.catchHangs(hangs, kills)
 			}
 		case w := <-kills:
 			if !w.proc.exited() {
-				cfg.Log.Warnf("local rank %d (pid %d) still running %v after its evidence signal: sending SIGKILL", w.spec.LocalRank, w.proc.pid, evidenceGrace)
+				att.cfg.Log.Warnf("local rank %d (pid %d) still running %v after its evidence signal: sending SIGKILL", w.spec.LocalRank, w.proc.pid, evidenceGrace)
 				_ = w.proc.signalGroup(syscall.SIGKILL)
 			}
-		case <-grace:
-			grace = nil
+		case <-m.grace:
+			m.grace = nil
 			for _, w := range att.running() {
-				cfg.Log.Warnf("local rank %d (pid %d) still running %v after %s: sending SIGKILL", w.spec.LocalRank, w.proc.pid, cfg.StopTimeout, SignalName(sent))
+				att.cfg.Log.Warnf("local rank %d (pid %d) still running %v after %s: sending SIGKILL", w.spec.LocalRank, w.proc.pid, att.cfg.StopTimeout, SignalName(m.sent))
 			}
 			att.signalRunning(syscall.SIGKILL)
 		case <-done:
 			done = nil
-			if !stopping {
-				out.kind = outcomeCancelled
-				beginStop(syscall.SIGTERM)
+			if !m.stopping {
+				m.out.kind = outcomeCancelled
+				m.beginStop(syscall.SIGTERM)
 			}
 		}
 	}
-	return out
+	return m.out
+}
+
+// monitoring is one monitor's state: the outcome so far and the stop
+// sequence.
+type monitoring struct {
+	att *attempt
+	out outcome
+	// stopping: the stop sequence began, with the signal sent; grace
+	// fires at its SIGKILL.
+	stopping bool
+	sent     syscall.Signal
+	timer    *time.Timer
+	grace    <-chan time.Time
+	// deadline fires at the end of a stop request's grace.
+	deadlineTimer *time.Timer
+	deadline      <-chan time.Time
+}
+
+// beginStop starts the stop sequence with sig, once.
+func (m *monitoring) beginStop(sig syscall.Signal) {
+	if m.stopping {
+		return
+	}
+	m.stopping, m.sent = true, sig
+	m.att.pre.plainStop()
+	m.att.signalRunning(sig)
+	m.timer = time.NewTimer(m.att.cfg.StopTimeout)
+	m.grace = m.timer.C
+}
+
+// told tells the workers of the stop request and arms its deadline.
+func (m *monitoring) told() {
+	m.att.pre.tell(m.att)
+	if m.deadlineTimer == nil {
+		m.deadlineTimer, m.deadline = m.att.pre.deadlineTimer()
+	}
+}
+
+// stopTimers releases the timers.
+func (m *monitoring) stopTimers(hangs *hangTicker) {
+	if m.timer != nil {
+		m.timer.Stop()
+	}
+	if m.deadlineTimer != nil {
+		m.deadlineTimer.Stop()
+	}
+	if hangs != nil {
+		hangs.stop()
+	}
+}
+
+// exited handles a worker's exit: a failure begins the stop.
+func (m *monitoring) exited(p *process) {
+	att, cfg := m.att, m.att.cfg
+	w := att.byProc[p]
+	// The worker's process tree does not outlive it.
+	_ = p.signalGroup(syscall.SIGKILL)
+	att.group.ended(p.pid)
+	st := p.status
+	// A worker ended by the stop's own signal did not fail; one that died
+	// of SIGKILL the stop never sent it (killed from outside, or by the
+	// kernel's OOM killer, before its exit was seen) did, even when it is
+	// seen after the stop began.
+	if st.Code == 0 || (m.stopping && st.Signal == m.sent && m.sent != syscall.SIGKILL) || (st.Signal == syscall.SIGKILL && w.stopKilled) {
+		return
+	}
+	if att.pre != nil && att.pre.stoppedByIt(st) {
+		m.out.stoppedBySignal = true
+		return
+	}
+	m.out.failures = append(m.out.failures, Failure{
+		LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.pid,
+		ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname, Hung: w.hung,
+	})
+	if m.out.kind == outcomeSucceeded {
+		m.out.kind = outcomeFailed
+		cfg.Log.Errorf("worker failed: rank %d (local rank %d, pid %d) %s; stopping the other workers", w.spec.Rank, w.spec.LocalRank, p.pid, describeExit(st))
+		m.beginStop(syscall.SIGTERM)
+	}
+}
+
+// signalled handles a signal to gorun: a preempt signal is a stop
+// request, a stop signal stops the workers (a second one kills them),
+// another is forwarded.
+func (m *monitoring) signalled(s os.Signal) {
+	att, cfg := m.att, m.att.cfg
+	sig, ok := s.(syscall.Signal)
+	if !ok {
+		return
+	}
+	if att.pre.isPreemptSignal(sig) {
+		att.pre.fromSignal(sig)
+		return
+	}
+	if !slices.Contains(cfg.StopSignals, sig) {
+		att.signalRunning(sig)
+		return
+	}
+	if m.stopping && m.out.kind == outcomeSignalled {
+		cfg.Log.Warnf("received %s again: killing the workers now", SignalName(sig))
+		att.signalRunning(syscall.SIGKILL)
+		return
+	}
+	m.out.kind, m.out.signal = outcomeSignalled, sig
+	cfg.Log.Warnf("received %s: forwarding it to the workers, SIGKILL in %v (send it again to kill at once)", SignalName(sig), cfg.StopTimeout)
+	if m.stopping {
+		att.signalRunning(sig)
+	}
+	m.beginStop(sig)
 }
 
 // finish waits for the workers' output to be copied, then closes pipes
