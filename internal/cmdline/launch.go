@@ -1,6 +1,7 @@
 package cmdline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -61,24 +62,9 @@ func launchAction(c *cli.Context, opts Options) error {
 	if plan.elastic != nil {
 		plan.elastic.StoreHosts = storeHosts
 	}
-	spare := false
-	if path := c.String(fPlan); path != "" {
-		lo, hi := round.GroupWorldSize, round.GroupWorldSize
-		if plan.elastic != nil {
-			lo, hi = plan.elastic.MinNodes, plan.elastic.MaxNodes
-		}
-		if cfg.Plan, err = planLayouts(path, cfg.NprocPerNode, lo, hi, log); err != nil {
-			return Usage(err)
-		}
-		if plan.elastic != nil && lo != hi {
-			valid := cfg.Plan.ValidNodes(cfg.NprocPerNode)
-			plan.elastic.Sizes = valid
-			// A dry run shows the largest valid job; a node ranked beyond
-			// it would be a spare.
-			n := valid[len(valid)-1]
-			spare = round.GroupRank >= n
-			round.GroupWorldSize, round.WorldSize, round.RoleWorldSize = n, n*cfg.NprocPerNode, n*cfg.NprocPerNode
-		}
+	spare, err := applyLayoutPlan(c.String(fPlan), &cfg, &plan, &round, log)
+	if err != nil {
+		return Usage(err)
 	}
 	if plan.elastic != nil && !c.Bool(fDryRun) && opts.Elastic == nil {
 		return execCompanion("--rdzv-backend=" + plan.elastic.Backend)
@@ -100,7 +86,10 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err := cfg.Validate(); err != nil {
 		return Usage(err)
 	}
-	if plan.standalone != nil && !c.Bool(fDryRun) {
+	if c.Bool(fDryRun) {
+		return dryRun(c, &cfg, round, spare, schedName, fromScheduler)
+	}
+	if plan.standalone != nil {
 		// One secret for the job: the store checks it, the workers
 		// present it.
 		if cfg.JobSecret, err = launcher.NewSecret(); err != nil {
@@ -118,22 +107,53 @@ func launchAction(c *cli.Context, opts Options) error {
 			rdzv = rendezvous.NewLocal(local)
 		}
 	}
-	if c.Bool(fDryRun) {
-		format := c.String(fFormat)
-		if format != "text" && format != "json" {
-			return Usagef("--format=%q: want text or json", format)
-		}
-		dry, err := launcher.PlanDryRun(&cfg, round, spare)
-		if err != nil {
-			return Usage(err)
-		}
-		dry.Scheduler, dry.FromScheduler = schedName, fromScheduler
-		if err := dry.Write(c.App.Writer, format); err != nil {
-			return cli.Exit(err.Error(), 1)
-		}
-		return nil
-	}
+	return runAgent(c.Context, cfg, rdzv)
+}
 
+// applyLayoutPlan reads --plan (path; "" for none) into cfg.Plan. An
+// elastic job then rounds at the node counts the layout allows, and the
+// dry run shows the largest; spare says this node's rank is beyond it.
+func applyLayoutPlan(path string, cfg *launcher.Config, plan *rendezvousPlan, round *rendezvous.Round, log *logrus.Logger) (spare bool, err error) {
+	if path == "" {
+		return false, nil
+	}
+	lo, hi := round.GroupWorldSize, round.GroupWorldSize
+	if plan.elastic != nil {
+		lo, hi = plan.elastic.MinNodes, plan.elastic.MaxNodes
+	}
+	if cfg.Plan, err = planLayouts(path, cfg.NprocPerNode, lo, hi, log); err != nil {
+		return false, err
+	}
+	if plan.elastic != nil && lo != hi {
+		valid := cfg.Plan.ValidNodes(cfg.NprocPerNode)
+		plan.elastic.Sizes = valid
+		n := valid[len(valid)-1]
+		spare = round.GroupRank >= n
+		round.GroupWorldSize, round.WorldSize, round.RoleWorldSize = n, n*cfg.NprocPerNode, n*cfg.NprocPerNode
+	}
+	return spare, nil
+}
+
+// dryRun prints what the launch would do (--dry-run).
+func dryRun(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, spare bool, schedName string, fromScheduler []launcher.SchedulerSetting) error {
+	format := c.String(fFormat)
+	if format != "text" && format != "json" {
+		return Usagef("--format=%q: want text or json", format)
+	}
+	dry, err := launcher.PlanDryRun(cfg, round, spare)
+	if err != nil {
+		return Usage(err)
+	}
+	dry.Scheduler, dry.FromScheduler = schedName, fromScheduler
+	if err := dry.Write(c.App.Writer, format); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	return nil
+}
+
+// runAgent runs the agent with cfg over rdzv, with gorun's signals
+// routed to it, and maps its result to gorun's exit.
+func runAgent(ctx context.Context, cfg launcher.Config, rdzv launcher.Rendezvous) error {
 	sigs := make(chan os.Signal, 8)
 	var subscribed []os.Signal
 	for _, s := range cfg.StopSignals {
@@ -156,7 +176,7 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return Usage(err)
 	}
-	res, err := agent.Run(c.Context)
+	res, err := agent.Run(ctx)
 	if isUsage(err) {
 		return err
 	}
