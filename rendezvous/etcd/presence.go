@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,11 +26,12 @@ import (
 // at once, though. So each node of a job's store (one reached over the
 // job's TLS, whose client port gorun runs) holds one more connection to
 // the client port, negotiated as presenceProto, naming its lease; the
-// port ends the lease once the last such connection of it has been gone
-// for presenceGrace, as the node would have, had it left cleanly. A node
-// cut off the network closes nothing: its lease ends with its TTL, as
-// before. A node that is alive reconnects within the grace (a store's
-// member restarting, a reset connection), and keeps its lease.
+// port ends the lease once the last such connection of it was closed by
+// the node (FIN or RST) and has been gone for presenceGrace, as the node
+// would have, had it left cleanly. A node cut off the network closes
+// nothing (its connection times out, if ever): its lease ends with its
+// TTL, as before. A node that is alive reconnects to the same member
+// within the grace (a reset connection), and keeps its lease.
 //
 // A presence claim needs the job's TLS, that is the token, whose holder
 // may revoke any of the job's leases through etcd anyway.
@@ -89,11 +91,22 @@ func (ps *presences) hold(c net.Conn) {
 	if !ps.opened(id) {
 		return
 	}
+	gone := false
 	if _, err := c.Write([]byte("ok\n")); err == nil {
 		var b [1]byte
-		_, _ = c.Read(b[:]) // the node sends nothing: this ends with the connection
+		_, err = c.Read(b[:]) // the node sends nothing: this ends with the connection
+		gone = peerClosed(err)
 	}
-	ps.closedOne(id)
+	ps.closedOne(id, gone)
+}
+
+// peerClosed says whether a read's error is the peer's close (FIN or
+// RST: its process ended, or it reconnects), not a timeout or a local
+// close. Only that ends a lease: a network that fails between the node
+// and this member (a store of several, reached through another) times
+// out, and the node may well live on.
+func peerClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // parsePresence reads a presence line's lease.
@@ -124,16 +137,16 @@ func (ps *presences) opened(id clientv3.LeaseID) bool {
 	return true
 }
 
-// closedOne forgets a presence connection of id; the last one arms the
-// lease's revocation.
-func (ps *presences) closedOne(id clientv3.LeaseID) {
+// closedOne forgets a presence connection of id; the last one, closed by
+// the node (gone), arms the lease's revocation.
+func (ps *presences) closedOne(id clientv3.LeaseID, gone bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.open[id]--; ps.open[id] > 0 {
 		return
 	}
 	delete(ps.open, id)
-	if ps.closed || ps.timers[id] != nil {
+	if !gone || ps.closed || ps.timers[id] != nil {
 		return
 	}
 	ps.wg.Add(1)
@@ -206,12 +219,14 @@ func presenceTLS(token Token) (*tls.Config, error) {
 }
 
 // holdPresence keeps a presence connection for lease id at one of
-// endpoints until ctx ends, reconnecting (to the next endpoint) when it
-// breaks. A store that does not serve presence (an older gorun's) or
-// refuses the claim makes it give up: the lease then ends with its TTL.
+// endpoints until ctx ends. When it breaks, it reconnects at once to the
+// same endpoint, whose member counts the grace (another member's count is
+// its own), and moves to the next only when that one cannot be reached.
+// A store that does not serve presence (an older gorun's) or refuses the
+// claim makes it give up: the lease then ends with its TTL.
 func holdPresence(ctx context.Context, endpoints []string, tlsCfg *tls.Config, id clientv3.LeaseID) {
 	delay := time.Duration(0)
-	for i := 0; ctx.Err() == nil; i++ {
+	for i := 0; ctx.Err() == nil; {
 		held, permanent := presentOnce(ctx, endpoints[i%len(endpoints)], tlsCfg, id)
 		if permanent {
 			return
@@ -220,6 +235,7 @@ func holdPresence(ctx context.Context, endpoints []string, tlsCfg *tls.Config, i
 			delay = 0
 			continue // at once: the grace is short
 		}
+		i++
 		delay = min(max(2*delay, presenceMinDelay), presenceMaxDelay)
 		if ctxtime.Sleep(ctx, delay) != nil {
 			return

@@ -2,6 +2,10 @@ package etcd
 
 import (
 	"context"
+	"io"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,6 +128,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		case <-tick.C:
 		case <-deadline:
 			t.Fatalf("waited 30s for %s", what)
+		}
+	}
+}
+
+// TestPeerClosed: only the node's own close (FIN, RST) counts as gone; a
+// timeout (a network failing between the node and one member of several)
+// or the port's own close does not.
+func TestPeerClosed(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"FIN", io.EOF, true},
+		{"FIN inside a TLS record", io.ErrUnexpectedEOF, true},
+		{"RST", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
+		{"keep-alive timeout", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ETIMEDOUT)}, false},
+		{"deadline", os.ErrDeadlineExceeded, false},
+		{"closed here", net.ErrClosed, false},
+	} {
+		if got := peerClosed(tt.err); got != tt.want {
+			t.Errorf("%s: peerClosed(%v) = %v; want %v", tt.name, tt.err, got, tt.want)
 		}
 	}
 }
