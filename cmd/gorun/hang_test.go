@@ -23,7 +23,7 @@ func TestHangTimeoutPythonTraceback(t *testing.T) {
 	if r.code == 0 {
 		t.Fatalf("a hung job succeeded\n%s", r.stderr)
 	}
-	for _, want := range []string{"hung: no output and no heartbeat for 8s; sending SIGABRT", `[default1]:  File "` + script + `", line 11 in stuck_in_data_loading`,
+	for _, want := range []string{"hung: no output and no heartbeat for 8s; sending SIGABRT", `[default1]:  File "` + script + `", line 15 in stuck_in_data_loading`,
 		"hung      : no output and no heartbeat for 8s (--hang-timeout)"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q\n%s", want, r.stderr)

@@ -5,6 +5,10 @@ import time
 import torch
 import torch.distributed as dist
 
+# Output resets the hang timer: a slow import (a loaded machine) is not
+# the hang this job is about.
+print("imported", flush=True)
+
 
 def stuck_in_data_loading():
     while True:
