@@ -154,3 +154,85 @@ func TestPeerClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestPresenceStaysWithItsMember: in a store of three members, each
+// counts presence on its own. A live agent whose presence connection to
+// member 0 is reset reconnects to member 0, not to the next member
+// (which would leave member 0's count at zero, and member 0 would end the
+// lease of a live agent).
+func TestPresenceStaysWithItsMember(t *testing.T) {
+	t.Parallel()
+	token := Token("gorun-presence-cluster-token-0123456789")
+	servers, errs, clients := startCluster(t, []Token{token, token, token}, 30*time.Second)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	var proxies []*nettest.Proxy
+	var endpoints []string
+	for _, c := range clients {
+		p := nettest.NewProxy(t, c)
+		proxies, endpoints = append(proxies, p), append(endpoints, p.Addr())
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: mustClientTLS(t, token), Username: EtcdUser, Password: token.EtcdPassword()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	r, err := New(context.Background(), cli, Config{Shape: shape("presence-cluster", 1, 2, 1), NodeRank: -1, Addr: "127.0.0.1",
+		LeaseTTL: time.Minute, Token: token, Presence: true, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	id := r.lease.Load().id
+	heldAt0 := func() bool {
+		ps := servers[0].port.presence
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		return ps.open[id] == 1 && ps.timers[id] == nil
+	}
+	waitFor(t, "the presence at member 0", heldAt0)
+	heldElsewhere := func() bool {
+		for _, s := range servers[1:] {
+			ps := s.port.presence
+			ps.mu.Lock()
+			n := ps.open[id]
+			ps.mu.Unlock()
+			if n > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	direct, err := clientv3.New(clientv3.Config{Endpoints: clients[1:], DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: mustClientTLS(t, token), Username: EtcdUser, Password: token.EtcdPassword()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	alive := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := direct.TimeToLive(ctx, id)
+		return err == nil && resp.TTL > 0
+	}
+	// What must not happen takes a window to see: three graces after
+	// each reset, the lease is alive and no other member holds it.
+	for range 3 {
+		proxies[0].Reset()
+		tick := time.NewTicker(20 * time.Millisecond)
+		for end := time.Now().Add(3 * presenceGrace); time.Now().Before(end); <-tick.C {
+			if heldElsewhere() {
+				t.Fatal("the agent took its presence to another member after a reset")
+			}
+		}
+		tick.Stop()
+		if !alive() {
+			t.Fatal("the live agent's lease ended after its presence connection was reset")
+		}
+		waitFor(t, "the presence at member 0 again", heldAt0)
+	}
+}
