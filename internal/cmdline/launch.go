@@ -241,24 +241,41 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 			cfg.WarmImports = append(cfg.WarmImports, strings.TrimSpace(m))
 		}
 	}
+	if err := parseRestartsAndSignals(c, &cfg); err != nil {
+		return cfg, err
+	}
+	cfg.ReportFile = c.String(fReport)
+	if err := parseOutput(c, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := checkTorchrunOnlyFlags(c, log); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// parseRestartsAndSignals reads the restart policy, the stop and hang
+// timeouts, and the signals gorun stops, forwards and preempts on.
+func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
+	var err error
 	cfg.MaxRestarts = c.Int(fMaxRestarts)
 	if cfg.NoRestartExitCodes, err = launcher.ParseExitCodes(fNoRestartCodes, c.String(fNoRestartCodes)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.RestartBackoff, err = ParseSeconds(fBackoff, c.String(fBackoff)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.RestartBackoffMax, err = ParseSeconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.StopTimeout, err = ParseSeconds(fStopTimeout, c.String(fStopTimeout)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.HangTimeout, err = ParseSeconds(fHangTimeout, c.String(fHangTimeout)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.StopSignals, err = launcher.ParseSignals(fSignals, c.String(fSignals)); err != nil {
-		return cfg, err
+		return err
 	}
 	cfg.ForwardSignals = nil
 	for _, s := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
@@ -267,34 +284,43 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 		}
 	}
 	if cfg.PreemptGrace, err = ParseSeconds(fPreemptGrace, c.String(fPreemptGrace)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.PreemptSignals, err = launcher.ParseSignals(fPreemptSignal, c.String(fPreemptSignal)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.PreemptWorkerSignal, err = parseWorkerSignal(c.String(fPreemptWorkerSig)); err != nil {
-		return cfg, err
+		return err
 	}
-	cfg.ReportFile = c.String(fReport)
+	return nil
+}
 
+// parseOutput reads where the workers' output goes and how it is shown.
+func parseOutput(c *cli.Context, cfg *launcher.Config) error {
+	var err error
 	cfg.LogDir = c.String(fLogDir)
 	if cfg.Redirects, err = launcher.ParseStdSpec(fRedirects, c.String(fRedirects)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.Tee, err = launcher.ParseStdSpec(fTee, c.String(fTee)); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.LocalRanksFilter, err = launcher.ParseIntList(fLocalRanks, c.String(fLocalRanks)); err != nil {
-		return cfg, err
+		return err
 	}
 	cfg.PrefixTemplate = c.String(fPrefixTemplate)
 	cfg.NoPrefix = c.Bool(fNoPrefix)
 	cfg.MemoryDefaults = !c.Bool(fNoMemoryDefaults)
+	return nil
+}
 
+// checkTorchrunOnlyFlags refuses or warns about torchrun flags whose
+// behaviour gorun does not have.
+func checkTorchrunOnlyFlags(c *cli.Context, log *logrus.Logger) error {
 	// "default" is torch's own registered LogsSpecs (DefaultLogsSpecs):
 	// what gorun does with --log-dir, --redirects and --tee.
 	if v := c.String(fLogsSpecs); v != "" && v != "default" {
-		return cfg, fmt.Errorf("--logs-specs=%q names a torchrun LogsSpecs plugin, which gorun cannot load; use --log-dir, --redirects and --tee", v)
+		return fmt.Errorf("--logs-specs=%q names a torchrun LogsSpecs plugin, which gorun cannot load; use --log-dir, --redirects and --tee", v)
 	}
 	if v := c.String(fEventLogHandler); v != "null" {
 		log.Warnf("--event-log-handler=%q ignored: gorun has no event log handler plugins", v)
@@ -302,19 +328,19 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 	switch m := c.String(fStartMethod); m {
 	case "spawn", "fork", "forkserver":
 	default:
-		return cfg, fmt.Errorf("--start-method=%q: want spawn, fork or forkserver", m)
+		return fmt.Errorf("--start-method=%q: want spawn, fork or forkserver", m)
 	}
 	if v := c.Float64(fMonitorInterval); v <= 0 {
-		return cfg, fmt.Errorf("--monitor-interval=%v: want a positive number of seconds", v)
+		return fmt.Errorf("--monitor-interval=%v: want a positive number of seconds", v)
 	}
 	switch v := c.String(fNumaBinding); v {
 	case "":
 	case "node", "socket", "exclusive", "core-complex":
 		log.Warnf("--numa-binding=%s is not applied: this gorun does not bind workers to NUMA nodes yet", v)
 	default:
-		return cfg, fmt.Errorf("--numa-binding=%q: want node, socket, exclusive or core-complex", v)
+		return fmt.Errorf("--numa-binding=%q: want node, socket, exclusive or core-complex", v)
 	}
-	return cfg, nil
+	return nil
 }
 
 // rendezvousPlan is the backend a launch uses.
