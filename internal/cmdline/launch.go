@@ -343,6 +343,95 @@ func checkTorchrunOnlyFlags(c *cli.Context, log *logrus.Logger) error {
 	return nil
 }
 
+// singleNodePlan is the rendezvous of one node (--standalone, or
+// --nnodes=1): no store.
+func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, maxNodes int, log *logrus.Logger) (rendezvousPlan, error) {
+	if maxNodes > 1 {
+		log.Warnf("--standalone runs a single node: ignoring --nnodes=%s", c.String(fNnodes))
+	}
+	local := rendezvous.LocalConfig{RunID: cfg.RunID, MaxRestarts: cfg.MaxRestarts}
+	if c.Bool(fStandalone) {
+		id, err := newRunID()
+		if err != nil {
+			return rendezvousPlan{}, err
+		}
+		cfg.RunID, local.RunID = id, id
+	} else {
+		if c.IsSet(fMasterAddr) {
+			local.MasterAddr = c.String(fMasterAddr)
+		} else if a := c.String(fLocalAddr); a != "" {
+			local.MasterAddr = a // this node is rank 0: it advertises its own address
+		}
+		if c.IsSet(fMasterPort) {
+			local.MasterPort = c.Int(fMasterPort)
+		}
+	}
+	if local.MasterPort < 0 || local.MasterPort > 65535 {
+		return rendezvousPlan{}, fmt.Errorf("--master-port=%d: want 1..65535, or 0 for a free port", local.MasterPort)
+	}
+	round.RunID = cfg.RunID
+	if local.MasterAddr != "" {
+		round.MasterAddr = local.MasterAddr
+	}
+	round.MasterPort = local.MasterPort
+	plan := rendezvousPlan{rdzv: rendezvous.NewLocal(local), round: round}
+	if c.Bool(fStandalone) {
+		plan.standalone = &local
+	}
+	return plan, nil
+}
+
+// elasticPlan asks for the etcd rendezvous (c10d, embedded, etcd); the
+// round is what a dry run shows: the largest job, with this node's rank.
+func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[string]string, minNodes, maxNodes int, round rendezvous.Round) (rendezvousPlan, error) {
+	spec := &ElasticSpec{
+		Backend: backend, Endpoint: c.String(fRdzvEndpoint), Conf: conf, RunID: cfg.RunID,
+		MinNodes: minNodes, MaxNodes: maxNodes, NodeRank: -1, NprocPerNode: cfg.NprocPerNode,
+		Role: cfg.Role, MaxRestarts: cfg.MaxRestarts, LocalAddr: c.String(fLocalAddr),
+	}
+	if c.IsSet(fNodeRank) {
+		spec.NodeRank = c.Int(fNodeRank)
+	}
+	if spec.Endpoint == "" {
+		return rendezvousPlan{}, fmt.Errorf("--rdzv-backend=%s needs --rdzv-endpoint (host:port of etcd, or where the embedded store runs)", backend)
+	}
+	// A dry run shows the largest job with this node's rank.
+	rank := max(spec.NodeRank, 0)
+	round.GroupRank, round.GroupWorldSize = rank, maxNodes
+	round.BaseRank, round.BaseRoleRank = rank*cfg.NprocPerNode, rank*cfg.NprocPerNode
+	round.WorldSize, round.RoleWorldSize = maxNodes*cfg.NprocPerNode, maxNodes*cfg.NprocPerNode
+	round.MasterAddr, round.MasterPort = "<node 0's address>", 0
+	return rendezvousPlan{elastic: spec, round: round}, nil
+}
+
+// staticPlan is torchrun's static backend: a fixed number of nodes,
+// ranks from --node-rank.
+func staticPlan(c *cli.Context, cfg *launcher.Config, minNodes, maxNodes int) (rendezvousPlan, error) {
+	var err error
+	if minNodes != maxNodes {
+		return rendezvousPlan{}, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
+	}
+	// torchrun: the static backend's store is at --rdzv-endpoint when one is
+	// given, else at --master-addr:--master-port.
+	addr, port := c.String(fMasterAddr), rendezvous.DefaultStaticPort
+	if c.IsSet(fMasterPort) {
+		port = c.Int(fMasterPort)
+	}
+	if ep := c.String(fRdzvEndpoint); ep != "" {
+		if addr, port, err = rendezvous.SplitEndpoint(ep, port); err != nil {
+			return rendezvousPlan{}, fmt.Errorf("--rdzv-endpoint: %w", err)
+		}
+	}
+	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
+		RunID: cfg.RunID, NNodes: maxNodes, NodeRank: c.Int(fNodeRank),
+		MasterAddr: addr, MasterPort: port, MaxRestarts: cfg.MaxRestarts,
+	})
+	if err != nil {
+		return rendezvousPlan{}, err
+	}
+	return rendezvousPlan{rdzv: st, round: st.Plan(rendezvous.Node{LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role})}, nil
+}
+
 // rendezvousPlan is the backend a launch uses.
 type rendezvousPlan struct {
 	// rdzv is the backend, when it needs no etcd.
@@ -391,83 +480,12 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 
 	// One node needs no store, whatever the backend: the fast path.
 	if c.Bool(fStandalone) || maxNodes == 1 {
-		if maxNodes > 1 {
-			log.Warnf("--standalone runs a single node: ignoring --nnodes=%s", c.String(fNnodes))
-		}
-		local := rendezvous.LocalConfig{RunID: cfg.RunID, MaxRestarts: cfg.MaxRestarts}
-		if c.Bool(fStandalone) {
-			id, err := newRunID()
-			if err != nil {
-				return rendezvousPlan{}, err
-			}
-			cfg.RunID, local.RunID = id, id
-		} else {
-			if c.IsSet(fMasterAddr) {
-				local.MasterAddr = c.String(fMasterAddr)
-			} else if a := c.String(fLocalAddr); a != "" {
-				local.MasterAddr = a // this node is rank 0: it advertises its own address
-			}
-			if c.IsSet(fMasterPort) {
-				local.MasterPort = c.Int(fMasterPort)
-			}
-		}
-		if local.MasterPort < 0 || local.MasterPort > 65535 {
-			return rendezvousPlan{}, fmt.Errorf("--master-port=%d: want 1..65535, or 0 for a free port", local.MasterPort)
-		}
-		round.RunID = cfg.RunID
-		if local.MasterAddr != "" {
-			round.MasterAddr = local.MasterAddr
-		}
-		round.MasterPort = local.MasterPort
-		plan := rendezvousPlan{rdzv: rendezvous.NewLocal(local), round: round}
-		if c.Bool(fStandalone) {
-			plan.standalone = &local
-		}
-		return plan, nil
+		return singleNodePlan(c, cfg, round, maxNodes, log)
 	}
-
 	if backend != "static" {
-		spec := &ElasticSpec{
-			Backend: backend, Endpoint: c.String(fRdzvEndpoint), Conf: conf, RunID: cfg.RunID,
-			MinNodes: minNodes, MaxNodes: maxNodes, NodeRank: -1, NprocPerNode: cfg.NprocPerNode,
-			Role: cfg.Role, MaxRestarts: cfg.MaxRestarts, LocalAddr: c.String(fLocalAddr),
-		}
-		if c.IsSet(fNodeRank) {
-			spec.NodeRank = c.Int(fNodeRank)
-		}
-		if spec.Endpoint == "" {
-			return rendezvousPlan{}, fmt.Errorf("--rdzv-backend=%s needs --rdzv-endpoint (host:port of etcd, or where the embedded store runs)", backend)
-		}
-		// A dry run shows the largest job with this node's rank.
-		rank := max(spec.NodeRank, 0)
-		round.GroupRank, round.GroupWorldSize = rank, maxNodes
-		round.BaseRank, round.BaseRoleRank = rank*cfg.NprocPerNode, rank*cfg.NprocPerNode
-		round.WorldSize, round.RoleWorldSize = maxNodes*cfg.NprocPerNode, maxNodes*cfg.NprocPerNode
-		round.MasterAddr, round.MasterPort = "<node 0's address>", 0
-		return rendezvousPlan{elastic: spec, round: round}, nil
+		return elasticPlan(c, cfg, backend, conf, minNodes, maxNodes, round)
 	}
-	if minNodes != maxNodes {
-		return rendezvousPlan{}, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
-	}
-	// torchrun: the static backend's store is at --rdzv-endpoint when one is
-	// given, else at --master-addr:--master-port.
-	addr, port := c.String(fMasterAddr), rendezvous.DefaultStaticPort
-	if c.IsSet(fMasterPort) {
-		port = c.Int(fMasterPort)
-	}
-	if ep := c.String(fRdzvEndpoint); ep != "" {
-		if addr, port, err = rendezvous.SplitEndpoint(ep, port); err != nil {
-			return rendezvousPlan{}, fmt.Errorf("--rdzv-endpoint: %w", err)
-		}
-	}
-	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
-		RunID: cfg.RunID, NNodes: maxNodes, NodeRank: c.Int(fNodeRank),
-		MasterAddr: addr, MasterPort: port, MaxRestarts: cfg.MaxRestarts,
-	})
-	if err != nil {
-		return rendezvousPlan{}, err
-	}
-	return rendezvousPlan{rdzv: st, round: st.Plan(rendezvous.Node{LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role})}, nil
+	return staticPlan(c, cfg, minNodes, maxNodes)
 }
 
 // ParseSeconds parses a duration setting named flag: a Go duration ("30s",
