@@ -154,8 +154,11 @@ func (ps *presences) closedOne(id clientv3.LeaseID, gone bool) {
 		defer ps.wg.Done()
 		ps.mu.Lock()
 		delete(ps.timers, id)
+		back := ps.open[id] > 0 // came back as the timer fired
 		ps.mu.Unlock()
-		ps.revoke(id)
+		if !back {
+			ps.revoke(id)
+		}
 	})
 }
 
