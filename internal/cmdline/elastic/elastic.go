@@ -182,7 +182,7 @@ func parseEndpoints(list string, embedded bool) ([]string, error) {
 // handshake (`gorun store` with the job's token); otherwise it is spoken
 // to as it is, and nothing derived from the token is sent to it.
 func (c conf) storeTLS(ctx context.Context, token etcdrdzv.Token, endpoints []string, embedded bool) (*tls.Config, bool, error) {
-	if c.tls.TrustedCAFile != "" || c.tls.CertFile != "" {
+	if c.userTLS() {
 		cfg, err := c.clientTLS()
 		return cfg, embedded, err
 	}
@@ -202,10 +202,14 @@ func (c conf) storeTLS(ctx context.Context, token etcdrdzv.Token, endpoints []st
 	return nil, false, nil
 }
 
+// userTLS says whether the user gave TLS files (--rdzv-conf cacert,
+// cert): then the client speaks etcd's own TLS, never the job's.
+func (c conf) userTLS() bool { return c.tls.TrustedCAFile != "" || c.tls.CertFile != "" }
+
 // clientTLS is the client's TLS from --rdzv-conf cacert, cert and key;
 // nil without them.
 func (c conf) clientTLS() (*tls.Config, error) {
-	if c.tls.TrustedCAFile == "" && c.tls.CertFile == "" {
+	if !c.userTLS() {
 		return nil, nil
 	}
 	cfg, err := c.tls.ClientConfig()
@@ -342,7 +346,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 		Token: token,
 		// The job's TLS ends at a job's store's client port, which holds
 		// the node's presence; the user's own TLS is etcd's.
-		Presence: jobStore && tlsCfg != nil && c.tls.TrustedCAFile == "" && c.tls.CertFile == "",
+		Presence: jobStore && tlsCfg != nil && !c.userTLS(),
 	}
 	cli, r, err := connect(ctx, ccfg, cfg, jobStore, embedded && server == nil, log)
 	for shared != nil && server == nil && (errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, etcdrdzv.ErrNotJobStore) || errors.Is(err, errTokenRefused)) {
