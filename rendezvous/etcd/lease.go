@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -50,11 +51,11 @@ func keepLease(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, t
 
 // present holds the lease's presence at the store (presence.go) while
 // the keep-alive lasts.
-func (l *keptLease) present(endpoints []string, tlsCfg *tls.Config) {
+func (l *keptLease) present(endpoints []string, tlsCfg *tls.Config, log logrus.FieldLogger) {
 	l.presence = make(chan struct{})
 	go func() {
 		defer close(l.presence)
-		holdPresence(l.life, endpoints, tlsCfg, l.id)
+		holdPresence(l.life, endpoints, tlsCfg, l.id, log)
 	}()
 }
 

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -226,12 +227,15 @@ func presenceTLS(token Token) (*tls.Config, error) {
 // same endpoint, whose member counts the grace (another member's count is
 // its own), and moves to the next only when that one cannot be reached.
 // A store that does not serve presence (an older gorun's) or refuses the
-// claim makes it give up: the lease then ends with its TTL.
-func holdPresence(ctx context.Context, endpoints []string, tlsCfg *tls.Config, id clientv3.LeaseID) {
+// claim makes it give up, saying so in log: the lease then ends with its
+// TTL.
+func holdPresence(ctx context.Context, endpoints []string, tlsCfg *tls.Config, id clientv3.LeaseID, log logrus.FieldLogger) {
 	delay := time.Duration(0)
 	for i := 0; ctx.Err() == nil; {
-		held, permanent := presentOnce(ctx, endpoints[i%len(endpoints)], tlsCfg, id)
-		if permanent {
+		endpoint := endpoints[i%len(endpoints)]
+		held, refused := presentOnce(ctx, endpoint, tlsCfg, id)
+		if refused != nil {
+			log.Warnf("the store at %s keeps no presence for this node (%v): if this node is killed, the others notice only when its lease ends (lease_ttl)", endpoint, refused)
 			return
 		}
 		if held {
@@ -247,34 +251,37 @@ func holdPresence(ctx context.Context, endpoints []string, tlsCfg *tls.Config, i
 }
 
 // presentOnce holds one presence connection at endpoint until it or ctx
-// ends. held: the store accepted it; permanent: it never will.
-func presentOnce(ctx context.Context, endpoint string, tlsCfg *tls.Config, id clientv3.LeaseID) (held, permanent bool) {
+// ends. held: the store accepted it; refused: why it never will.
+func presentOnce(ctx context.Context, endpoint string, tlsCfg *tls.Config, id clientv3.LeaseID) (held bool, refused error) {
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: callTimeout}, Config: tlsCfg}
 	c, err := d.DialContext(ctx, "tcp", hostPort(endpoint))
 	if err != nil {
-		return false, refusedHandshake(err)
+		if refusedHandshake(err) {
+			return false, err
+		}
+		return false, nil
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	if c.(*tls.Conn).ConnectionState().NegotiatedProtocol != presenceProto {
-		return false, true
+		return false, fmt.Errorf("it does not speak %s", presenceProto)
 	}
 	_ = c.SetDeadline(time.Now().Add(callTimeout))
 	if _, err := fmt.Fprintf(c, "lease=%d\n", int64(id)); err != nil {
-		return false, false
+		return false, nil
 	}
 	answer, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
 	if err != nil {
-		return false, false
+		return false, nil
 	}
 	if answer != "ok\n" {
-		return false, true
+		return false, fmt.Errorf("it answered %.80q", answer)
 	}
 	_ = c.SetDeadline(time.Time{})
 	var b [1]byte
 	_, _ = c.Read(b[:]) // the store sends nothing more: this ends with the connection
-	return true, false
+	return true, nil
 }
 
 // refusedHandshake says whether a failed TLS dial was an answer (the

@@ -2,13 +2,16 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -235,5 +238,49 @@ func TestPresenceStaysWithItsMember(t *testing.T) {
 			t.Fatal("the live agent's lease ended after its presence connection was reset")
 		}
 		waitFor(t, "the presence at member 0 again", heldAt0)
+	}
+}
+
+// TestPresenceRefusalIsLogged: a store that keeps no presence (an older
+// gorun's: its client port offers h2 only) ends the node's attempts, and
+// the node says so, naming the store and what it loses.
+func TestPresenceRefusalIsLogged(t *testing.T) {
+	t.Parallel()
+	token, _ := rendezvous.NewToken()
+	older, err := serverTLS(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older.NextProtos = []string{"h2"}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", older)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	cfg, err := presenceTLS(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuf
+	log := logrus.New()
+	log.SetOutput(&logged)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holdPresence(ctx, []string{ln.Addr().String()}, cfg, 42, log) // returns once refused
+	if ctx.Err() != nil {
+		t.Fatal("holdPresence went on after the store refused presence")
+	}
+	if got := logged.String(); !strings.Contains(got, "keeps no presence") || !strings.Contains(got, ln.Addr().String()) {
+		t.Errorf("log %q; want the refusal, naming the store", got)
 	}
 }

@@ -219,7 +219,7 @@ func (r *Rendezvous) openLease(ctx context.Context) error {
 	}
 	l := keepLease(r.life, r.cli, grant.ID, time.Duration(ttl)*time.Second)
 	if r.presenceTLS != nil {
-		l.present(r.cli.Endpoints(), r.presenceTLS)
+		l.present(r.cli.Endpoints(), r.presenceTLS, r.cfg.Log)
 	}
 	r.lease.Store(l)
 	return nil
