@@ -46,8 +46,8 @@ type exitStatus struct {
 }
 
 // process is one running worker process, the leader of its own session
-// and process group. One goroutine, locked to the OS thread that forked the process,
-// waits for it and then closes done.
+// and process group. One goroutine, locked to the OS thread that forked
+// the process, waits for it and then closes done.
 type process struct {
 	pid  int
 	done chan struct{}
@@ -64,9 +64,9 @@ type process struct {
 
 // startProcess starts argv with env, stdout and stderr in a session (and
 // process group) of its own, as torchrun starts its workers
-// (start_new_session), with SIGKILL as its parent death signal. It returns at once; the
-// start's outcome arrives on the returned channel, so that many workers can
-// be started in parallel. When the process exits, the waiting goroutine
+// (start_new_session), with SIGKILL as its parent death signal. It
+// returns at once; the start's outcome arrives on the returned channel,
+// so that many workers can be started in parallel. When the process exits, the waiting goroutine
 // records the status, closes p.done and sends p on exited (which must have
 // room: the agent sizes it to the worker count).
 //

@@ -322,8 +322,9 @@ func (r *Rendezvous) Close(ctx context.Context) error {
 }
 
 // Next joins the next round and blocks until it closes with this node as
-// a member. It returns rendezvous.ErrJobFailed or rendezvous.ErrJobSucceeded when the job is
-// over, rendezvous.ErrJoinTimeout when too few nodes came in time.
+// a member. It returns rendezvous.ErrJobFailed or
+// rendezvous.ErrJobSucceeded when the job is over,
+// rendezvous.ErrJoinTimeout when too few nodes came in time.
 func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Round, error) {
 	if err := node.Validate(); err != nil {
 		return rendezvous.Round{}, err

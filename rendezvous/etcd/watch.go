@@ -245,8 +245,9 @@ func (r *Rendezvous) failOnce(ctx context.Context, t int, reason string, exitCod
 
 // Succeed reports that this node's workers all succeeded in round and
 // waits for the job's outcome instead of a fixed barrier: nil once every
-// member succeeded, rendezvous.ErrRoundEnded when the round ended (this node must
-// join the next one), rendezvous.ErrJobFailed when the job failed elsewhere.
+// member succeeded, rendezvous.ErrRoundEnded when the round ended (this
+// node must join the next one), rendezvous.ErrJobFailed when the job
+// failed elsewhere.
 func (r *Rendezvous) Succeed(ctx context.Context, round rendezvous.Round) error {
 	return r.succeedAs(ctx, round, doneOK)
 }
