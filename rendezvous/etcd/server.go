@@ -225,7 +225,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	socket := filepath.Join(s.runDir, "client.sock")
-	if err := s.bindClientPort(&cfg, clientListen, socket); err != nil {
+	if err := s.setUpClientPort(&cfg, clientListen, socket); err != nil {
 		return nil, err
 	}
 	if err := s.startEtcd(ctx, cfg, logger, socket); err != nil {
@@ -343,9 +343,9 @@ func (cfg *ServerConfig) securePeers(runDir string) error {
 	return nil
 }
 
-// bindClientPort binds the client port at listen, forwarding to socket
+// setUpClientPort binds the client port at listen, forwarding to socket
 // once opened, and sets cfg's job password.
-func (s *Server) bindClientPort(cfg *ServerConfig, listen, socket string) error {
+func (s *Server) setUpClientPort(cfg *ServerConfig, listen, socket string) error {
 	// Each client costs this process three descriptors (its connection,
 	// and both ends of the socket it is forwarded to): a store of a few
 	// thousand nodes needs more than a shell's usual soft limit, and etcd
