@@ -148,9 +148,9 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		if spares[i] != nil {
 			continue // the pool told the group at its fork
 		}
-		group.started(w.proc.pid)
-		if w.proc.cgroupErr != nil {
-			group.noCgroup(w.proc.cgroupErr)
+		group.started(w.proc.Pid)
+		if w.proc.CgroupErr != nil {
+			group.noCgroup(w.proc.CgroupErr)
 		}
 	}
 	closeChildEnds(childEnds, devNull) // the children hold their own copies
@@ -170,7 +170,7 @@ func (att *attempt) handOver(warm *warmPool, s *spare, spec WorkerSpec) <-chan e
 	warm.activate(s, spec)
 	started <- nil
 	go func() { att.exited <- <-s.exited }() // ends when the worker does
-	att.cfg.Log.Debugf("local rank %d: warm start in pid %d", spec.LocalRank, s.proc.pid)
+	att.cfg.Log.Debugf("local rank %d: warm start in pid %d", spec.LocalRank, s.proc.Pid)
 	return started
 }
 
@@ -258,7 +258,7 @@ func (att *attempt) abort() {
 	for _, w := range att.workers {
 		if w.proc != nil {
 			_ = w.proc.signalGroup(syscall.SIGKILL)
-			<-w.proc.done
+			<-w.proc.Done()
 		}
 	}
 	att.finish()
@@ -268,7 +268,7 @@ func (att *attempt) abort() {
 func (att *attempt) running() []*worker {
 	var out []*worker
 	for _, w := range att.workers {
-		if w.proc != nil && !w.proc.exited() {
+		if w.proc != nil && !w.proc.Exited() {
 			out = append(out, w)
 		}
 	}
@@ -338,14 +338,14 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 				att.catchHangs(hangs, kills)
 			}
 		case w := <-kills:
-			if !w.proc.exited() {
-				att.cfg.Log.Warnf("local rank %d (pid %d) still running %v after its evidence signal: sending SIGKILL", w.spec.LocalRank, w.proc.pid, evidenceGrace)
+			if !w.proc.Exited() {
+				att.cfg.Log.Warnf("local rank %d (pid %d) still running %v after its evidence signal: sending SIGKILL", w.spec.LocalRank, w.proc.Pid, evidenceGrace)
 				_ = w.proc.signalGroup(syscall.SIGKILL)
 			}
 		case <-m.grace:
 			m.grace = nil
 			for _, w := range att.running() {
-				att.cfg.Log.Warnf("local rank %d (pid %d) still running %v after %s: sending SIGKILL", w.spec.LocalRank, w.proc.pid, att.cfg.StopTimeout, SignalName(m.sent))
+				att.cfg.Log.Warnf("local rank %d (pid %d) still running %v after %s: sending SIGKILL", w.spec.LocalRank, w.proc.Pid, att.cfg.StopTimeout, SignalName(m.sent))
 			}
 			att.signalRunning(syscall.SIGKILL)
 		case <-done:
@@ -414,8 +414,8 @@ func (m *monitoring) exited(p *process) {
 	w := att.byProc[p]
 	// The worker's process tree does not outlive it.
 	_ = p.signalGroup(syscall.SIGKILL)
-	att.group.ended(p.pid)
-	st := p.status
+	att.group.ended(p.Pid)
+	st := p.status()
 	// A worker ended by the stop's own signal did not fail; one that died
 	// of SIGKILL the stop never sent it (killed from outside, or by the
 	// kernel's OOM killer, before its exit was seen) did, even when it is
@@ -428,12 +428,12 @@ func (m *monitoring) exited(p *process) {
 		return
 	}
 	m.out.failures = append(m.out.failures, Failure{
-		LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.pid,
+		LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.Pid,
 		ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname, Hung: w.hung,
 	})
 	if m.out.kind == outcomeSucceeded {
 		m.out.kind = outcomeFailed
-		cfg.Log.Errorf("worker failed: rank %d (local rank %d, pid %d) %s; stopping the other workers", w.spec.Rank, w.spec.LocalRank, p.pid, describeExit(st))
+		cfg.Log.Errorf("worker failed: rank %d (local rank %d, pid %d) %s; stopping the other workers", w.spec.Rank, w.spec.LocalRank, p.Pid, describeExit(st))
 		m.beginStop(syscall.SIGTERM)
 	}
 }

@@ -163,18 +163,18 @@ func (h *hangTicker) stop() {
 // worker's exit then fails the attempt as any failure does.
 func (att *attempt) catchHangs(h *hangTicker, kills chan<- *worker) {
 	cfg := att.cfg
-	for _, i := range h.watch.check(time.Now(), func(i int) bool { return !att.workers[i].proc.exited() }) {
+	for _, i := range h.watch.check(time.Now(), func(i int) bool { return !att.workers[i].proc.Exited() }) {
 		w := att.workers[i]
 		sig := evidenceSignal(cfg.Entrypoint)
 		w.hung = fmt.Sprintf("no output and no heartbeat for %v (--hang-timeout)", cfg.HangTimeout)
 		if sig != 0 {
 			w.hung += fmt.Sprintf("; %s sent for its stacks, which are in its output above", SignalName(sig))
 			cfg.Log.Errorf("local rank %d (rank %d, pid %d) hung: no output and no heartbeat for %v; sending %s to capture its stacks",
-				w.spec.LocalRank, w.spec.Rank, w.proc.pid, cfg.HangTimeout, SignalName(sig))
+				w.spec.LocalRank, w.spec.Rank, w.proc.Pid, cfg.HangTimeout, SignalName(sig))
 			_ = w.proc.signal(sig)
 		} else {
 			cfg.Log.Errorf("local rank %d (rank %d, pid %d) hung: no output and no heartbeat for %v; stopping it",
-				w.spec.LocalRank, w.spec.Rank, w.proc.pid, cfg.HangTimeout)
+				w.spec.LocalRank, w.spec.Rank, w.proc.Pid, cfg.HangTimeout)
 		}
 		h.kills = append(h.kills, time.AfterFunc(evidenceGrace, func() { kills <- w }))
 	}

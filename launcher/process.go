@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/proc"
 )
 
 // StartError is returned when a worker process cannot be started at all
@@ -46,34 +47,25 @@ type exitStatus struct {
 }
 
 // process is one running worker process, the leader of its own session
-// and process group. One goroutine, locked to the OS thread that forked
-// the process, waits for it and then closes done.
+// and process group (internal/proc forks and reaps it).
 type process struct {
-	pid  int
-	done chan struct{}
-	// status is valid once done is closed.
-	status exitStatus
-	// cgroupErr, when set, is why the process could not be started in
-	// the job's cgroup (it runs outside it).
-	cgroupErr error
+	*proc.Process
 	// inGorunsGroup: the process runs in gorun's own process group (it
 	// holds gorun's terminal), so signals go to it alone, never to its
 	// group, which is gorun's; its children are left to the job's cgroup.
 	inGorunsGroup bool
 }
 
+// status is how the process ended; valid once Done is closed.
+func (p *process) status() exitStatus { return statusOf(p.State()) }
+
 // startProcess starts argv with env, stdout and stderr in a session (and
 // process group) of its own, as torchrun starts its workers
 // (start_new_session), with SIGKILL as its parent death signal. It
 // returns at once; the start's outcome arrives on the returned channel,
-// so that many workers can be started in parallel. When the process exits, the waiting goroutine
-// records the status, closes p.done and sends p on exited (which must have
-// room: the agent sizes it to the worker count).
-//
-// A nice above 0 lowers the process's CPU priority: it is set on the
-// forking thread, which the child inherits (Linux keeps a nice value per
-// thread, so setting it on the child after the fork would miss the
-// threads it already started).
+// so that many workers can be started in parallel. When the process
+// exits, it is sent on exited (which must have room: the agent sizes it
+// to the worker count). A nice above 0 lowers its CPU priority.
 func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process, nice int) (*process, <-chan error) {
 	return startProcessIn(argv, env, procFiles{stdout: stdout, stderr: stderr}, exited, nice, -1)
 }
@@ -92,9 +84,9 @@ type procFiles struct {
 // startProcessIn is startProcess with the process cloned into the cgroup
 // whose directory is open as cgroupFD (-1: this process's own). If the
 // clone into the cgroup fails, the process is started outside it and
-// p.cgroupErr says why.
+// p.CgroupErr says why.
 func startProcessIn(argv, env []string, files procFiles, exited chan<- *process, nice, cgroupFD int) (*process, <-chan error) {
-	command := func(cgroupFD int) *exec.Cmd {
+	command := func() *exec.Cmd {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = env
 		cmd.Stdout = files.stdout
@@ -103,62 +95,25 @@ func startProcessIn(argv, env []string, files procFiles, exited chan<- *process,
 			cmd.Stdin = files.stdin
 		}
 		cmd.ExtraFiles = files.extra
-		cmd.SysProcAttr = &syscall.SysProcAttr{
-			// A session, not only a process group: a Ctrl-Z at gorun's
-			// terminal during the fork reaches the child before its exec
-			// (the kernel gives the child the signals sent to the
-			// parent's group while it forks), and a child that stops
-			// there holds the forking thread in vfork, so gorun cannot
-			// stop and the shell never gets its prompt back. The kernel
-			// discards a terminal stop for a process group that has no
-			// parent in its session, which a new session is.
-			// The worker in gorun's own group keeps that window: it
-			// stops with gorun on the same Ctrl-Z, and only a restart of
-			// it in the instant of the key press can catch it.
-			Setsid: !files.inGorunsGroup,
-			// Delivered when the forking thread ends; the goroutine below
-			// keeps that thread alive until the worker has exited.
-			Pdeathsig: syscall.SIGKILL,
-		}
-		if cgroupFD >= 0 {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD
-		}
 		return cmd
 	}
-	p := &process{done: make(chan struct{}), inGorunsGroup: files.inGorunsGroup}
-	started := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine, after the
-		// worker has been reaped.
-		runtime.LockOSThread()
-		if nice > 0 {
-			// This thread is the child's alone and ends with it.
-			_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, nice)
-		}
-		cmd := command(cgroupFD)
-		err := cmd.Start()
-		if err != nil && cgroupFD >= 0 && !errors.Is(err, exec.ErrNotFound) && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
-			p.cgroupErr = err
-			cmd = command(-1)
-			err = cmd.Start()
-		}
-		if err != nil {
-			started <- err
-			return
-		}
-		p.pid = cmd.Process.Pid
-		started <- nil
-		_ = cmd.Wait() // the state says everything an error would
-		p.status = statusOf(cmd.ProcessState)
-		close(p.done)
-		exited <- p
-	}()
+	p := &process{inGorunsGroup: files.inGorunsGroup}
+	var started <-chan error
+	p.Process, started = proc.Start(command, proc.Options{
+		// A session, not only a process group (proc.Options.Setsid says
+		// why). The worker in gorun's own group keeps that window: it
+		// stops with gorun on the same Ctrl-Z, and only a restart of it
+		// in the instant of the key press can catch it.
+		Setsid: !files.inGorunsGroup, Nice: nice, CgroupFD: cgroupFD,
+		Exited: func(*proc.Process) { exited <- p },
+	})
 	return p, started
 }
 
-// statusOf converts a reaped process's state to an exitStatus.
-func statusOf(ps *os.ProcessState) exitStatus {
-	st := exitStatus{At: time.Now()}
+// statusOf converts a reaped process's state, seen at at, to an
+// exitStatus.
+func statusOf(ps *os.ProcessState, at time.Time) exitStatus {
+	st := exitStatus{At: at}
 	if ps == nil {
 		// Wait failed without a state; report it as a generic failure.
 		st.Code = 1
@@ -179,31 +134,17 @@ func (p *process) signalGroup(sig syscall.Signal) error {
 	if p.inGorunsGroup {
 		return p.signal(sig)
 	}
-	err := syscall.Kill(-p.pid, sig)
-	if err == nil || errors.Is(err, syscall.ESRCH) {
-		return nil
+	if err := p.SignalGroup(sig); err != nil {
+		return fmt.Errorf("send %s to process group %d: %w", SignalName(sig), p.Pid, err)
 	}
-	return fmt.Errorf("send %s to process group %d: %w", SignalName(sig), p.pid, err)
+	return nil
 }
 
 // signal sends sig to the process alone (not its group), unless it was
 // reaped (its pid may have been reused).
 func (p *process) signal(sig syscall.Signal) error {
-	if p.exited() {
-		return nil
-	}
-	if err := syscall.Kill(p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("send %s to process %d: %w", SignalName(sig), p.pid, err)
+	if err := p.Signal(sig); err != nil {
+		return fmt.Errorf("send %s to process %d: %w", SignalName(sig), p.Pid, err)
 	}
 	return nil
-}
-
-// exited reports whether the process has been reaped.
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }

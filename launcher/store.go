@@ -71,7 +71,7 @@ func (s *LocalStore) Endpoint() string { return s.endpoint }
 // shutdown), waits for it and removes its data folder.
 func (s *LocalStore) Stop() error {
 	err := s.proc.signalGroup(syscall.SIGKILL)
-	<-s.proc.done
+	<-s.proc.Done()
 	if rerr := s.dir.remove(); rerr != nil && err == nil {
 		err = fmt.Errorf("local store: %w", rerr)
 	}

@@ -217,10 +217,10 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 		return nil, err
 	}
 	s.proc = p
-	wp.group.started(p.pid)
-	wp.group.keep(p.pid)
-	if p.cgroupErr != nil {
-		wp.group.noCgroup(p.cgroupErr)
+	wp.group.started(p.Pid)
+	wp.group.keep(p.Pid)
+	if p.CgroupErr != nil {
+		wp.group.noCgroup(p.CgroupErr)
 	}
 	wp.talkers.Add(1)
 	go wp.listen(s) // ends when the interpreter closes its end or exits
@@ -244,9 +244,9 @@ func (wp *warmPool) listen(s *spare) {
 		var why string
 		switch word {
 		case "ready":
-			wp.cfg.Log.Debugf("--warm-start: local rank %d's interpreter (pid %d) is ready; its imports read %s environment variables", s.localRank, s.proc.pid, rest)
+			wp.cfg.Log.Debugf("--warm-start: local rank %d's interpreter (pid %d) is ready; its imports read %s environment variables", s.localRank, s.proc.Pid, rest)
 		case "warm":
-			wp.cfg.Log.Debugf("--warm-start: local rank %d runs in its warm interpreter (pid %d)", s.localRank, s.proc.pid)
+			wp.cfg.Log.Debugf("--warm-start: local rank %d runs in its warm interpreter (pid %d)", s.localRank, s.proc.Pid)
 		case "failed", "cold", "fresh":
 			if json.Unmarshal([]byte(rest), &why) != nil {
 				why = rest
@@ -262,13 +262,13 @@ func (wp *warmPool) listen(s *spare) {
 				wp.turnOff(why)
 			}
 		default:
-			wp.cfg.Log.Warnf("--warm-start: local rank %d's interpreter (pid %d) said %.80q: want ready, failed, warm, cold or fresh", s.localRank, s.proc.pid, sc.Text())
+			wp.cfg.Log.Warnf("--warm-start: local rank %d's interpreter (pid %d) said %.80q: want ready, failed, warm, cold or fresh", s.localRank, s.proc.Pid, sc.Text())
 		}
 	}
 	if err := sc.Err(); err != nil {
 		// Over maxWarmLine, or unreadable: the socket closes, and the
 		// interpreter, handed a worker, sees it as gorun gone.
-		wp.cfg.Log.Warnf("--warm-start: local rank %d's interpreter (pid %d): %v", s.localRank, s.proc.pid, err)
+		wp.cfg.Log.Warnf("--warm-start: local rank %d's interpreter (pid %d): %v", s.localRank, s.proc.Pid, err)
 	}
 }
 
@@ -288,8 +288,8 @@ func (wp *warmPool) take(spec WorkerSpec) *spare {
 		return nil
 	}
 	delete(wp.spares, spec.LocalRank)
-	if s.proc.exited() {
-		wp.cfg.Log.Warnf("--warm-start: the interpreter of local rank %d %s before its round: starting the rank cold", spec.LocalRank, describeExit(s.proc.status))
+	if s.proc.Exited() {
+		wp.cfg.Log.Warnf("--warm-start: the interpreter of local rank %d %s before its round: starting the rank cold", spec.LocalRank, describeExit(s.proc.status()))
 		wp.discard(s)
 		return nil
 	}
@@ -313,7 +313,7 @@ func (wp *warmPool) activate(s *spare, spec WorkerSpec) {
 	for _, kv := range spec.Env {
 		field(kv)
 	}
-	wp.group.unkeep(s.proc.pid)
+	wp.group.unkeep(s.proc.Pid)
 	msg := "go " + strconv.Itoa(b.Len()) + "\n" + b.String()
 	wp.talkers.Add(1)
 	go func() { // ends once written, or when the socket closes
@@ -322,7 +322,7 @@ func (wp *warmPool) activate(s *spare, spec WorkerSpec) {
 		// failure, reported with its exit: nothing to add.
 		_, err := io.WriteString(s.ctl, msg)
 		if err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, os.ErrClosed) {
-			wp.cfg.Log.Warnf("--warm-start: hand local rank %d to its warm interpreter (pid %d): %v", spec.LocalRank, s.proc.pid, err)
+			wp.cfg.Log.Warnf("--warm-start: hand local rank %d to its warm interpreter (pid %d): %v", spec.LocalRank, s.proc.Pid, err)
 		}
 	}()
 }
@@ -330,9 +330,9 @@ func (wp *warmPool) activate(s *spare, spec WorkerSpec) {
 // discard kills a spare and waits until it is gone.
 func (wp *warmPool) discard(s *spare) {
 	_ = s.proc.signalGroup(syscall.SIGKILL)
-	<-s.proc.done
-	wp.group.ended(s.proc.pid)
-	wp.group.unkeep(s.proc.pid)
+	<-s.proc.Done()
+	wp.group.ended(s.proc.Pid)
+	wp.group.unkeep(s.proc.Pid)
 	<-s.heard // the socket's end
 	closeAll(s.out[:])
 }

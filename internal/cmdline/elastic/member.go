@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/proc"
 	"github.com/gorun-dev/gorun/launcher"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
@@ -59,8 +59,8 @@ type memberProcess struct {
 	log    logrus.FieldLogger
 	stderr io.Writer
 
-	mu  sync.Mutex
-	pid int
+	mu   sync.Mutex
+	proc *proc.Process // the running member, nil between runs
 	// stdin is the running member's standard input: closing it stops
 	// the member, which ignores stop signals (a scheduler's, meant for
 	// the job's processes).
@@ -165,36 +165,42 @@ func (m *memberProcess) supervise(ready chan<- error) {
 // it said it serves; err is a failure to start it at all. A non-nil ready
 // gets the outcome of the start.
 func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall.WaitStatus, err error) {
-	// The parent-death signal comes when the forking thread ends: this
-	// goroutine keeps its thread until the member has been reaped.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cmd := exec.Command(m.argv[0], m.argv[1:]...)
-	cmd.Env = withoutKeys(os.Environ(), tokenEnv, secretEnv["token_file"], passwordEnv)
-	cmd.Stderr = m.stderr
-	stdin, err := cmd.StdinPipe()
+	inR, inW, err := os.Pipe()
 	if err != nil {
 		return false, 0, err
 	}
-	out, err := cmd.StdoutPipe()
+	defer inW.Close()
+	outR, outW, err := os.Pipe()
 	if err != nil {
+		inR.Close()
 		return false, 0, err
 	}
-	// Its own session: a Ctrl-C at the terminal reaches the agent, which
-	// stops the member after the workers, and a Ctrl-Z during the fork
-	// cannot stop it before its exec (launcher/process.go says why).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	defer outR.Close()
+	command := func() *exec.Cmd {
+		cmd := exec.Command(m.argv[0], m.argv[1:]...)
+		cmd.Env = withoutKeys(os.Environ(), tokenEnv, secretEnv["token_file"], passwordEnv)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, m.stderr
+		return cmd
+	}
 	m.mu.Lock()
 	if m.stopping {
 		m.mu.Unlock()
+		inR.Close()
+		outW.Close()
 		return false, 0, nil
 	}
-	err = cmd.Start()
+	// Its own session: a Ctrl-C at the terminal reaches the agent, which
+	// stops the member after the workers, and a Ctrl-Z during the fork
+	// cannot stop it before its exec.
+	p, started := proc.Start(command, proc.Options{Setsid: true})
+	err = <-started
+	inR.Close() // the child's ends
+	outW.Close()
 	if err == nil {
-		m.pid, m.stdin = cmd.Process.Pid, stdin
+		m.proc, m.stdin = p, inW
 		// The token's line; the pipe stays open while the member serves.
-		if _, werr := io.WriteString(stdin, string(m.token)+"\n"); werr != nil {
-			_ = cmd.Process.Kill() // its end is reported below
+		if _, werr := io.WriteString(inW, string(m.token)+"\n"); werr != nil {
+			_ = p.Signal(syscall.SIGKILL) // its end is reported below
 		}
 	}
 	m.mu.Unlock()
@@ -204,27 +210,30 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 		}
 		return false, 0, err
 	}
-	lines := bufio.NewScanner(out)
+	lines := bufio.NewScanner(outR)
 	for lines.Scan() {
 		if !served && strings.HasPrefix(lines.Text(), "gorun store: member ") {
 			served = true
-			m.log.Infof("member %d of the job's store serves at %s (pid %d; authentication on; peers over mutual TLS)", m.index, m.argv[3], cmd.Process.Pid)
+			m.log.Infof("member %d of the job's store serves at %s (pid %d; authentication on; peers over mutual TLS)", m.index, m.argv[3], p.Pid)
 			if ready != nil {
 				ready <- nil
 				ready = nil
 			}
 		}
 	}
-	_ = cmd.Wait()
+	<-p.Done()
 	m.mu.Lock()
-	m.pid, m.stdin = 0, nil
+	m.proc, m.stdin = nil, nil
 	m.mu.Unlock()
-	status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	state, _ := p.State()
+	if state != nil {
+		status, _ = state.Sys().(syscall.WaitStatus)
+	}
 	if ready != nil {
 		if status.Exited() && status.ExitStatus() == memberTakenExit {
 			ready <- errMemberTaken
 		} else {
-			ready <- fmt.Errorf("the store member exited before it served (%v; its errors are above)", cmd.ProcessState)
+			ready <- fmt.Errorf("the store member exited before it served (%v; its errors are above)", state)
 		}
 	}
 	return served, status, nil
@@ -251,8 +260,8 @@ func (m *memberProcess) Close() error {
 	case <-m.done:
 	case <-t.C:
 		m.mu.Lock()
-		if m.pid > 0 {
-			_ = syscall.Kill(m.pid, syscall.SIGKILL)
+		if m.proc != nil {
+			_ = m.proc.Signal(syscall.SIGKILL)
 		}
 		m.mu.Unlock()
 		<-m.done
