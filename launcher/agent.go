@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/ctxtime"
+	"github.com/gorun-dev/gorun/internal/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -107,6 +108,11 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 	}, nil
 }
 
+// logsTempPrefix names the folder of the logs of a run with --redirects
+// or --tee and no --log-dir: kept when the run ends (as torchrun keeps its
+// torchelastic_*), so never swept (it has no owner file).
+const logsTempPrefix = tempdir.Prefix + "logs-"
+
 // Run runs the job on this node until its workers succeed, fail with no
 // restart left, or a stop signal or ctx ends it. When Run returns, every
 // worker process and its process group are gone and their output has been
@@ -114,7 +120,7 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 // log directory, a worker that cannot be started); the Result still holds
 // the exit code to use. Once its first workers are forked, Run also
 // removes, in the background, the temporary folders that gorun processes
-// of the same user left when they were killed (sweepTempDirs).
+// of the same user left when they were killed (tempdir.Sweep).
 func (a *Agent) Run(ctx context.Context) (Result, error) {
 	cfg := &a.cfg
 	madeLogDir := false

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -32,7 +33,7 @@ const (
 type logLayout struct {
 	root string
 	dir  *os.Root
-	temp *tempDir // nil with --log-dir: the files outlive the run
+	temp *tempdir.Dir // nil with --log-dir: the files outlive the run
 	// attempts are the attempt folders this run made: the only ones it
 	// may remove.
 	attempts map[int]bool
@@ -50,11 +51,11 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 	}
 	l := &logLayout{attempts: map[int]bool{}}
 	if logDir == "" {
-		d, err := makeTempDir("", tempPrefix+runID+"-*")
+		d, err := tempdir.Make("", tempdir.Prefix+runID+"-*")
 		if err != nil {
 			return nil, fmt.Errorf("create a folder for worker error files: %w", err)
 		}
-		l.root, l.temp = d.path, d
+		l.root, l.temp = d.Path(), d
 	} else {
 		if err := os.MkdirAll(logDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
@@ -247,7 +248,7 @@ func (l *logLayout) close() error {
 		_ = os.Remove(run)
 		_ = os.Remove(l.frBase) // the per-user folder too, when no run keeps dumps there
 	}
-	return l.temp.remove()
+	return l.temp.Remove()
 }
 
 // stopFile is the path of the run's stop file (GORUN_STOP_FILE).

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/gorun-dev/gorun/internal/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -19,7 +20,7 @@ import (
 // that outlives the job.
 type LocalStore struct {
 	endpoint string
-	dir      *tempDir
+	dir      *tempdir.Dir
 	proc     *process
 }
 
@@ -35,17 +36,17 @@ func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeTempDir("", tempPrefix+"store-")
+	dir, err := tempdir.New("store")
 	if err != nil {
 		return nil, fmt.Errorf("local store: data folder: %w", err)
 	}
 	s := &LocalStore{endpoint: rendezvous.DefaultLocalAddr + ":" + strconv.Itoa(port), dir: dir}
 	// etcd's own log lines are JSON for operators of a store, not for the
 	// job's terminal: a failure to serve reaches the workers as errors.
-	argv := []string{binary, "store", "--listen", s.endpoint, "--data-dir", dir.path, "--log-level", "panic"}
+	argv := []string{binary, "store", "--listen", s.endpoint, "--data-dir", dir.Path(), "--log-level", "panic"}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		dir.remove()
+		dir.Remove()
 		return nil, fmt.Errorf("local store: %w", err)
 	}
 	defer devnull.Close()
@@ -54,7 +55,7 @@ func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore
 	// comes first, and only Go workers that use the store wait for it.
 	proc, started := startProcess(argv, env, devnull, stderr, make(chan *process, 1), storeNice)
 	if err := <-started; err != nil {
-		dir.remove()
+		dir.Remove()
 		return nil, fmt.Errorf("local store: start %s: %w", binary, err)
 	}
 	s.proc = proc
@@ -72,7 +73,7 @@ func (s *LocalStore) Endpoint() string { return s.endpoint }
 func (s *LocalStore) Stop() error {
 	err := s.proc.signalGroup(syscall.SIGKILL)
 	<-s.proc.Done()
-	if rerr := s.dir.remove(); rerr != nil && err == nil {
+	if rerr := s.dir.Remove(); rerr != nil && err == nil {
 		err = fmt.Errorf("local store: %w", rerr)
 	}
 	return err

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/cgroup"
 	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/tempdir"
 )
 
 // sweepWait bounds how long a run that ends waits for its sweep to
@@ -15,7 +18,7 @@ import (
 const sweepWait = 2 * time.Second
 
 // sweeper is an agent's background sweep of the temporary folders that
-// killed gorun processes left (sweepTempDirs). The agent starts it once
+// killed gorun processes left (tempdir.Sweep). The agent starts it once
 // its first workers are forked, so that it costs the launch nothing, and
 // stops it, waiting for it, before Run returns.
 type sweeper struct {
@@ -34,7 +37,7 @@ func (a *Agent) startSweep(ctx context.Context) {
 	log := a.cfg.Log
 	go func() {
 		defer close(s.done)
-		removed, err := sweepTempDirs(ctx, os.TempDir())
+		removed, err := tempdir.Sweep(ctx, os.TempDir())
 		sweepDumpFolders(ctx, private.FlightRecorderBase(), os.TempDir())
 		if own, cerr := cgroup.Own(); cerr == nil {
 			removed = append(removed, sweepJobCgroups(own)...)
@@ -66,4 +69,32 @@ func (a *Agent) stopSweep() {
 	}
 	s.cancel()
 	<-s.done
+}
+
+// sweepDumpFolders removes, in base (the per-user flight-recorder
+// folder), the run folders that stayed empty but for empty attempt
+// folders and whose run's temporary folder in tmp is gone: a killed
+// gorun's. A folder with a dump in it is kept.
+func sweepDumpFolders(ctx context.Context, base, tmp string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return
+		}
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), tempdir.Prefix) {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(tmp, e.Name())); err == nil {
+			continue // its gorun lives, or has not removed it yet
+		}
+		run := filepath.Join(base, e.Name())
+		attempts, _ := os.ReadDir(run)
+		for _, a := range attempts {
+			_ = os.Remove(filepath.Join(run, a.Name())) // only if empty
+		}
+		_ = os.Remove(run)
+	}
 }

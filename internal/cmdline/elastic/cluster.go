@@ -13,7 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
-	"github.com/gorun-dev/gorun/launcher"
+	"github.com/gorun-dev/gorun/internal/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
@@ -107,7 +107,7 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 	}
 	// The data lives in a locked temporary folder: if Slurm's SIGKILL
 	// (or the OOM killer) ends this agent, the next gorun sweeps it.
-	dir, err := launcher.NewTempDir("store")
+	dir, err := tempdir.New("store")
 	if err != nil {
 		return nil, false, fmt.Errorf("host the embedded store: data folder: %w", err)
 	}
@@ -133,7 +133,7 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 // sweptServer is a store whose data folder is removed after it stops.
 type sweptServer struct {
 	*etcdrdzv.Server
-	dir *launcher.TempDir
+	dir *tempdir.Dir
 }
 
 // Close stops the store, then removes its data.

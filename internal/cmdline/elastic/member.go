@@ -17,7 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gorun-dev/gorun/internal/proc"
-	"github.com/gorun-dev/gorun/launcher"
+	"github.com/gorun-dev/gorun/internal/tempdir"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -55,7 +55,7 @@ type memberProcess struct {
 	argv   []string
 	token  etcdrdzv.Token
 	index  int
-	dir    *launcher.TempDir
+	dir    *tempdir.Dir
 	log    logrus.FieldLogger
 	stderr io.Writer
 
@@ -78,7 +78,7 @@ func startMember(ctx context.Context, c conf, token etcdrdzv.Token, members []st
 	if err != nil {
 		return nil, fmt.Errorf("host member %d of the embedded store: this program's path: %w", index, err)
 	}
-	dir, err := launcher.NewTempDir("store-member")
+	dir, err := tempdir.New("store-member")
 	if err != nil {
 		return nil, fmt.Errorf("host member %d of the embedded store: data folder: %w", index, err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gorun-dev/gorun/launcher"
+	"github.com/gorun-dev/gorun/internal/tempdir"
 )
 
 // TestMemberRestartedWhateverItsExit: a store member that served and then
@@ -42,7 +42,7 @@ func TestMemberRestartedWhateverItsExit(t *testing.T) {
 			if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			tmp, err := launcher.NewTempDir("member-test")
+			tmp, err := tempdir.New("member-test")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/internal/private"
-	"github.com/gorun-dev/gorun/launcher"
+	"github.com/gorun-dev/gorun/internal/tempdir"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -130,7 +130,7 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			if dataDir == "" {
 				// Locked, so that the next gorun sweeps it if this one is
 				// killed.
-				dir, err := launcher.NewTempDir("store")
+				dir, err := tempdir.New("store")
 				if err != nil {
 					return cli.Exit("gorun store: data folder: "+err.Error(), 1)
 				}

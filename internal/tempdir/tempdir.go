@@ -1,4 +1,6 @@
-package launcher
+// Package tempdir makes gorun's private temporary folders and sweeps the
+// ones that killed gorun processes left behind.
+package tempdir
 
 import (
 	"context"
@@ -11,7 +13,7 @@ import (
 	"syscall"
 )
 
-// Temporary folders. Every folder gorun makes in the temporary folder
+// Every folder gorun makes in the temporary folder
 // ($TMPDIR, else /tmp) is private (mode 0700, made by os.MkdirTemp, so a
 // folder or link planted under the same name is never used) and named
 // gorun-*. A folder that gorun removes when it ends (the error files of
@@ -21,30 +23,28 @@ import (
 // the kernel drops its lock: the next gorun of the same user sweeps every
 // such folder whose lock it can take.
 
-// tempPrefix begins the name of every temporary folder gorun makes.
-const tempPrefix = "gorun-"
-
-// logsTempPrefix names the folder of the logs of a run with --redirects
-// or --tee and no --log-dir: kept when the run ends (as torchrun keeps its
-// torchelastic_*), so never swept (it has no owner file).
-const logsTempPrefix = tempPrefix + "logs-"
+// Prefix begins the name of every temporary folder gorun makes.
+const Prefix = "gorun-"
 
 // ownerFile marks a folder that a live gorun holds locked; it holds that
 // gorun's pid, for an operator. It is written after the lock is taken,
 // so a folder with an owner file and a free lock belongs to no one.
 const ownerFile = ".gorun-owner"
 
-// tempDir is a temporary folder that this process removes when done, and
-// holds locked until then.
-type tempDir struct {
+// Dir is a private temporary folder (mode 0700) that this process
+// removes when done and holds locked until then: if the process is
+// killed first, the next gorun of the same user sweeps it.
+type Dir struct {
 	path string
 	lock *os.File // the folder itself, flock'ed
 }
 
-// makeTempDir makes a private folder pattern* (os.MkdirTemp's pattern,
-// which must begin with tempPrefix) in dir ("": the temporary folder) and
-// locks it.
-func makeTempDir(dir, pattern string) (*tempDir, error) {
+// New makes a Dir named gorun-<what>-* in the temporary folder.
+func New(what string) (*Dir, error) { return Make("", Prefix+what+"-") }
+
+// Make makes a private folder pattern* (os.MkdirTemp's pattern, which
+// must begin with Prefix) in dir ("": the temporary folder) and locks it.
+func Make(dir, pattern string) (*Dir, error) {
 	path, err := os.MkdirTemp(dir, pattern)
 	if err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func makeTempDir(dir, pattern string) (*tempDir, error) {
 }
 
 // lockNewDir locks the folder this process just made, then marks it.
-func lockNewDir(path string) (*tempDir, error) {
+func lockNewDir(path string) (*Dir, error) {
 	lock, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -78,11 +78,14 @@ func lockNewDir(path string) (*tempDir, error) {
 		lock.Close()
 		return nil, fmt.Errorf("mark %s: %w", path, err)
 	}
-	return &tempDir{path: path, lock: lock}, nil
+	return &Dir{path: path, lock: lock}, nil
 }
 
-// remove deletes the folder and then drops its lock.
-func (d *tempDir) remove() error {
+// Path is the folder's path.
+func (d *Dir) Path() string { return d.path }
+
+// Remove deletes the folder and then drops its lock.
+func (d *Dir) Remove() error {
 	err := os.RemoveAll(d.path)
 	if cerr := d.lock.Close(); err == nil {
 		err = cerr
@@ -110,13 +113,13 @@ func flock(f *os.File, how int) error {
 	return ferr
 }
 
-// sweepTempDirs removes the folders in dir that gorun processes of this
+// Sweep removes the folders in dir that gorun processes of this
 // user left when they were killed: gorun-* folders owned by this user,
 // with an owner file, whose lock can be taken (the holder is dead). A
 // live gorun's folders (this one's included) are locked, and a folder
 // without an owner file (in the making, or not a locked one) is left
 // alone. It returns the folders removed; ctx stops it between folders.
-func sweepTempDirs(ctx context.Context, dir string) ([]string, error) {
+func Sweep(ctx context.Context, dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -128,7 +131,7 @@ func sweepTempDirs(ctx context.Context, dir string) ([]string, error) {
 			return removed, ctx.Err()
 		}
 		// A link's type is not a folder's: links are never followed.
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), tempPrefix) {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), Prefix) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
@@ -141,34 +144,6 @@ func sweepTempDirs(ctx context.Context, dir string) ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
-}
-
-// sweepDumpFolders removes, in base (the per-user flight-recorder
-// folder), the run folders that stayed empty but for empty attempt
-// folders and whose run's temporary folder in tmp is gone: a killed
-// gorun's. A folder with a dump in it is kept.
-func sweepDumpFolders(ctx context.Context, base, tmp string) {
-	entries, err := os.ReadDir(base)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if ctx.Err() != nil {
-			return
-		}
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), tempPrefix) {
-			continue
-		}
-		if _, err := os.Lstat(filepath.Join(tmp, e.Name())); err == nil {
-			continue // its gorun lives, or has not removed it yet
-		}
-		run := filepath.Join(base, e.Name())
-		attempts, _ := os.ReadDir(run)
-		for _, a := range attempts {
-			_ = os.Remove(filepath.Join(run, a.Name())) // only if empty
-		}
-		_ = os.Remove(run)
-	}
 }
 
 // sweepOne removes path if it is an abandoned folder of this user's, and
@@ -200,23 +175,3 @@ func sweepOne(path string) (bool, error) {
 	}
 	return true, nil
 }
-
-// TempDir is a private temporary folder (mode 0700) that this process
-// holds locked until Remove: if the process is killed first, the next
-// gorun of the same user sweeps it.
-type TempDir struct{ d *tempDir }
-
-// NewTempDir makes a TempDir named gorun-<what>-* in the temporary folder.
-func NewTempDir(what string) (*TempDir, error) {
-	d, err := makeTempDir("", tempPrefix+what+"-")
-	if err != nil {
-		return nil, err
-	}
-	return &TempDir{d}, nil
-}
-
-// Path is the folder's path.
-func (t *TempDir) Path() string { return t.d.path }
-
-// Remove deletes the folder and drops its lock.
-func (t *TempDir) Remove() error { return t.d.remove() }

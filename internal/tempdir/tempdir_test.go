@@ -1,4 +1,4 @@
-package launcher
+package tempdir
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // owner file, a link and another prefix stay.
 func TestSweepTempDirs(t *testing.T) {
 	tmp := t.TempDir()
-	dead, err := makeTempDir(tmp, "gorun-dead-")
+	dead, err := Make(tmp, "gorun-dead-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,11 +25,11 @@ func TestSweepTempDirs(t *testing.T) {
 	}
 	// Closing the lock is what the kernel does for a killed process.
 	dead.lock.Close()
-	live, err := makeTempDir(tmp, "gorun-live-")
+	live, err := Make(tmp, "gorun-live-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer live.remove()
+	defer live.Remove()
 	unmarked := filepath.Join(tmp, "gorun-unmarked")
 	other := filepath.Join(tmp, "other-dir")
 	target := t.TempDir()
@@ -50,7 +50,7 @@ func TestSweepTempDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	removed, err := sweepTempDirs(context.Background(), tmp)
+	removed, err := Sweep(context.Background(), tmp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,19 +72,19 @@ func TestSweepTempDirs(t *testing.T) {
 
 	// The live gorun's folder goes once it is released.
 	live.lock.Close()
-	if removed, err := sweepTempDirs(context.Background(), tmp); err != nil || !slices.Equal(removed, []string{live.path}) {
+	if removed, err := Sweep(context.Background(), tmp); err != nil || !slices.Equal(removed, []string{live.path}) {
 		t.Errorf("after release: removed %v, %v; want %s", removed, err, live.path)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := sweepTempDirs(ctx, tmp); !errors.Is(err, context.Canceled) {
+	if _, err := Sweep(ctx, tmp); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled sweep: %v", err)
 	}
 }
 
 func TestMakeTempDir(t *testing.T) {
 	tmp := t.TempDir()
-	d, err := makeTempDir(tmp, "gorun-x-")
+	d, err := Make(tmp, "gorun-x-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,43 +95,10 @@ func TestMakeTempDir(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(d.path, ownerFile)); err != nil || strings.TrimSpace(string(b)) == "" {
 		t.Errorf("owner file %q, %v; want this pid", b, err)
 	}
-	if err := d.remove(); err != nil {
+	if err := d.Remove(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(d.path); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("removed folder: %v", err)
-	}
-}
-
-// TestSweepDumpFolders: a killed run's empty dump folders go; a live
-// run's, and any holding a dump, stay.
-func TestSweepDumpFolders(t *testing.T) {
-	tmp, base := t.TempDir(), t.TempDir()
-	for _, p := range []string{"gorun-dead-1/attempt_0", "gorun-live-1/attempt_0", "gorun-dumped-1/attempt_0"} {
-		if err := os.MkdirAll(filepath.Join(base, p), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Mkdir(filepath.Join(tmp, "gorun-live-1"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(base, "gorun-dumped-1/attempt_0/fr_trace_rank_0.json"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sweepDumpFolders(context.Background(), base, tmp)
-	for _, p := range []struct {
-		name string
-		kept bool
-	}{{"gorun-dead-1", false}, {"gorun-live-1/attempt_0", true}, {"gorun-dumped-1/attempt_0/fr_trace_rank_0.json", true}} {
-		if _, err := os.Lstat(filepath.Join(base, p.name)); (err == nil) != p.kept {
-			t.Errorf("%s kept %v; want %v", p.name, err == nil, p.kept)
-		}
-	}
-}
-
-func mkdir(t *testing.T, path string, mode fs.FileMode) {
-	t.Helper()
-	if err := os.Mkdir(path, mode); err != nil {
-		t.Fatal(err)
 	}
 }
