@@ -8,10 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -75,11 +73,8 @@ func launchAction(c *cli.Context, opts Options) error {
 		plan.elastic.Log = log
 		var release func()
 		rdzv, release, err = opts.Elastic.Rendezvous(c.Context, *plan.elastic)
-		if isUsage(err) {
-			return err
-		}
 		if err != nil {
-			return cli.Exit(err.Error(), 1)
+			return exitError(err, 1)
 		}
 		defer release()
 	}
@@ -177,11 +172,8 @@ func runAgent(ctx context.Context, cfg launcher.Config, rdzv launcher.Rendezvous
 		return Usage(err)
 	}
 	res, err := agent.Run(ctx)
-	if isUsage(err) {
-		return err
-	}
 	if err != nil {
-		return cli.Exit(err.Error(), max(res.ExitCode, 1))
+		return exitError(err, max(res.ExitCode, 1))
 	}
 	if res.ExitCode != 0 {
 		return cli.Exit("", res.ExitCode)
@@ -262,16 +254,16 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 	if cfg.NoRestartExitCodes, err = launcher.ParseExitCodes(fNoRestartCodes, c.String(fNoRestartCodes)); err != nil {
 		return err
 	}
-	if cfg.RestartBackoff, err = ParseSeconds(fBackoff, c.String(fBackoff)); err != nil {
+	if cfg.RestartBackoff, err = rendezvous.ParseSeconds(fBackoff, c.String(fBackoff)); err != nil {
 		return err
 	}
-	if cfg.RestartBackoffMax, err = ParseSeconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
+	if cfg.RestartBackoffMax, err = rendezvous.ParseSeconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
 		return err
 	}
-	if cfg.StopTimeout, err = ParseSeconds(fStopTimeout, c.String(fStopTimeout)); err != nil {
+	if cfg.StopTimeout, err = rendezvous.ParseSeconds(fStopTimeout, c.String(fStopTimeout)); err != nil {
 		return err
 	}
-	if cfg.HangTimeout, err = ParseSeconds(fHangTimeout, c.String(fHangTimeout)); err != nil {
+	if cfg.HangTimeout, err = rendezvous.ParseSeconds(fHangTimeout, c.String(fHangTimeout)); err != nil {
 		return err
 	}
 	if cfg.StopSignals, err = launcher.ParseSignals(fSignals, c.String(fSignals)); err != nil {
@@ -283,7 +275,7 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 			cfg.ForwardSignals = append(cfg.ForwardSignals, s)
 		}
 	}
-	if cfg.PreemptGrace, err = ParseSeconds(fPreemptGrace, c.String(fPreemptGrace)); err != nil {
+	if cfg.PreemptGrace, err = rendezvous.ParseSeconds(fPreemptGrace, c.String(fPreemptGrace)); err != nil {
 		return err
 	}
 	if cfg.PreemptSignals, err = launcher.ParseSignals(fPreemptSignal, c.String(fPreemptSignal)); err != nil {
@@ -384,7 +376,7 @@ func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round
 // elasticPlan asks for the etcd rendezvous (c10d, embedded, etcd); the
 // round is what a dry run shows: the largest job, with this node's rank.
 func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[string]string, minNodes, maxNodes int, round rendezvous.Round) (rendezvousPlan, error) {
-	spec := &ElasticSpec{
+	spec := &rendezvous.Spec{
 		Backend: backend, Endpoint: c.String(fRdzvEndpoint), Conf: conf, RunID: cfg.RunID,
 		MinNodes: minNodes, MaxNodes: maxNodes, NodeRank: -1, NprocPerNode: cfg.NprocPerNode,
 		Role: cfg.Role, MaxRestarts: cfg.MaxRestarts, LocalAddr: c.String(fLocalAddr),
@@ -437,7 +429,7 @@ type rendezvousPlan struct {
 	// rdzv is the backend, when it needs no etcd.
 	rdzv launcher.Rendezvous
 	// elastic, when set, asks for the etcd rendezvous instead.
-	elastic *ElasticSpec
+	elastic *rendezvous.Spec
 	// standalone, when set, asks for a single-node rendezvous with a
 	// local store for the workers (--standalone), set up at launch.
 	standalone *rendezvous.LocalConfig
@@ -486,24 +478,6 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		return elasticPlan(c, cfg, backend, conf, minNodes, maxNodes, round)
 	}
 	return staticPlan(c, cfg, minNodes, maxNodes)
-}
-
-// ParseSeconds parses a duration setting named flag: a Go duration ("30s",
-// "1m30s") or a plain number of seconds ("30", "0.5"), as
-// TORCH_ELASTIC_SHUTDOWN_TIMEOUT and torchrun's --rdzv-conf give them.
-func ParseSeconds(flag, s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if f < 0 {
-			return 0, fmt.Errorf("--%s=%q: want 0 or more", flag, s)
-		}
-		return time.Duration(f * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("--%s=%q: want a duration such as 30s or 1m, or a number of seconds", flag, s)
-	}
-	return d, nil
 }
 
 // newRunID returns a random UUID, as torchrun --standalone uses for the run

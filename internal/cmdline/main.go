@@ -20,10 +20,10 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/launcher"
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // CompanionBinary is the name of the binary with etcd linked in.
@@ -42,7 +42,7 @@ type Options struct {
 type Elastic interface {
 	// Rendezvous builds the etcd-backed rendezvous of a launch. The
 	// returned function releases what it started (an embedded store).
-	Rendezvous(ctx context.Context, spec ElasticSpec) (launcher.Rendezvous, func(), error)
+	Rendezvous(ctx context.Context, spec rendezvous.Spec) (launcher.Rendezvous, func(), error)
 	// StoreCommand is `gorun store`: a standalone embedded etcd.
 	StoreCommand() *cli.Command
 	// StopCommand is `gorun stop RUN_ID`: a job-wide stop request.
@@ -54,33 +54,6 @@ type Elastic interface {
 	// BenchCommCommand is `gorun bench comm` (it needs the network stack,
 	// which gorun itself leaves out to start fast).
 	BenchCommCommand() *cli.Command
-}
-
-// ElasticSpec is a launch's rendezvous settings, as the flags gave them.
-type ElasticSpec struct {
-	Backend  string
-	Endpoint string
-	Conf     map[string]string
-	RunID    string
-	MinNodes int
-	MaxNodes int
-	// NodeRank is --node-rank when set, else -1.
-	NodeRank     int
-	NprocPerNode int
-	Role         string
-	MaxRestarts  int
-	// Sizes, when set, are the node counts at which the --plan layout is
-	// valid: rounds run at the largest the joined nodes allow, the other
-	// nodes wait as hot spares.
-	Sizes []int
-	// LocalAddr is --local-addr, or "" for the host's name.
-	LocalAddr string
-	// StoreHosts are hosts for the embedded store's members, from the
-	// scheduler (the first three of a Slurm job's), when --rdzv-conf
-	// store_hosts gives none.
-	StoreHosts []string
-	// Log receives progress and warnings.
-	Log logrus.FieldLogger
 }
 
 // Main runs the command line and returns the process exit code: the code

@@ -3,6 +3,10 @@ package cmdline
 import (
 	"errors"
 	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // UsageError is bad input: a flag, a setting, an environment value, a
@@ -33,8 +37,24 @@ func Usagef(format string, a ...any) error {
 	return &UsageError{Err: fmt.Errorf(format, a...)}
 }
 
-// isUsage says whether err is, or wraps, bad input.
+// isUsage says whether err is, or wraps, bad input: a UsageError, or a
+// rendezvous's verdict on this node's settings (rendezvous.ErrInvalidConfig,
+// ErrShapeMismatch, ErrInvalidNode).
 func isUsage(err error) bool {
 	var u *UsageError
-	return errors.As(err, &u)
+	return errors.As(err, &u) || errors.Is(err, rendezvous.ErrInvalidConfig) ||
+		errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, rendezvous.ErrInvalidNode)
+}
+
+// exitError is the command's exit for err: 2 for bad input (isUsage),
+// code otherwise; err's text is printed either way.
+func exitError(err error, code int) error {
+	var u *UsageError
+	switch {
+	case errors.As(err, &u) && u == err:
+		return err
+	case isUsage(err):
+		return Usage(err)
+	}
+	return cli.Exit(err.Error(), code)
 }

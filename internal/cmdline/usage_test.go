@@ -6,11 +6,14 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // TestUsageErrorExitsTwo: bad input exits 2 however deep it is wrapped
-// (the agent wraps a rendezvous's), keeps its message and its cause, and
-// other errors are not taken for it.
+// (the agent wraps a rendezvous's), whether the command line or a
+// rendezvous backend said so, keeps its message and its cause, and other
+// errors are not taken for it.
 func TestUsageErrorExitsTwo(t *testing.T) {
 	t.Parallel()
 	cause := errors.New("--nnodes=3:2: want MIN <= MAX")
@@ -24,18 +27,23 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 		{"Usagef", Usagef("--format=%q: want text or json", "xml"), true, `--format="xml": want text or json`},
 		{"Usagef wraps", Usagef("gorun store: %w", cause), true, "gorun store: " + cause.Error()},
 		{"wrapped by the agent", fmt.Errorf("rendezvous: %w", Usage(cause)), true, "rendezvous: " + cause.Error()},
+		{"a backend's bad input", rendezvous.BadInput(cause), true, cause.Error()},
+		{"a backend's bad input, wrapped", fmt.Errorf("rendezvous: %w", rendezvous.BadInput(cause)), true, "rendezvous: " + cause.Error()},
+		{"shape mismatch", fmt.Errorf("%w job1: %w", rendezvous.ErrShapeMismatch, cause), true, rendezvous.ErrShapeMismatch.Error() + " job1: " + cause.Error()},
+		{"invalid node", fmt.Errorf("%w: %w", rendezvous.ErrInvalidNode, cause), true, rendezvous.ErrInvalidNode.Error() + ": " + cause.Error()},
 		{"not usage", fmt.Errorf("etcd unreachable: %w", cause), false, "etcd unreachable: " + cause.Error()},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := isUsage(tt.err); got != tt.usage {
 				t.Errorf("isUsage = %v; want %v", got, tt.usage)
 			}
+			exit := exitError(tt.err, 1)
 			var ec cli.ExitCoder
-			if got := errors.As(tt.err, &ec) && ec.ExitCode() == 2; got != tt.usage {
+			if got := errors.As(exit, &ec) && ec.ExitCode() == 2; got != tt.usage {
 				t.Errorf("exits 2: %v; want %v", got, tt.usage)
 			}
-			if tt.err.Error() != tt.msg {
-				t.Errorf("message %q; want %q", tt.err.Error(), tt.msg)
+			if tt.err.Error() != tt.msg || exit.Error() != tt.msg {
+				t.Errorf("message %q, exit's %q; want %q", tt.err.Error(), exit.Error(), tt.msg)
 			}
 			if tt.name != "Usagef" && !errors.Is(tt.err, cause) {
 				t.Errorf("%v does not wrap its cause", tt.err)

@@ -49,9 +49,6 @@ var (
 	// ErrUnreachable: etcd stayed unreachable for longer than
 	// Config.UnreachableTimeout.
 	ErrUnreachable = errors.New("rendezvous: etcd unreachable")
-	// ErrInvalidConfig: a Config value is out of range; retrying cannot
-	// help.
-	ErrInvalidConfig = errors.New("rendezvous: invalid configuration")
 )
 
 // Config configures one agent's etcd rendezvous.
@@ -162,15 +159,15 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	sh := cfg.Shape
 	switch {
 	case rendezvous.ValidateRunID(sh.RunID) != nil:
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, rendezvous.ValidateRunID(sh.RunID))
+		return nil, fmt.Errorf("%w: %w", rendezvous.ErrInvalidConfig, rendezvous.ValidateRunID(sh.RunID))
 	case sh.MinNodes < 1 || sh.MaxNodes < sh.MinNodes:
-		return nil, fmt.Errorf("%w: --nnodes=%d:%d: want 0 < MIN <= MAX", ErrInvalidConfig, sh.MinNodes, sh.MaxNodes)
+		return nil, fmt.Errorf("%w: --nnodes=%d:%d: want 0 < MIN <= MAX", rendezvous.ErrInvalidConfig, sh.MinNodes, sh.MaxNodes)
 	case cfg.NodeRank >= sh.MaxNodes:
-		return nil, fmt.Errorf("%w: --node-rank=%d: want below the maximum number of nodes, %d", ErrInvalidConfig, cfg.NodeRank, sh.MaxNodes)
+		return nil, fmt.Errorf("%w: --node-rank=%d: want below the maximum number of nodes, %d", rendezvous.ErrInvalidConfig, cfg.NodeRank, sh.MaxNodes)
 	case sh.Sizes != nil && sh.smallest() == 0:
-		return nil, fmt.Errorf("%w: --nnodes=%d:%d: no node count in that range gives a valid --plan layout (allowed: %v)", ErrInvalidConfig, sh.MinNodes, sh.MaxNodes, sh.Sizes)
+		return nil, fmt.Errorf("%w: --nnodes=%d:%d: no node count in that range gives a valid --plan layout (allowed: %v)", rendezvous.ErrInvalidConfig, sh.MinNodes, sh.MaxNodes, sh.Sizes)
 	case cfg.LeaseTTL < time.Second:
-		return nil, fmt.Errorf("%w: --rdzv-conf lease_ttl=%v: want at least 1s", ErrInvalidConfig, cfg.LeaseTTL)
+		return nil, fmt.Errorf("%w: --rdzv-conf lease_ttl=%v: want at least 1s", rendezvous.ErrInvalidConfig, cfg.LeaseTTL)
 	}
 	life, stop := context.WithCancel(context.Background())
 	host, _ := os.Hostname()

@@ -47,7 +47,7 @@ func (r *Rendezvous) RequestStop(ctx context.Context, req rendezvous.StopRequest
 
 func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *guard, req rendezvous.StopRequest) error {
 	if req.Grace < 0 || req.Grace > maxGrace {
-		return fmt.Errorf("%w: stop grace %v: want 0 to %v", ErrInvalidConfig, req.Grace, maxGrace)
+		return fmt.Errorf("%w: stop grace %v: want 0 to %v", rendezvous.ErrInvalidConfig, req.Grace, maxGrace)
 	}
 	req.Reason = clip(req.Reason)
 	val, err := json.Marshal(req)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/internal/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
@@ -32,7 +31,7 @@ type storeMember struct{ client, peer string }
 // scheduler's hosts (spec.StoreHosts). Each is a host or host:port, the
 // port defaulting to defPort (the endpoint's); the peers listen on the
 // port after it. nil means a store of one member, at the endpoint.
-func storeMembers(kv map[string]string, spec cmdline.ElasticSpec, defPort int) ([]storeMember, error) {
+func storeMembers(kv map[string]string, spec rendezvous.Spec, defPort int) ([]storeMember, error) {
 	var hosts []string
 	source := "--rdzv-conf store_hosts"
 	switch {

@@ -116,7 +116,7 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (conf, error) {
 	var err error
 	for key, dst := range map[string]*time.Duration{"last_call_timeout": &c.lastCall, "join_timeout": &c.join, "lease_ttl": &c.leaseTTL, "connect_timeout": &c.connect} {
 		if v := get(key); v != "" {
-			if *dst, err = cmdline.ParseSeconds("rdzv-conf "+key, v); err != nil {
+			if *dst, err = rendezvous.ParseSeconds("rdzv-conf "+key, v); err != nil {
 				return c, err
 			}
 		}
@@ -221,7 +221,7 @@ func (c conf) clientTLS() (*tls.Config, error) {
 
 // Rendezvous connects to etcd (starting the embedded store first when this
 // node hosts it) and joins the job.
-func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (launcher.Rendezvous, func(), error) {
+func (e *Elastic) Rendezvous(ctx context.Context, spec rendezvous.Spec) (launcher.Rendezvous, func(), error) {
 	log := spec.Log
 	c, err := parseConf(spec.Conf, log)
 	if err != nil {
@@ -364,7 +364,7 @@ func (e *Elastic) Rendezvous(ctx context.Context, spec cmdline.ElasticSpec) (lau
 	}
 	if err != nil {
 		release()
-		if errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, etcdrdzv.ErrInvalidConfig) {
+		if errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, rendezvous.ErrInvalidConfig) {
 			return nil, nil, cmdline.Usage(err)
 		}
 		return nil, nil, err
@@ -462,7 +462,7 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg etcdrdzv.Config, job
 
 // isPermanent tells errors that retrying cannot fix.
 func isPermanent(err error) bool {
-	return errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, etcdrdzv.ErrInvalidConfig) ||
+	return errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, rendezvous.ErrInvalidConfig) ||
 		errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) ||
 		errors.Is(err, rpctypes.ErrAuthNotEnabled) || errors.Is(err, rpctypes.ErrInvalidAuthToken)
 }
