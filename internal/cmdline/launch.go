@@ -74,7 +74,7 @@ func launchAction(c *cli.Context, opts Options) error {
 		var release func()
 		rdzv, release, err = opts.Elastic.Rendezvous(c.Context, *plan.elastic)
 		if err != nil {
-			return exitError(err, 1)
+			return ExitError(err, 1)
 		}
 		defer release()
 	}
@@ -173,7 +173,7 @@ func runAgent(ctx context.Context, cfg launcher.Config, rdzv launcher.Rendezvous
 	}
 	res, err := agent.Run(ctx)
 	if err != nil {
-		return exitError(err, max(res.ExitCode, 1))
+		return ExitError(err, max(res.ExitCode, 1))
 	}
 	if res.ExitCode != 0 {
 		return cli.Exit("", res.ExitCode)

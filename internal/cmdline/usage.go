@@ -46,9 +46,9 @@ func isUsage(err error) bool {
 		errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, rendezvous.ErrInvalidNode)
 }
 
-// exitError is the command's exit for err: 2 for bad input (isUsage),
+// ExitError is the command's exit for err: 2 for bad input (isUsage),
 // code otherwise; err's text is printed either way.
-func exitError(err error, code int) error {
+func ExitError(err error, code int) error {
 	var u *UsageError
 	switch {
 	case errors.As(err, &u) && u == err:

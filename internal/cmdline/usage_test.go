@@ -37,7 +37,7 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 			if got := isUsage(tt.err); got != tt.usage {
 				t.Errorf("isUsage = %v; want %v", got, tt.usage)
 			}
-			exit := exitError(tt.err, 1)
+			exit := ExitError(tt.err, 1)
 			var ec cli.ExitCoder
 			if got := errors.As(exit, &ec) && ec.ExitCode() == 2; got != tt.usage {
 				t.Errorf("exits 2: %v; want %v", got, tt.usage)

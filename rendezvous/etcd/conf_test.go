@@ -1,4 +1,4 @@
-package elastic
+package etcd
 
 import (
 	"bytes"
@@ -15,8 +15,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gorun-dev/gorun/internal/proctest"
-
-	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
 func TestParseConf(t *testing.T) {
@@ -24,32 +22,32 @@ func TestParseConf(t *testing.T) {
 		name string
 		kv   map[string]string
 		env  map[string]string
-		want func(conf) bool
+		want func(Conf) bool
 		err  string
 		warn string
 	}{
-		{name: "defaults", want: func(c conf) bool {
+		{name: "defaults", want: func(c Conf) bool {
 			return c.lastCall == 30*time.Second && c.join == 600*time.Second && c.leaseTTL == 4*time.Second && c.prefix == "/gorun" && c.isHost == nil && c.connect == time.Minute && c.storeLogLevel == "panic"
 		}},
-		{name: "store log level", kv: map[string]string{"store_log_level": "info"}, want: func(c conf) bool { return c.storeLogLevel == "info" }},
+		{name: "store log level", kv: map[string]string{"store_log_level": "info"}, want: func(c Conf) bool { return c.storeLogLevel == "info" }},
 		{name: "bad store log level", kv: map[string]string{"store_log_level": "loud"}, err: `store_log_level="loud": want debug, info, warn, error, panic`},
 		{name: "is_host=false is kept", kv: map[string]string{"is_host": "false", "connect_timeout": "5"},
-			want: func(c conf) bool { return c.isHost != nil && !*c.isHost && c.connect == 5*time.Second }},
+			want: func(c Conf) bool { return c.isHost != nil && !*c.isHost && c.connect == 5*time.Second }},
 		{name: "token file from the environment", env: map[string]string{"GORUN_RDZV_TOKEN_FILE": "/t"},
-			want: func(c conf) bool { return c.tokenFile == "/t" }},
+			want: func(c Conf) bool { return c.tokenFile == "/t" }},
 		{name: "values", kv: map[string]string{"last_call_timeout": "0.5", "join_timeout": "2m", "lease_ttl": "3", "is_host": "true", "etcd_prefix": "/x"},
-			want: func(c conf) bool {
+			want: func(c Conf) bool {
 				return c.lastCall == 500*time.Millisecond && c.join == 2*time.Minute && c.leaseTTL == 3*time.Second && c.isHost != nil && *c.isHost && c.prefix == "/x"
 			}},
 		{name: "secrets from the environment", env: map[string]string{"GORUN_RDZV_USER": "u", "GORUN_RDZV_PASSWORD": "p", "GORUN_RDZV_CACERT": "/ca"},
-			want: func(c conf) bool { return c.user == "u" && c.password == "p" && c.tls.TrustedCAFile == "/ca" }},
+			want: func(c Conf) bool { return c.user == "u" && c.password == "p" && c.tls.TrustedCAFile == "/ca" }},
 		{name: "flag beats environment", kv: map[string]string{"user": "flag"}, env: map[string]string{"GORUN_RDZV_USER": "env"},
-			want: func(c conf) bool { return c.user == "flag" }},
+			want: func(c Conf) bool { return c.user == "flag" }},
 		{name: "bad duration", kv: map[string]string{"join_timeout": "soon"}, err: "join_timeout"},
 		{name: "bad bool", kv: map[string]string{"is_host": "maybe"}, err: "is_host"},
 		{name: "cert without key", kv: map[string]string{"cert": "/c"}, err: "cert and key go together"},
 		{name: "unknown torchrun key", kv: map[string]string{"read_timeout": "60"}, warn: "read_timeout",
-			want: func(conf) bool { return true }},
+			want: func(Conf) bool { return true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,7 +97,7 @@ func TestIsLocal(t *testing.T) {
 }
 
 // jobTokenOf calls jobToken for a job of nodes nodes of run "job".
-func jobTokenOf(ctx context.Context, c conf, embedded, host bool, nodes int, log logrus.FieldLogger) (etcdrdzv.Token, error) {
+func jobTokenOf(ctx context.Context, c Conf, embedded, host bool, nodes int, log logrus.FieldLogger) (Token, error) {
 	t, shared, _, err := jobToken(ctx, c, jobSpec{runID: "job", endpoint: "n0:29400", embedded: embedded, maxNodes: nodes}, host, log)
 	shared.release()
 	return t, err
@@ -121,7 +119,7 @@ func TestJobToken(t *testing.T) {
 	os.WriteFile(huge, bytes.Repeat([]byte("a"), 1<<20), 0o600)
 	tests := []struct {
 		name     string
-		c        conf
+		c        Conf
 		embedded bool
 		host     bool
 		nodes    int
@@ -131,13 +129,13 @@ func TestJobToken(t *testing.T) {
 		{name: "external etcd without a token keeps one in etcd", nodes: 4, want: ""},
 		{name: "embedded, one node", embedded: true, host: true, nodes: 1, want: "random"},
 		{name: "embedded, several nodes, no token: shared through the home folder", embedded: true, host: true, nodes: 2, want: "random"},
-		{name: "environment", c: conf{token: "  0123456789abcdef0123  \n"}, embedded: true, nodes: 2, want: "0123456789abcdef0123"},
-		{name: "too short", c: conf{token: "short"}, nodes: 2, err: "at least 16"},
-		{name: "short file", c: conf{tokenFile: short}, nodes: 2, err: "at least 16"},
-		{name: "FIFO", c: conf{tokenFile: fifo}, nodes: 2, err: "not a token file"},
-		{name: "link to /dev/zero", c: conf{tokenFile: zero}, nodes: 2, err: "is a link"},
-		{name: "a megabyte", c: conf{tokenFile: huge}, nodes: 2, err: "under 4096 bytes"},
-		{name: "missing file, not the host", c: conf{tokenFile: filepath.Join(dir, "none"), connect: 10 * time.Millisecond}, nodes: 2, err: "still missing"},
+		{name: "environment", c: Conf{token: "  0123456789abcdef0123  \n"}, embedded: true, nodes: 2, want: "0123456789abcdef0123"},
+		{name: "too short", c: Conf{token: "short"}, nodes: 2, err: "at least 16"},
+		{name: "short file", c: Conf{tokenFile: short}, nodes: 2, err: "at least 16"},
+		{name: "FIFO", c: Conf{tokenFile: fifo}, nodes: 2, err: "not a token file"},
+		{name: "link to /dev/zero", c: Conf{tokenFile: zero}, nodes: 2, err: "is a link"},
+		{name: "a megabyte", c: Conf{tokenFile: huge}, nodes: 2, err: "under 4096 bytes"},
+		{name: "missing file, not the host", c: Conf{tokenFile: filepath.Join(dir, "none"), connect: 10 * time.Millisecond}, nodes: 2, err: "still missing"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,7 +158,7 @@ func TestJobToken(t *testing.T) {
 	}
 	t.Run("the host creates the file, a node reads it", func(t *testing.T) {
 		path := filepath.Join(dir, "job.token")
-		made, err := jobTokenOf(ctx, conf{tokenFile: path}, true, true, 2, log)
+		made, err := jobTokenOf(ctx, Conf{tokenFile: path}, true, true, 2, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,19 +166,19 @@ func TestJobToken(t *testing.T) {
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Fatalf("token file %v, %v; want mode 0600", st, err)
 		}
-		read, err := jobTokenOf(ctx, conf{tokenFile: path}, true, false, 2, log)
+		read, err := jobTokenOf(ctx, Conf{tokenFile: path}, true, false, 2, log)
 		if err != nil || string(read) != string(made) {
 			t.Errorf("node read %q, %v; host made %q", read, err, made)
 		}
 	})
 	t.Run("several hosts and nodes at once agree", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "job.token")
-		got := make([]etcdrdzv.Token, 16)
+		got := make([]Token, 16)
 		errs := make([]error, len(got))
 		var wg sync.WaitGroup
 		for i := range got {
 			wg.Go(func() {
-				got[i], errs[i] = jobTokenOf(ctx, conf{tokenFile: path, connect: 10 * time.Second}, true, i%2 == 0, 2, log)
+				got[i], errs[i] = jobTokenOf(ctx, Conf{tokenFile: path, connect: 10 * time.Second}, true, i%2 == 0, 2, log)
 			})
 		}
 		wg.Wait()
@@ -209,7 +207,7 @@ func TestTokenFileOfAnotherUserRefused(t *testing.T) {
 	if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
 		t.Fatal(err)
 	}
-	_, _, _, err := jobToken(context.Background(), conf{tokenFile: path}, jobSpec{embedded: true, maxNodes: 2}, false, logrus.New())
+	_, _, _, err := jobToken(context.Background(), Conf{tokenFile: path}, jobSpec{embedded: true, maxNodes: 2}, false, logrus.New())
 	if err == nil || !strings.Contains(err.Error(), "belongs to user "+proctest.OtherUserName) {
 		t.Errorf("jobToken with another user's token file: %v; want a refusal naming %s", err, proctest.OtherUserName)
 	}

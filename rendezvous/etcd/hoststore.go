@@ -1,4 +1,4 @@
-package elastic
+package etcd
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
-	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
 // storeHostsEnv lists the embedded store's member hosts, separated by
@@ -85,7 +84,7 @@ type storeServer interface{ Close() error }
 // a companion process (startMember). A single member whose port another
 // agent on this host has bound is left to that agent (taken is true)
 // unless is_host=true insisted.
-func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint string, members []storeMember, member int, log logrus.FieldLogger) (server storeServer, taken bool, err error) {
+func hostStore(ctx context.Context, c Conf, token Token, endpoint string, members []storeMember, member int, log logrus.FieldLogger) (server storeServer, taken bool, err error) {
 	if members != nil {
 		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, members[member].client, len(members), strings.Join(clients(members), ","))
 		m, err := startMember(ctx, c, token, members, member, log)
@@ -110,9 +109,9 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 	if err != nil {
 		return nil, false, fmt.Errorf("host the embedded store: data folder: %w", err)
 	}
-	cfg := etcdrdzv.ServerConfig{ClientAddr: endpoint, Dir: dir.Path(), Token: token, AuthPrefix: c.prefix, LogLevel: c.storeLogLevel,
+	cfg := ServerConfig{ClientAddr: endpoint, Dir: dir.Path(), Token: token, AuthPrefix: c.prefix, LogLevel: c.storeLogLevel,
 		CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile}
-	s, err := etcdrdzv.StartServer(ctx, cfg)
+	s, err := StartServer(ctx, cfg)
 	if err != nil {
 		_ = dir.Remove()
 	}
@@ -131,7 +130,7 @@ func hostStore(ctx context.Context, c conf, token etcdrdzv.Token, endpoint strin
 
 // sweptServer is a store whose data folder is removed after it stops.
 type sweptServer struct {
-	*etcdrdzv.Server
+	*Server
 	dir *tempdir.Dir
 }
 

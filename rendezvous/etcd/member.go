@@ -1,4 +1,4 @@
-package elastic
+package etcd
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/proc"
 	"github.com/gorun-dev/gorun/internal/tempdir"
-	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // memberStopTimeout bounds a member's clean stop (etcd hands its
@@ -35,11 +35,14 @@ const (
 	memberMaxFailedStarts = 5
 )
 
-// memberTakenExit is the exit code of a store member whose place the
-// store went on without (etcd: "already bootstrapped"), and
-// errMemberTaken the error of its first start.
-const memberTakenExit = 3
+// MemberTakenExit is the exit code of a store member (`gorun store
+// --cluster --member`) whose place the store went on without (etcd:
+// "already bootstrapped"); the agent that runs it then goes on as a
+// client of the others.
+const MemberTakenExit = 3
 
+// errMemberTaken is the error of a member's first start that exited
+// MemberTakenExit.
 var errMemberTaken = errors.New("the store went on without this member (its place is taken)")
 
 // memberProcess is this node's member of the job's store of several
@@ -53,7 +56,7 @@ var errMemberTaken = errors.New("the store went on without this member (its plac
 // killed.
 type memberProcess struct {
 	argv   []string
-	token  etcdrdzv.Token
+	token  Token
 	index  int
 	dir    *tempdir.Dir
 	log    logrus.FieldLogger
@@ -73,7 +76,7 @@ type memberProcess struct {
 // startMember starts member index of the store whose members are members
 // and returns once it serves (a majority of the members run), it fails,
 // or ctx ends.
-func startMember(ctx context.Context, c conf, token etcdrdzv.Token, members []storeMember, index int, log logrus.FieldLogger) (*memberProcess, error) {
+func startMember(ctx context.Context, c Conf, token Token, members []storeMember, index int, log logrus.FieldLogger) (*memberProcess, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("host member %d of the embedded store: this program's path: %w", index, err)
@@ -142,7 +145,7 @@ func (m *memberProcess) supervise(ready chan<- error) {
 		case err != nil:
 			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, err)
 			return
-		case status.Exited() && status.ExitStatus() == memberTakenExit:
+		case status.Exited() && status.ExitStatus() == MemberTakenExit:
 			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, errMemberTaken)
 			return
 		case failed >= memberMaxFailedStarts:
@@ -178,7 +181,7 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	defer outR.Close()
 	command := func() *exec.Cmd {
 		cmd := exec.Command(m.argv[0], m.argv[1:]...)
-		cmd.Env = withoutKeys(os.Environ(), tokenEnv, secretEnv["token_file"], passwordEnv)
+		cmd.Env = withoutKeys(os.Environ(), rendezvous.TokenEnv, secretEnv["token_file"], passwordEnv)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, m.stderr
 		return cmd
 	}
@@ -230,7 +233,7 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 		status, _ = state.Sys().(syscall.WaitStatus)
 	}
 	if ready != nil {
-		if status.Exited() && status.ExitStatus() == memberTakenExit {
+		if status.Exited() && status.ExitStatus() == MemberTakenExit {
 			ready <- errMemberTaken
 		} else {
 			ready <- fmt.Errorf("the store member exited before it served (%v; its errors are above)", state)

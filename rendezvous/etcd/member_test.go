@@ -1,4 +1,4 @@
-package elastic
+package etcd
 
 import (
 	"io"
@@ -17,7 +17,7 @@ import (
 // TestMemberRestartedWhateverItsExit: a store member that served and then
 // exited with an error (etcd's exit when it runs out of descriptors) is
 // started again, as one killed by a signal is; one whose place was given
-// away (memberTakenExit) is not. It used to be restarted only after a
+// away (MemberTakenExit) is not. It used to be restarted only after a
 // signal, and a flood that made two members exit left no majority.
 func TestMemberRestartedWhateverItsExit(t *testing.T) {
 	t.Parallel()

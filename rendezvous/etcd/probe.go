@@ -1,4 +1,4 @@
-package elastic
+package etcd
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
 // probeTimeout bounds each step of diagnose.
@@ -18,7 +16,7 @@ const probeTimeout = 2 * time.Second
 
 // diagnosis is what diagnose found at the endpoints: a line for the user
 // and whether retrying cannot help (a TLS mismatch: only new settings
-// can fix it); cause, when set, is etcdrdzv.ErrNotJobStore or
+// can fix it); cause, when set, is ErrNotJobStore or
 // errTokenRefused, for callers that may fetch a newer token.
 type diagnosis struct {
 	text      string
@@ -35,7 +33,7 @@ var errTokenRefused = errors.New("the store refuses this node's token")
 // mismatch (the port speaks TLS and the client does not, or the other way
 // round, or the certificates do not match), or a port that accepts but
 // where etcd does not answer. tlsCfg is the client's TLS, nil for none.
-// jobStore says tlsCfg is the job's TLS (etcdrdzv.ClientTLS): a failed
+// jobStore says tlsCfg is the job's TLS (ClientTLS): a failed
 // handshake then says the server is not the job's store, or does not
 // take this node's token.
 func diagnose(ctx context.Context, endpoints []string, tlsCfg *tls.Config, jobStore bool) diagnosis {
@@ -111,12 +109,12 @@ func probeJobTLS(c net.Conn, endpoint string, tlsCfg *tls.Config) (string, bool,
 	}
 	var record tls.RecordHeaderError
 	var op *net.OpError
-	var foreign *etcdrdzv.ForeignCertError
+	var foreign *ForeignCertError
 	switch {
 	case errors.As(err, &foreign):
-		return fmt.Sprintf("the port speaks TLS, with a certificate not of this job%s: if the job's store uses TLS files of yours (--rdzv-conf cert=,key=), give this node the same TLS settings (cacert=, and cert=,key=); otherwise the process on the port cannot prove it holds the job's token. Nothing secret was sent to it", portOwnerNote(endpoint)), true, etcdrdzv.ErrNotJobStore
-	case errors.Is(err, etcdrdzv.ErrNotJobStore), errors.As(err, &record):
-		return fmt.Sprintf("the process on the port cannot prove it holds the job's token%s; nothing secret was sent to it (another user's or another job's process, or the store of an earlier job with the same run id and endpoint; an external etcd wants --rdzv-backend=etcd)", portOwnerNote(endpoint)), true, etcdrdzv.ErrNotJobStore
+		return fmt.Sprintf("the port speaks TLS, with a certificate not of this job%s: if the job's store uses TLS files of yours (--rdzv-conf cert=,key=), give this node the same TLS settings (cacert=, and cert=,key=); otherwise the process on the port cannot prove it holds the job's token. Nothing secret was sent to it", portOwnerNote(endpoint)), true, ErrNotJobStore
+	case errors.Is(err, ErrNotJobStore), errors.As(err, &record):
+		return fmt.Sprintf("the process on the port cannot prove it holds the job's token%s; nothing secret was sent to it (another user's or another job's process, or the store of an earlier job with the same run id and endpoint; an external etcd wants --rdzv-backend=etcd)", portOwnerNote(endpoint)), true, ErrNotJobStore
 	case errors.As(err, &op) && op.Op == "remote error":
 		return errTokenRefused.Error() + " (" + op.Err.Error() + "): every node of the job needs the same token", true, errTokenRefused
 	}
@@ -150,8 +148,8 @@ func proveJobStore(ctx context.Context, endpoints []string, tlsCfg *tls.Config) 
 			return true, nil
 		}
 		var record tls.RecordHeaderError
-		if errors.Is(herr, etcdrdzv.ErrNotJobStore) || errors.As(herr, &record) {
-			err = fmt.Errorf("%w at %s: %v", etcdrdzv.ErrNotJobStore, ep, herr)
+		if errors.Is(herr, ErrNotJobStore) || errors.As(herr, &record) {
+			err = fmt.Errorf("%w at %s: %v", ErrNotJobStore, ep, herr)
 		}
 	}
 	return false, err

@@ -1,4 +1,4 @@
-package elastic
+package etcd
 
 import (
 	"bytes"
@@ -18,7 +18,6 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/rendezvous"
-	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
 // A job on several nodes given no token (no token_file, no
@@ -53,7 +52,7 @@ type sharedToken struct {
 	// lock is the file, flock'ed, when this process made it.
 	lock *os.File
 	// token is the token this process wrote or read last.
-	token etcdrdzv.Token
+	token Token
 }
 
 // kubernetesEnv is set in every Kubernetes pod; pods share no home folder.
@@ -190,7 +189,7 @@ func (s *sharedToken) release() {
 // await reads the file's token, waiting (up to s.wait from s.start) for
 // it to appear and to differ from stale (a token the store refused; nil:
 // any).
-func (s *sharedToken) await(ctx context.Context, stale etcdrdzv.Token) (etcdrdzv.Token, error) {
+func (s *sharedToken) await(ctx context.Context, stale Token) (Token, error) {
 	deadline := s.start.Add(s.wait)
 	for {
 		t, err := readTokenFile(s.path)
@@ -256,10 +255,10 @@ func openSecretFile(path string, mine bool) (*os.File, error) {
 }
 
 // readTokenFile reads the token in path (openTokenFile's checks).
-func readTokenFile(path string) (etcdrdzv.Token, error) { return readSecretFile(path, true) }
+func readTokenFile(path string) (Token, error) { return readSecretFile(path, true) }
 
 // readSecretFile reads the token in path (openSecretFile's checks).
-func readSecretFile(path string, mine bool) (etcdrdzv.Token, error) {
+func readSecretFile(path string, mine bool) (Token, error) {
 	f, err := openSecretFile(path, mine)
 	if err != nil {
 		return nil, err

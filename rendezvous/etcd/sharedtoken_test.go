@@ -1,4 +1,4 @@
-package elastic
+package etcd
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func TestSharedTokenMakerAndReaders(t *testing.T) {
 	home := sharedHome(t)
 	ctx := context.Background()
 	spec := jobSpec{runID: "job:42 a/b", endpoint: "n0:29400", embedded: true, maxNodes: 2}
-	c := conf{connect: 5 * time.Second}
+	c := Conf{connect: 5 * time.Second}
 	tok, shared, made, err := jobToken(ctx, c, spec, true, quietLog())
 	if err != nil || !made || shared == nil {
 		t.Fatalf("maker: %v, made %v, shared %v", err, made, shared)
@@ -150,7 +150,7 @@ func TestSharedTokenRefusals(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(t, home, s.path)
 			}
-			tok, shared, _, err := jobToken(ctx, conf{connect: 200 * time.Millisecond}, spec, tt.maker, quietLog())
+			tok, shared, _, err := jobToken(ctx, Conf{connect: 200 * time.Millisecond}, spec, tt.maker, quietLog())
 			shared.release()
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("jobToken = %q, %v; want an error naming %q", tok, err, tt.err)

@@ -1,4 +1,4 @@
-package elastic
+package etcd
 
 import (
 	"context"
@@ -11,9 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/rendezvous"
-	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
 // tokenPoll spaces the reads of a token file that another node writes
@@ -28,26 +26,26 @@ const tokenPoll = 200 * time.Millisecond
 // caller releases; maker says whether this node made the token, or
 // another agent on this host did first); an external etcd's job keeps one
 // in etcd (nil here).
-func jobToken(ctx context.Context, c conf, spec jobSpec, maker bool, log logrus.FieldLogger) (_ etcdrdzv.Token, shared *sharedToken, madeHere bool, _ error) {
+func jobToken(ctx context.Context, c Conf, spec jobSpec, maker bool, log logrus.FieldLogger) (_ Token, shared *sharedToken, madeHere bool, _ error) {
 	switch {
 	case c.tokenFile != "":
 		t, err := tokenFromFile(ctx, c.tokenFlagName(), c.tokenFile, maker, c.connect, log)
 		return t, nil, maker, err
 	case c.token != "":
-		t, err := rendezvous.ParseToken(tokenEnv, []byte(c.token))
+		t, err := rendezvous.ParseToken(rendezvous.TokenEnv, []byte(c.token))
 		if err != nil {
-			return nil, nil, false, cmdline.Usage(err)
+			return nil, nil, false, rendezvous.BadInput(err)
 		}
 		return t, nil, maker, nil
 	case spec.embedded && spec.maxNodes <= 1:
 		t, err := rendezvous.NewToken()
 		return t, nil, maker, err
 	case spec.embedded && os.Getenv(kubernetesEnv) != "":
-		return nil, nil, false, cmdline.Usage(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", rendezvous.ErrBadToken, spec.maxNodes))
+		return nil, nil, false, rendezvous.BadInput(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", rendezvous.ErrBadToken, spec.maxNodes))
 	case spec.embedded:
 		s, err := newSharedToken(spec.runID, spec.endpoint, c.connect)
 		if err != nil {
-			return nil, nil, false, cmdline.Usage(fmt.Errorf("%w: %w", rendezvous.ErrBadToken, err))
+			return nil, nil, false, rendezvous.BadInput(fmt.Errorf("%w: %w", rendezvous.ErrBadToken, err))
 		}
 		if maker {
 			made, err := s.create()
@@ -79,7 +77,7 @@ type jobSpec struct {
 // tokenFromFile reads the token at path; the host creates it (mode 0600)
 // when it does not exist, the other nodes wait up to wait for it. flag
 // names the setting that gave path, for the messages.
-func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.Duration, log logrus.FieldLogger) (etcdrdzv.Token, error) {
+func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.Duration, log logrus.FieldLogger) (Token, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		// Never through a link, never blocking on a FIFO, never more than
@@ -92,10 +90,10 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 			return t, nil
 		}
 		if errors.Is(err, rendezvous.ErrBadToken) {
-			return nil, cmdline.Usage(err)
+			return nil, rendezvous.BadInput(err)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, cmdline.Usage(fmt.Errorf("%s=%s: %w", flag, path, err))
+			return nil, rendezvous.BadInput(fmt.Errorf("%s=%s: %w", flag, path, err))
 		}
 		if host {
 			t, err := rendezvous.NewToken()
@@ -104,7 +102,7 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 			}
 			made, err := createToken(path, t)
 			if err != nil {
-				return nil, cmdline.Usage(fmt.Errorf("%s=%s: create it: %w", flag, path, err))
+				return nil, rendezvous.BadInput(fmt.Errorf("%s=%s: create it: %w", flag, path, err))
 			}
 			if !made {
 				continue // another process made it first: read that one
@@ -128,7 +126,7 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 // createToken writes t to path unless a file is there already (made
 // false): written in full to a temporary file beside it first and then
 // linked into place, so that a node reading path never sees half a token.
-func createToken(path string, t etcdrdzv.Token) (made bool, err error) {
+func createToken(path string, t Token) (made bool, err error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-")
 	if err != nil {
 		return false, err

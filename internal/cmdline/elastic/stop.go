@@ -13,8 +13,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/launcher"
@@ -78,18 +76,18 @@ func stopAction(c *cli.Context) error {
 	if err != nil {
 		return cmdline.Usage(err)
 	}
-	conf, err := parseConf(kv, log)
+	conf, err := etcdrdzv.ParseConf(kv, log)
 	if err != nil {
 		return cmdline.Usage(err)
 	}
-	embedded := isEmbedded(c.String("rdzv-backend"))
+	embedded := etcdrdzv.IsEmbedded(c.String("rdzv-backend"))
 	var targets []stopTarget
 	switch job := os.Getenv("SLURM_JOB_ID"); {
 	case c.IsSet("rdzv-endpoint"):
 		if runID == "" {
 			return cmdline.Usagef("gorun stop: give the job's run id (its --rdzv-id)")
 		}
-		endpoints, err := parseEndpoints(c.String("rdzv-endpoint"), embedded)
+		endpoints, err := etcdrdzv.ParseEndpoints(c.String("rdzv-endpoint"), embedded)
 		if err != nil {
 			return cmdline.Usage(err)
 		}
@@ -156,7 +154,7 @@ func slurmStopTargets(ctx context.Context, job, runID string, skipped io.Writer)
 // stopOne asks one job to stop: through its store, or, for a Slurm step
 // of one node (no store), with Slurm's SIGUSR1 to the step, which its
 // gorun takes as a stop request.
-func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t stopTarget, req rendezvous.StopRequest) error {
+func stopOne(c *cli.Context, log *logrus.Logger, conf etcdrdzv.Conf, embedded bool, t stopTarget, req rendezvous.StopRequest) error {
 	ctx, cancel := context.WithTimeout(c.Context, stopTimeout)
 	defer cancel()
 	if len(t.endpoints) == 0 {
@@ -167,45 +165,16 @@ func stopOne(c *cli.Context, log *logrus.Logger, conf conf, embedded bool, t sto
 		fmt.Fprintf(c.App.Writer, "stop requested for step %s (one node: SIGUSR1 through Slurm); its gorun exits %d once its workers saved\n", t.runID, launcher.ExitPreempted)
 		return nil
 	}
-	var token etcdrdzv.Token
-	var err error
-	switch {
-	case conf.tokenFile != "":
-		if token, err = tokenFromFile(ctx, conf.tokenFlagName(), conf.tokenFile, false, 0, log); err != nil {
-			return cmdline.Usage(err)
-		}
-	case conf.token != "":
-		if token, err = rendezvous.ParseToken(tokenEnv, []byte(conf.token)); err != nil {
-			return cmdline.Usage(err)
-		}
-	case embedded:
-		// A job started with no token shares it through the home folder.
-		shared, err := newSharedToken(t.runID, t.endpoints[0], 0)
-		if err == nil {
-			token, err = readTokenFile(shared.path)
-		}
-		if err != nil {
-			return cmdline.Usagef("gorun stop: the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own --rdzv-id or --rdzv-endpoint needs them given: gorun stop --rdzv-endpoint=HOST:PORT RUN_ID)", t.runID, err)
-		}
-	}
-	tlsCfg, jobStore, err := conf.storeTLS(ctx, token, t.endpoints, embedded)
+	token, err := conf.StopToken(ctx, t.runID, t.endpoints[0], embedded, log)
 	if err != nil {
-		return cmdline.Usage(err)
+		return cmdline.ExitError(fmt.Errorf("gorun stop: %w", err), 1)
 	}
-	if jobStore && conf.user == "" {
-		// The store proves it holds the token before the password goes.
-		if proven, err := proveJobStore(ctx, t.endpoints, tlsCfg); !proven && err != nil {
-			return fmt.Errorf("gorun stop: the store at %s and this token do not match: the token is not job %s's, or the store is not its (%v)", strings.Join(t.endpoints, ","), t.runID, err)
-		}
-		conf.user, conf.password = etcdrdzv.EtcdUser, token.EtcdPassword()
-	}
-	cli3, err := clientv3.New(clientv3.Config{Endpoints: t.endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
-		Username: conf.user, Password: conf.password, Logger: zap.NewNop(), Context: ctx})
+	cli3, err := conf.DialJob(ctx, token, t.runID, t.endpoints, embedded)
 	if err != nil {
-		return fmt.Errorf("gorun stop: etcd at %s: %v", strings.Join(t.endpoints, ","), err)
+		return cmdline.ExitError(fmt.Errorf("gorun stop: %w", err), 1)
 	}
 	defer cli3.Close()
-	if err := etcdrdzv.RequestStop(ctx, cli3, conf.prefix, t.runID, token, req, log); err != nil {
+	if err := etcdrdzv.RequestStop(ctx, cli3, conf.Prefix(), t.runID, token, req, log); err != nil {
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("gorun stop: no store answered at %s within %v (is the job running, and is this its --rdzv-endpoint? a single-node job has no store: send its gorun SIGTERM): %v", strings.Join(t.endpoints, ","), stopTimeout, err)

@@ -16,6 +16,8 @@ import (
 	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/internal/private"
 	"github.com/gorun-dev/gorun/internal/tempdir"
+	"github.com/gorun-dev/gorun/internal/workerenv"
+	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -107,22 +109,22 @@ func (e *Elastic) StoreCommand() *cli.Command {
 			var password string
 			if !c.Bool("no-auth") {
 				var err error
-				kc := conf{tokenFile: c.String("token-file"), token: os.Getenv(tokenEnv), tokenFlag: "--token-file"}
+				tokenFile, tokenText := c.String("token-file"), os.Getenv(rendezvous.TokenEnv)
 				if c.Bool("token-stdin") {
-					kc.tokenFile, kc.token = "", string(stdinToken)
+					tokenFile, tokenText = "", string(stdinToken)
 				}
-				password = os.Getenv(passwordEnv)
-				if cluster != nil && kc.tokenFile == "" && kc.token == "" {
+				password = os.Getenv(workerenv.StorePassword)
+				if cluster != nil && tokenFile == "" && tokenText == "" {
 					return cmdline.Usagef("gorun store: --cluster needs the jobs' token, the same on every member (--token-file PATH, GORUN_RDZV_TOKEN or --token-stdin)")
 				}
-				if kc.tokenFile == "" && kc.token == "" && password == "" {
+				if tokenFile == "" && tokenText == "" && password == "" {
 					return cmdline.Usagef("gorun store: give the jobs' token (--token-file PATH, created when absent, or GORUN_RDZV_TOKEN), or --no-auth to serve anyone who reaches the port")
 				}
 				log := logrus.New()
 				log.SetOutput(c.App.ErrWriter)
 				if password != "" && cluster == nil {
 					// the launcher's --standalone store: the password itself
-				} else if token, _, _, err = jobToken(ctx, kc, jobSpec{embedded: true, maxNodes: 1}, true, log); err != nil {
+				} else if token, err = etcdrdzv.StoreToken(ctx, "--token-file", tokenFile, tokenText, log); err != nil {
 					return cmdline.Usagef("gorun store: %w", err)
 				}
 			}
@@ -151,7 +153,7 @@ func (e *Elastic) StoreCommand() *cli.Command {
 				if cluster != nil && strings.Contains(err.Error(), "has already been bootstrapped") {
 					// etcd's words for a member whose place the store
 					// gave away while it was gone.
-					return cli.Exit(err.Error(), memberTakenExit)
+					return cli.Exit(err.Error(), etcdrdzv.MemberTakenExit)
 				}
 				return cli.Exit(err.Error(), 1)
 			}

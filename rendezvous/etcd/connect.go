@@ -1,0 +1,133 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// connect opens the rendezvous, retrying while etcd cannot be reached
+// (the node hosting the embedded store may start later) for up to
+// cfg.UnreachableTimeout. The first failure is reported at once, with
+// what a probe of each endpoint found.
+func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, waitingForHost bool, log logrus.FieldLogger) (_ *clientv3.Client, _ *Rendezvous, err error) {
+	endpoints := strings.Join(ccfg.Endpoints, ",")
+	start := time.Now()
+	delay := 100 * time.Millisecond
+	var lastReport time.Time
+	var cli *clientv3.Client
+	defer func() {
+		if err != nil && cli != nil {
+			cli.Close()
+		}
+	}()
+	for {
+		if cli == nil {
+			// A client that logs in fails at once while etcd is away.
+			cli, err = clientv3.New(ccfg)
+		}
+		if cli != nil {
+			actx, cancel := context.WithTimeout(ctx, dialTimeout)
+			var r *Rendezvous
+			r, err = New(actx, cli, cfg)
+			cancel()
+			if err == nil {
+				return cli, r, nil
+			}
+		}
+		if ctx.Err() != nil || isPermanent(err) {
+			return nil, nil, err
+		}
+		diag := diagnose(ctx, ccfg.Endpoints, ccfg.TLS, jobStore)
+		if diag.permanent && !jobStore && cfg.Token != nil && ccfg.TLS == nil && ccfg.Username == "" {
+			// An etcd endpoint that speaks TLS may be a `gorun store` of
+			// this job that was not up, or too busy, when this node first
+			// asked: it is one if it proves the token now.
+			if jobTLS, terr := ClientTLS(cfg.Token); terr == nil {
+				if proven, _ := proveJobStore(ctx, ccfg.Endpoints, jobTLS); proven {
+					ccfg.TLS, ccfg.Username, ccfg.Password, jobStore = jobTLS, EtcdUser, cfg.Token.EtcdPassword(), true
+					cfg.Presence = true
+					if cli != nil {
+						cli.Close()
+						cli = nil
+					}
+					continue
+				}
+			}
+			diag.permanent = false // retried within connect_timeout
+		}
+		if diag.permanent && diag.cause != nil {
+			return nil, nil, fmt.Errorf("%w at %s", diag.cause, diag.text)
+		}
+		if diag.permanent {
+			return nil, nil, fmt.Errorf("%w: etcd at %s: %s", ErrUnreachable, endpoints, diag.text)
+		}
+		hint := ""
+		if waitingForHost {
+			hint = "; the node hosting the embedded store may not have started yet"
+		}
+		if gone := time.Since(start); gone >= cfg.UnreachableTimeout {
+			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", ErrUnreachable, endpoints, gone.Round(time.Second), diag.text, hint)
+		}
+		if time.Since(lastReport) > DefaultProgressInterval {
+			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, diag.text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
+			lastReport = time.Now()
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, ctx.Err()
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// isPermanent tells errors that retrying cannot fix.
+func isPermanent(err error) bool {
+	return errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, rendezvous.ErrInvalidConfig) ||
+		errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) ||
+		errors.Is(err, rpctypes.ErrAuthNotEnabled) || errors.Is(err, rpctypes.ErrInvalidAuthToken)
+}
+
+// portTaken reports whether endpoint (an address of this host) is bound
+// by another process already.
+func portTaken(endpoint string) bool {
+	ln, err := net.Listen("tcp", endpoint)
+	if err != nil {
+		return errors.Is(err, syscall.EADDRINUSE)
+	}
+	ln.Close()
+	return false
+}
+
+// isLocal reports whether endpoint's host is this node
+// (SameHost): --local-addr when given, else the host's name or
+// one of its addresses; names and addresses that resolve alike match.
+func isLocal(ctx context.Context, endpoint, localAddr string) bool {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return false
+	}
+	return SameHost(ctx, host, localAddr)
+}
+
+// isThisHost says whether host names this machine: one of its addresses,
+// loopback, the unspecified address, or its name (isLocal).
+func isThisHost(ctx context.Context, host, localAddr string) bool {
+	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+		return true
+	}
+	return SameHost(ctx, host, localAddr)
+}

@@ -1,0 +1,75 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// StopToken is the token of the running job runID, whose store is at
+// endpoint, for a request to it (gorun stop): --rdzv-conf token_file,
+// else GORUN_RDZV_TOKEN, else, for an embedded store, the one its nodes
+// share through the home folder. An external etcd's job without either
+// has none (nil). Its errors are bad input.
+func (c Conf) StopToken(ctx context.Context, runID, endpoint string, embedded bool, log logrus.FieldLogger) (Token, error) {
+	switch {
+	case c.tokenFile != "":
+		return tokenFromFile(ctx, c.tokenFlagName(), c.tokenFile, false, 0, log)
+	case c.token != "":
+		t, err := rendezvous.ParseToken(rendezvous.TokenEnv, []byte(c.token))
+		return t, rendezvous.BadInput(err)
+	case embedded:
+		shared, err := newSharedToken(runID, endpoint, 0)
+		var t Token
+		if err == nil {
+			t, err = readTokenFile(shared.path)
+		}
+		if err != nil {
+			return nil, rendezvous.BadInput(fmt.Errorf("the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own --rdzv-id or --rdzv-endpoint needs them given: gorun stop --rdzv-endpoint=HOST:PORT RUN_ID)", runID, err))
+		}
+		return t, nil
+	}
+	return nil, nil
+}
+
+// DialJob is an etcd client of the store at endpoints of the job runID
+// whose token is token (StopToken), for a one-off request: a job's store
+// proves it holds the token before this client sends the password
+// derived from it. ctx bounds the client's life.
+func (c Conf) DialJob(ctx context.Context, token Token, runID string, endpoints []string, embedded bool) (*clientv3.Client, error) {
+	tlsCfg, jobStore, err := c.storeTLS(ctx, token, endpoints, embedded)
+	if err != nil {
+		return nil, rendezvous.BadInput(err)
+	}
+	if jobStore && c.user == "" {
+		if proven, err := proveJobStore(ctx, endpoints, tlsCfg); !proven && err != nil {
+			return nil, fmt.Errorf("the store at %s and this token do not match: the token is not job %s's, or the store is not its (%v)", strings.Join(endpoints, ","), runID, err)
+		}
+		c.user, c.password = EtcdUser, token.EtcdPassword()
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
+		Username: c.user, Password: c.password, Logger: zap.NewNop(), Context: ctx})
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %s: %v", strings.Join(endpoints, ","), err)
+	}
+	return cli, nil
+}
+
+// Prefix is the job's key prefix (--rdzv-conf etcd_prefix).
+func (c Conf) Prefix() string { return c.prefix }
+
+// StoreToken is `gorun store`'s token: the file at path (created, mode
+// 0600, when absent; flag names the setting that gave it, for messages),
+// else text (GORUN_RDZV_TOKEN's, or standard input's). Its errors are
+// bad input.
+func StoreToken(ctx context.Context, flag, path, text string, log logrus.FieldLogger) (Token, error) {
+	c := Conf{tokenFile: path, token: text, tokenFlag: flag}
+	t, _, _, err := jobToken(ctx, c, jobSpec{embedded: true, maxNodes: 1}, true, log)
+	return t, err
+}
