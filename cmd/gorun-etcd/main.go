@@ -9,12 +9,12 @@ import (
 	"os"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
-	"github.com/gorun-dev/gorun/internal/cmdline/elastic"
+	"github.com/gorun-dev/gorun/internal/cmdline/companion"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
-	os.Exit(cmdline.Main(context.Background(), os.Args, cmdline.Options{Version: version, Elastic: elastic.New()}))
+	os.Exit(cmdline.Main(context.Background(), os.Args, cmdline.Options{Version: version, Companion: companion.New()}))
 }

@@ -17,10 +17,10 @@ func benchCommand(opts Options) *cli.Command {
 	rdzv := placeholder("rendezvous", "time N agents through the etcd rendezvous against the etcd floor (--agents N, --format json)")
 	leases := placeholder("leases", "what keeping N nodes' leases alive costs the store, against how fast a silent node is dropped (--nodes, --ttl)")
 	commBench := placeholder("comm", "time collectives between N workers launched by gorun, like nccl-tests, against gloo and this machine's floors")
-	if opts.Elastic != nil {
-		rdzv = opts.Elastic.BenchRendezvousCommand()
-		leases = opts.Elastic.BenchLeasesCommand()
-		commBench = opts.Elastic.BenchCommCommand()
+	if opts.Companion != nil {
+		rdzv = opts.Companion.BenchRendezvousCommand()
+		leases = opts.Companion.BenchLeasesCommand()
+		commBench = opts.Companion.BenchCommCommand()
 	}
 	return &cli.Command{
 		Name:            "bench",

@@ -64,7 +64,7 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return Usage(err)
 	}
-	if plan.elastic != nil && !c.Bool(fDryRun) && opts.Elastic == nil {
+	if plan.elastic != nil && !c.Bool(fDryRun) && opts.Companion == nil {
 		return execCompanion("--rdzv-backend=" + plan.elastic.Backend)
 	}
 	// Once per launch: not again in the gorun-etcd this one becomes.
@@ -72,7 +72,7 @@ func launchAction(c *cli.Context, opts Options) error {
 	if plan.elastic != nil && !c.Bool(fDryRun) {
 		plan.elastic.Log = log
 		var release func()
-		rdzv, release, err = opts.Elastic.Rendezvous(c.Context, *plan.elastic)
+		rdzv, release, err = opts.Companion.Rendezvous(c.Context, *plan.elastic)
 		if err != nil {
 			return ExitError(err, 1)
 		}

@@ -33,13 +33,15 @@ const CompanionBinary = "gorun-etcd"
 type Options struct {
 	// Version is printed by --version.
 	Version string
-	// Elastic provides the features that need etcd; nil in the gorun
-	// binary, which then execs gorun-etcd for them.
-	Elastic Elastic
+	// Companion provides the features that need etcd or the network
+	// stack; nil in the gorun binary, which then execs gorun-etcd for
+	// them.
+	Companion Companion
 }
 
-// Elastic is what gorun-etcd adds to the command line.
-type Elastic interface {
+// Companion is what gorun-etcd, the companion binary, adds to the
+// command line.
+type Companion interface {
 	// Rendezvous builds the etcd-backed rendezvous of a launch. The
 	// returned function releases what it started (an embedded store).
 	Rendezvous(ctx context.Context, spec rendezvous.Spec) (launcher.Rendezvous, func(), error)

@@ -1,4 +1,4 @@
-package elastic
+package companion
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ import (
 
 // StoreCommand is `gorun store`: an embedded etcd server for people who
 // have none, serving until SIGINT or SIGTERM.
-func (e *Elastic) StoreCommand() *cli.Command {
+func (e *Commands) StoreCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "store",
 		Usage: "run an embedded etcd server for multi-node jobs (--rdzv-backend=etcd --rdzv-endpoint=HOST:PORT)",

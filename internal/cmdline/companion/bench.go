@@ -1,4 +1,4 @@
-package elastic
+package companion
 
 import (
 	"encoding/json"
@@ -23,7 +23,7 @@ const (
 )
 
 // BenchRendezvousCommand is `gorun bench rendezvous`.
-func (e *Elastic) BenchRendezvousCommand() *cli.Command {
+func (e *Commands) BenchRendezvousCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "rendezvous",
 		Usage: "time N agents through the etcd rendezvous against the etcd floor, in the same run",

@@ -1,4 +1,4 @@
-package elastic
+package companion
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 // workers through gorun (this binary, which then runs itself as each
 // worker with --worker) and measures the machine's floors and gloo in the
 // same run.
-func (e *Elastic) BenchCommCommand() *cli.Command {
+func (e *Commands) BenchCommCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "comm",
 		Usage: "time collectives between N workers launched by gorun, like nccl-tests, against gloo and this machine's floors",

@@ -1,4 +1,4 @@
-package elastic
+package companion
 
 import (
 	"encoding/json"
@@ -19,7 +19,7 @@ import (
 // BenchLeasesCommand is `gorun bench leases`: the store's cost of keeping
 // N nodes' leases alive at each TTL, against how fast a silent node is
 // dropped, measured in the same run; it chose the default lease_ttl.
-func (e *Elastic) BenchLeasesCommand() *cli.Command {
+func (e *Commands) BenchLeasesCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "leases",
 		Usage: "what keeping N nodes' leases alive costs the store, against how fast a silent node is dropped",

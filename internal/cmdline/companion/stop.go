@@ -1,4 +1,4 @@
-package elastic
+package companion
 
 import (
 	"context"
@@ -26,7 +26,7 @@ const stopTimeout = 10 * time.Second
 
 // StopCommand is `gorun stop RUN_ID`: a job-wide stop request (a
 // preemption) recorded in the job's store.
-func (e *Elastic) StopCommand() *cli.Command {
+func (e *Commands) StopCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "stop",
 		Usage:     "ask a running multi-node job to stop cleanly: every node's workers save at the same step and exit 0, gorun exits 75",
