@@ -29,14 +29,14 @@ test: build ## unit and integration tests, with the race detector
 	$(GO) test -race -count=1 ./...
 
 test-slurm: build ## the Slurm harness's smoke suite: munged, slurmctld and 3 slurmd in network namespaces, gorun under srun (root, slurm-wlm, munge; skips loudly without them)
-	$(GO) test -count=1 -timeout 20m -v ./internal/slurmtest/...
+	$(GO) test -count=1 -timeout 20m -v ./internal/testkit/slurmtest/...
 
 SEED      ?= 1
 ROUNDS    ?= 20
 KINDS     ?= all
 STORE_LOG ?=
 chaos: ## the chaos suite: ROUNDS jobs on 3 network-namespace hosts, faults of KINDS drawn from SEED, store logs at STORE_LOG (root; make chaos SEED=7 ROUNDS=10 KINDS=cut,agent STORE_LOG=info)
-	$(GO) test -count=1 -timeout 30m -run '^TestChaos$$' -v ./internal/chaos/ -args -chaos.seed=$(SEED) -chaos.rounds=$(ROUNDS) -chaos.kinds=$(KINDS) -chaos.store-log=$(STORE_LOG)
+	$(GO) test -count=1 -timeout 30m -run '^TestChaos$$' -v ./internal/testkit/chaos/ -args -chaos.seed=$(SEED) -chaos.rounds=$(ROUNDS) -chaos.kinds=$(KINDS) -chaos.store-log=$(STORE_LOG)
 
 test-gpu: build ## tests that need an NVIDIA GPU (PyTorch DDP over NCCL; gorun's NCCL binding on the real library)
 	GORUN_TEST_GPU=1 GORUN_TEST_PYTHON=$(PYTHON) $(GO) test -count=1 -run 'GPU' -v ./cmd/gorun/ ./comm/nccl/

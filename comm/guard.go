@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/watchdog"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 	"github.com/gorun-dev/gorun/memory"
 )
 

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/ctxtime"
-	"github.com/gorun-dev/gorun/internal/tempdir"
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
+	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gorun-dev/gorun/internal/cgroup"
+	"github.com/gorun-dev/gorun/internal/sys/cgroup"
 )
 
 // A worker's own children (a shell's sleep, a data loader) are not

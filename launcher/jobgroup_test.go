@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/cgroup"
+	"github.com/gorun-dev/gorun/internal/sys/cgroup"
 )
 
 // TestSweepJobCgroups: the cgroup of a gorun that is gone is removed (and

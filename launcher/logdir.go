@@ -10,8 +10,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gorun-dev/gorun/internal/private"
-	"github.com/gorun-dev/gorun/internal/tempdir"
+	"github.com/gorun-dev/gorun/internal/sys/private"
+	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proc"
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 )
 
 // StartError is returned when a worker process cannot be started at all
@@ -47,7 +47,7 @@ type exitStatus struct {
 }
 
 // process is one running worker process, the leader of its own session
-// and process group (internal/proc forks and reaps it).
+// and process group (internal/sys/proc forks and reaps it).
 type process struct {
 	*proc.Process
 	// inGorunsGroup: the process runs in gorun's own process group (it

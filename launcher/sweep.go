@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/cgroup"
-	"github.com/gorun-dev/gorun/internal/private"
-	"github.com/gorun-dev/gorun/internal/tempdir"
+	"github.com/gorun-dev/gorun/internal/sys/cgroup"
+	"github.com/gorun-dev/gorun/internal/sys/private"
+	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 )
 
 // sweepWait bounds how long a run that ends waits for its sweep to

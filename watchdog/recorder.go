@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/sys/private"
 )
 
 // DefaultBufferSize is the flight recorder's capacity per process, as

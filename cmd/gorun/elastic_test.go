@@ -16,8 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/gorun-dev/gorun/internal/nettest"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/nettest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // freePort returns a port free on addr now.

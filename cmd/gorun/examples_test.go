@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // dryRunWorkers runs the gorun command line argv (argv[0] is "gorun")

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // gorunFolders lists the gorun-* folders in dir, but for the per-user

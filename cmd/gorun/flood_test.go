@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // TestStoreSurvivesAFloodOfIdleConnections: a `gorun store` with a job

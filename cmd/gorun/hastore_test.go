@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/nettest"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/nettest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // freePortPair returns a port p such that p and p+1 are free on each of

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/leakcheck"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // gorunBin is the gorun binary built for these tests.

@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/cgroup"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/sys/cgroup"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // TestKilledGorunLeavesNoDescendants: SIGKILL of gorun, which it cannot

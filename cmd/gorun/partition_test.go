@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/nettest"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/nettest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // A node cut off from the store (its packets dropped, nothing refused)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // The goodput report end to end: gorun's timeline (<log-dir>/<run-id>/

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // secretScript records the worker's job secret per attempt and rank;

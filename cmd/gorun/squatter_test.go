@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

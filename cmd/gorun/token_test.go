@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // TestNoTokenLine: multi-node c10d launches with no token anywhere, as

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/watchdog"
 )
 

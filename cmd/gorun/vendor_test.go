@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/cdouble"
+	"github.com/gorun-dev/gorun/internal/testkit/cdouble"
 )
 
 // vendorDoubles builds the test doubles of a vendor's libraries and

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gorun-dev/gorun/comm"
-	"github.com/gorun-dev/gorun/internal/commtest"
+	"github.com/gorun-dev/gorun/internal/testkit/commtest"
 	"github.com/gorun-dev/gorun/memory"
 )
 

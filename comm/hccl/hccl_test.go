@@ -10,7 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/gorun-dev/gorun/internal/cdouble"
+	"github.com/gorun-dev/gorun/internal/testkit/cdouble"
 	"github.com/gorun-dev/gorun/memory"
 )
 

@@ -14,7 +14,7 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/gorun-dev/gorun/internal/dlsearch"
+	"github.com/gorun-dev/gorun/internal/sys/dlsearch"
 )
 
 // LibraryEnv and ACLEnv point at libhccl.so and libascendcl.so; without

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/comm"
-	"github.com/gorun-dev/gorun/internal/commtest"
+	"github.com/gorun-dev/gorun/internal/testkit/commtest"
 	"github.com/gorun-dev/gorun/memory"
 	"github.com/gorun-dev/gorun/watchdog"
 )

@@ -15,7 +15,7 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/gorun-dev/gorun/internal/dlsearch"
+	"github.com/gorun-dev/gorun/internal/sys/dlsearch"
 )
 
 // LibraryEnv and CUDARuntimeEnv name the variables that point at the

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/netns"
+	"github.com/gorun-dev/gorun/internal/sys/netns"
 	gorunlauncher "github.com/gorun-dev/gorun/launcher"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/netns"
+	"github.com/gorun-dev/gorun/internal/sys/netns"
 )
 
 // RecoveryConfig configures `gorun bench recovery`: how long an elastic

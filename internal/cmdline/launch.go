@@ -14,7 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/rendezvous"
 )

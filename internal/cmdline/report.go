@@ -12,7 +12,7 @@ import (
 
 	"github.com/gorun-dev/gorun/launcher"
 
-	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/sys/private"
 )
 
 // reportCommand is `gorun report LOGDIR`: where a run's wall time went,

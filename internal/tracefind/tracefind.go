@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/private"
+	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/watchdog"
 )

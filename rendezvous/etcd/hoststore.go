@@ -12,7 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gorun-dev/gorun/internal/tempdir"
+	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

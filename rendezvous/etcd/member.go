@@ -16,8 +16,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gorun-dev/gorun/internal/proc"
-	"github.com/gorun-dev/gorun/internal/tempdir"
+	"github.com/gorun-dev/gorun/internal/sys/proc"
+	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/nettest"
+	"github.com/gorun-dev/gorun/internal/testkit/nettest"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

@@ -18,7 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/gorun-dev/gorun/internal/ctxtime"
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
 // Presence: a node killed outright (SIGKILL, the OOM killer, a crash)

@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/gorun-dev/gorun/internal/nettest"
+	"github.com/gorun-dev/gorun/internal/testkit/nettest"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

@@ -17,7 +17,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/gorun-dev/gorun/internal/ctxtime"
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

@@ -15,8 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/gorun-dev/gorun/internal/leakcheck"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/gorun-dev/gorun/internal/ctxtime"
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 

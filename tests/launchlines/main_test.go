@@ -46,7 +46,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 var (

@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 var (
@@ -142,7 +142,7 @@ func (o outcome) String() string {
 const launchTimeout = 3 * time.Minute
 
 // cleanEnv is this process's environment without what would change a
-// launch's shape or defaults (internal/proctest.GorunEnv's list, plus
+// launch's shape or defaults (internal/testkit/proctest.GorunEnv's list, plus
 // torchrun's worker variables), and with HOME and TMPDIR of the test's own.
 func cleanEnv(t *testing.T, home, tmp string) []string {
 	var env []string

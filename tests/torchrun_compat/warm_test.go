@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // warmFlags start the workers in warm interpreters that imported a module

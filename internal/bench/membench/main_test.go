@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/leakcheck"
+	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
 )
 
 // TestMain fails the package if its tests leave goroutines running.

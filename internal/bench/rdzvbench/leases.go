@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/gorun-dev/gorun/internal/ctxtime"
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
-	"github.com/gorun-dev/gorun/internal/private"
-	"github.com/gorun-dev/gorun/internal/tempdir"
+	"github.com/gorun-dev/gorun/internal/sys/private"
+	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/ctxtime"
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
 // errJobOver: the job ended before the fault could be injected.

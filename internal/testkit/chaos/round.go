@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/nettest"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/nettest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // nodes is the number of hosts, and of agents, in every round.

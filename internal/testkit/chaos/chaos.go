@@ -1,5 +1,5 @@
 // Package chaos is gorun's chaos suite: rounds of a real elastic job on
-// three hosts (Linux network namespaces on one machine, internal/nettest)
+// three hosts (Linux network namespaces on one machine, internal/testkit/nettest)
 // with the embedded 3-member store, into which faults are injected at
 // times drawn from a seed. Each round checks that the job completed with
 // the right final loss and checksum (or failed with a clear verdict), that

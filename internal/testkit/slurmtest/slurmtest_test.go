@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/leakcheck"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m, 5*time.Second)) }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // line is one line an agent wrote, with when it was read.

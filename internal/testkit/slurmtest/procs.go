@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // daemon is one of the cluster's long-running processes (munged,

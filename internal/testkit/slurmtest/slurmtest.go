@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/nettest"
-	"github.com/gorun-dev/gorun/internal/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/nettest"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // Options change a cluster; the zero value is the default cluster.

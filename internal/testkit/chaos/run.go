@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/nettest"
+	"github.com/gorun-dev/gorun/internal/testkit/nettest"
 )
 
 // Run runs the suite's rounds on three hosts made for it (it skips tb,

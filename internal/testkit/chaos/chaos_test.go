@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/leakcheck"
+	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
 )
 
 // make chaos sets these; without them, TestChaosShort runs the short
@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bins = dir
-	for _, b := range [][2]string{{"gorun", "../../cmd/gorun"}, {"gorun-etcd", "../../cmd/gorun-etcd"}, {"ddp", "../../examples/ddp"}} {
+	for _, b := range [][2]string{{"gorun", "../../../cmd/gorun"}, {"gorun-etcd", "../../../cmd/gorun-etcd"}, {"ddp", "../../../examples/ddp"}} {
 		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", filepath.Join(dir, b[0]), b[1])
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
@@ -74,7 +74,7 @@ func config(t *testing.T, rounds, faults int) Config {
 	if err := exec.Command(py, "-c", "import torch.distributed").Run(); err != nil {
 		t.Logf("NOTE: no PyTorch at %s (%v): every round runs bin/ddp", py, err)
 	} else {
-		cfg.Python, cfg.TrainScript, cfg.TorchEvery = py, "../../examples/pytorch/train_ddp.py", *torch
+		cfg.Python, cfg.TrainScript, cfg.TorchEvery = py, "../../../examples/pytorch/train_ddp.py", *torch
 	}
 	return cfg
 }

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/netns"
+	"github.com/gorun-dev/gorun/internal/sys/netns"
 )
 
 // Hosts are network namespaces standing for separate machines on one
-// network (internal/netns), removed when the test ends; Cut and Heal fail
+// network (internal/sys/netns), removed when the test ends; Cut and Heal fail
 // the test on an error. NewHosts skips the test, saying so, where they
 // cannot be made (not root, no `ip`, refused).
 type Hosts struct {

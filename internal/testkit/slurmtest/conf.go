@@ -47,7 +47,7 @@ type confParams struct {
 func slurmConf(p confParams) string {
 	var b strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	line("# made by internal/slurmtest for one test: removed when it ends")
+	line("# made by internal/testkit/slurmtest for one test: removed when it ends")
 	line("ClusterName=%s", p.cluster)
 	line("SlurmctldHost=%s(%s)", p.ctlName, p.ctlAddr)
 	line("SlurmctldPort=%d", p.ctlPort)

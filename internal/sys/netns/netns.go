@@ -1,5 +1,5 @@
 // Package netns makes network namespaces that stand for separate machines
-// on one network, for the tests (internal/nettest wraps it) and for
+// on one network, for the tests (internal/testkit/nettest wraps it) and for
 // `gorun bench recovery`'s network cut: each host has its own address on
 // a bridge in the caller's namespace, and its link can be cut (its
 // packets dropped, nothing refused or reset) and healed. It needs root
