@@ -36,75 +36,19 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	embedded := IsEmbedded(spec.Backend)
-	endpoints, err := ParseEndpoints(spec.Endpoint, embedded)
-	if err != nil {
-		return nil, err
-	}
 	addr := spec.LocalAddr
 	if addr == "" {
 		if addr, err = os.Hostname(); err != nil {
 			return nil, fmt.Errorf("this node's address: %w (give --local-addr)", err)
 		}
 	}
-
-	storeEndpoint := endpoints[0] // the same on every node: names the shared token
-	var members []storeMember
-	if embedded {
-		_, epPort, _ := net.SplitHostPort(endpoints[0])
-		port, _ := strconv.Atoi(epPort)
-		if members, err = storeMembers(spec.Conf, spec, port); err != nil {
-			return nil, rendezvous.BadInput(err)
-		}
-	} else if spec.Conf["store_hosts"] != "" {
-		log.Warnf("--rdzv-conf store_hosts is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", spec.Backend)
-	}
-	member := -1
-	host := embedded && isLocal(ctx, endpoints[0], spec.LocalAddr)
-	if members != nil {
-		// Every node knows every member; a member's node hosts it.
-		member = memberIndex(ctx, members, spec.LocalAddr)
-		host = member >= 0
-		endpoints = clients(members)
-	}
-	if embedded && c.isHost != nil && (members == nil || !*c.isHost) {
-		host = *c.isHost
-	}
-	// Several agents on one host (a multi-node job tried on one machine):
-	// the first to bind the port hosts the store, the others join it as
-	// clients, as torchrun's agents do.
-	taken := func() {
-		log.Infof("the store's port %s is taken on this host: another agent hosts the job's store; joining it as a client", endpoints[0])
-		host = false
-	}
-	if host && members == nil && c.isHost == nil && portTaken(endpoints[0]) {
-		if err := othersPort(endpoints[0]); err != nil {
-			return nil, err
-		}
-		taken()
-	}
-	// The node that hosts the store, or its first member, makes the token
-	// when none is given.
-	maker := host && member <= 0
-	token, shared, made, err := jobToken(ctx, c, jobSpec{runID: spec.RunID, endpoint: storeEndpoint, embedded: embedded, maxNodes: spec.MaxNodes}, maker, log)
+	p, err := planStore(ctx, spec, c)
 	if err != nil {
 		return nil, err
 	}
-	if maker && !made && members == nil && c.isHost == nil {
-		taken() // another agent on this host made the job's token: it hosts
-	}
-	var server storeServer
-	if host {
-		var lost bool
-		if server, lost, err = hostStore(ctx, c, token, endpoints[0], members, member, log); err != nil {
-			return nil, err
-		}
-		if lost {
-			if err := othersPort(endpoints[0]); err != nil {
-				return nil, err
-			}
-			taken()
-		}
+	token, shared, server, err := p.hostOrJoin(ctx, spec, c)
+	if err != nil {
+		return nil, err
 	}
 	release := func() {
 		if server != nil {
@@ -112,29 +56,146 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 		}
 		shared.release()
 	}
-	if embedded && server == nil {
+	cli, r, err := p.connect(ctx, spec, c, addr, token, shared, server != nil)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	s := &Session{Rendezvous: r, hosting: server != nil, release: func() {
+		cli.Close()
+		release()
+	}}
+	switch {
+	case p.embedded && p.members != nil:
+		s.hint = "a majority of the nodes hosting the embedded store's members (" + strings.Join(p.endpoints, ",") + ") may have exited"
+	case p.embedded && server == nil:
+		s.hint = "the node hosting the embedded store at " + p.endpoints[0] + " may have exited"
+	}
+	return s, nil
+}
+
+// storePlan is where the job's store is and this node's part in it.
+type storePlan struct {
+	// embedded: the store is the job's own (c10d, embedded), not an
+	// external etcd.
+	embedded bool
+	// endpoints are the store's client addresses: --rdzv-endpoint's, or
+	// those of the members of an embedded store of several.
+	endpoints []string
+	// tokenEndpoint is --rdzv-endpoint's first address, the same on
+	// every node: it names the token file the nodes share.
+	tokenEndpoint string
+	// members are the embedded store's members (nil: one, at the
+	// endpoint); member is this node's (-1: none).
+	members []storeMember
+	member  int
+	// host: this node hosts the store (or its member).
+	host bool
+}
+
+// planStore reads where the job's store is (--rdzv-endpoint, or the
+// members of an embedded store of several) and whether this node hosts
+// it or its member (is_host beats the address).
+func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storePlan, error) {
+	p := storePlan{embedded: IsEmbedded(spec.Backend), member: -1}
+	var err error
+	if p.endpoints, err = ParseEndpoints(spec.Endpoint, p.embedded); err != nil {
+		return p, err
+	}
+	p.tokenEndpoint = p.endpoints[0]
+	if p.embedded {
+		_, epPort, _ := net.SplitHostPort(p.endpoints[0])
+		port, _ := strconv.Atoi(epPort)
+		if p.members, err = storeMembers(spec.Conf, spec, port); err != nil {
+			return p, rendezvous.BadInput(err)
+		}
+	} else if spec.Conf["store_hosts"] != "" {
+		spec.Log.Warnf("--rdzv-conf store_hosts is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", spec.Backend)
+	}
+	p.host = p.embedded && isLocal(ctx, p.endpoints[0], spec.LocalAddr)
+	if p.members != nil {
+		// Every node knows every member; a member's node hosts it.
+		p.member = memberIndex(ctx, p.members, spec.LocalAddr)
+		p.host = p.member >= 0
+		p.endpoints = clients(p.members)
+	}
+	if p.embedded && c.isHost != nil && (p.members == nil || !*c.isHost) {
+		p.host = *c.isHost
+	}
+	return p, nil
+}
+
+// hostOrJoin finds the job's token (made here by the node that hosts the
+// store, or its first member, when none is given) and, on the hosting
+// node, starts the store. Several agents on one host (a multi-node job
+// tried on one machine): the first to bind the port hosts the store, the
+// others join it as clients, as torchrun's agents do. shared is the token
+// file the nodes share, if any, for the caller to release.
+func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf) (_ Token, shared *sharedToken, _ storeServer, _ error) {
+	log := spec.Log
+	taken := func() {
+		log.Infof("the store's port %s is taken on this host: another agent hosts the job's store; joining it as a client", p.endpoints[0])
+		p.host = false
+	}
+	if p.host && p.members == nil && c.isHost == nil && portTaken(p.endpoints[0]) {
+		if err := othersPort(p.endpoints[0]); err != nil {
+			return nil, nil, nil, err
+		}
+		taken()
+	}
+	maker := p.host && p.member <= 0
+	token, shared, made, err := jobToken(ctx, c, jobSpec{runID: spec.RunID, endpoint: p.tokenEndpoint, embedded: p.embedded, maxNodes: spec.MaxNodes}, maker, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if maker && !made && p.members == nil && c.isHost == nil {
+		taken() // another agent on this host made the job's token: it hosts
+	}
+	var server storeServer
+	if p.host {
+		var lost bool
+		if server, lost, err = hostStore(ctx, c, token, p.endpoints[0], p.members, p.member, log); err != nil {
+			shared.release()
+			return nil, nil, nil, err
+		}
+		if lost {
+			if err := othersPort(p.endpoints[0]); err != nil {
+				shared.release()
+				return nil, nil, nil, err
+			}
+			taken()
+		}
+	}
+	if p.embedded && server == nil {
 		// The job's store is run by an agent of the job, as this user: a
 		// port of this host that another user holds is not it.
-		for _, ep := range endpoints {
+		for _, ep := range p.endpoints {
 			if h, _, _ := net.SplitHostPort(ep); isThisHost(ctx, h, spec.LocalAddr) {
 				if err := othersPort(ep); err != nil {
-					release()
-					return nil, err
+					shared.release()
+					return nil, nil, nil, err
 				}
 			}
 		}
 	}
-	tlsCfg, jobStore, err := c.storeTLS(ctx, token, endpoints, embedded)
+	return token, shared, server, nil
+}
+
+// connect opens the job's Rendezvous on the store, as this node (addr)
+// with token. A node that read the token from the shared file before
+// this job's host replaced an earlier job's waits for the new one.
+func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, addr string, token Token, shared *sharedToken, hosting bool) (*clientv3.Client, *Rendezvous, error) {
+	log := spec.Log
+	tlsCfg, jobStore, err := c.storeTLS(ctx, token, p.endpoints, p.embedded)
 	if err != nil {
-		release()
-		return nil, err
+		return nil, nil, err
 	}
 	if jobStore && c.user == "" {
 		// The job's store's user; its password comes from the token.
 		c.user, c.password = EtcdUser, token.EtcdPassword()
 	}
 	ccfg := clientv3.Config{
-		Endpoints: endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
+		Endpoints: p.endpoints, DialTimeout: dialTimeout, TLS: tlsCfg,
 		Username: c.user, Password: c.password, Logger: zap.NewNop(),
 		// A member cut off the network answers nothing and resets nothing:
 		// without pings a client keeps sending it requests (and its lease's
@@ -144,7 +205,7 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 		// embedded store is).
 		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 	}
-	if embedded {
+	if p.embedded {
 		ccfg.DialKeepAliveTime, ccfg.DialKeepAliveTimeout = ClientKeepAliveTime, ClientKeepAliveTimeout
 	}
 	cfg := Config{
@@ -157,35 +218,21 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 		// the node's presence; the user's own TLS is etcd's.
 		Presence: jobStore && tlsCfg != nil && !c.userTLS(),
 	}
-	cli, r, err := connect(ctx, ccfg, cfg, jobStore, embedded && server == nil, log)
-	for shared != nil && server == nil && (errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, ErrNotJobStore) || errors.Is(err, errTokenRefused)) {
+	cli, r, err := connect(ctx, ccfg, cfg, jobStore, p.embedded && !hosting, log)
+	for shared != nil && !hosting && (errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, ErrNotJobStore) || errors.Is(err, errTokenRefused)) {
 		// The token file was an earlier job's, read before this job's host
 		// replaced it: wait for the new one.
-		log.Infof("the store at %s does not match the token read in %s (an earlier job's?): waiting for this job's", endpoints[0], shared.path)
+		log.Infof("the store at %s does not match the token read in %s (an earlier job's?): waiting for this job's", p.endpoints[0], shared.path)
 		if token, err = shared.await(ctx, token); err != nil {
 			break
 		}
-		if ccfg.TLS, _, err = c.storeTLS(ctx, token, endpoints, embedded); err != nil {
+		if ccfg.TLS, _, err = c.storeTLS(ctx, token, p.endpoints, p.embedded); err != nil {
 			break
 		}
 		ccfg.Password, cfg.Token = token.EtcdPassword(), token
 		cli, r, err = connect(ctx, ccfg, cfg, jobStore, true, log)
 	}
-	if err != nil {
-		release()
-		return nil, err
-	}
-	s := &Session{Rendezvous: r, hosting: server != nil, release: func() {
-		cli.Close()
-		release()
-	}}
-	switch {
-	case embedded && members != nil:
-		s.hint = "a majority of the nodes hosting the embedded store's members (" + strings.Join(clients(members), ",") + ") may have exited"
-	case embedded && server == nil:
-		s.hint = "the node hosting the embedded store at " + endpoints[0] + " may have exited"
-	}
-	return s, nil
+	return cli, r, err
 }
 
 // Session is a node's part in its job's rendezvous, as Open made it: the
