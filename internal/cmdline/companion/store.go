@@ -25,154 +25,193 @@ import (
 // have none, serving until SIGINT or SIGTERM.
 func (e *Commands) StoreCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "store",
-		Usage: "run an embedded etcd server for multi-node jobs (--rdzv-backend=etcd --rdzv-endpoint=HOST:PORT)",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:2379", Usage: "client address host:port (use the host's address to serve other machines)", EnvVars: []string{"GORUN_STORE_LISTEN"}},
-			&cli.StringFlag{Name: "peer-listen", Value: "127.0.0.1:0", Usage: "peer address host:port (one member: unused by clients)"},
-			&cli.StringFlag{Name: "data-dir", Usage: "data directory (default: a temporary one, removed on exit)", EnvVars: []string{"GORUN_STORE_DATA_DIR"}},
-			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "etcd's log level: debug, info, warn, error, panic"},
-			&cli.StringFlag{Name: "token-file", Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{"GORUN_RDZV_TOKEN_FILE"}},
-			&cli.StringFlag{Name: "prefix", Value: etcdrdzv.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
-			&cli.BoolFlag{Name: "no-auth", Usage: "serve without authentication: anyone who reaches the port reads and writes every key"},
-			&cli.StringFlag{Name: "cert", Usage: "TLS certificate of the client port (with --key)"},
-			&cli.StringFlag{Name: "key", Usage: "TLS key of the client port"},
-			&cli.StringFlag{Name: "cacert", Usage: "CA that clients' certificates must be signed by (mutual TLS)"},
-			&cli.StringFlag{Name: "cluster", Usage: "the peer addresses host:port of a store of 3, 5 or 7 members, in the same order on every member (each member serves clients at its --listen; peers authenticate each other with the token)"},
-			&cli.IntFlag{Name: "member", Value: -1, Usage: "this member's place (from 0) in --cluster"},
-			&cli.DurationFlag{Name: "ready-timeout", Value: etcdrdzv.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
-			&cli.BoolFlag{Name: "token-stdin", Usage: "read the jobs' token from standard input (how an agent hands it to the store member it runs)"},
-			&cli.BoolFlag{Name: "stop-on-stdin-close", Usage: "ignore stop signals and serve until standard input closes (how an agent runs its store member: a scheduler signals every process of a job, and only the agent may stop the member); with --token-stdin, the token is the first line"},
-		},
-		Action: func(c *cli.Context) error {
-			// It holds the jobs' token: no process of the same user (a
-			// job's worker, beside an agent's store member) reads it here.
-			if err := private.HideSecrets(); err != nil {
-				return cli.Exit("gorun store: "+err.Error(), 1)
-			}
-			switch c.String("log-level") {
-			case "debug", "info", "warn", "error", "panic":
-			default:
-				return cmdline.Usagef("--log-level=%q: want debug, info, warn, error or panic", c.String("log-level"))
-			}
-			if (c.String("cert") == "") != (c.String("key") == "") {
-				return cmdline.Usagef("--cert and --key go together")
-			}
-			var cluster []string
-			if v := c.String("cluster"); v != "" {
-				cluster = strings.Split(v, ",")
-				if n := len(cluster); n < 3 || n%2 == 0 || n > 7 {
-					return cmdline.Usagef("--cluster: %d members; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them)", n)
-				}
-				if m := c.Int("member"); m < 0 || m >= len(cluster) {
-					return cmdline.Usagef("--member=%d: want this member's place in --cluster, 0 to %d", m, len(cluster)-1)
-				}
-				if c.Bool("no-auth") {
-					return cmdline.Usagef("--cluster needs the jobs' token (its members authenticate each other with it): drop --no-auth")
-				}
-			} else if c.IsSet("member") {
-				return cmdline.Usagef("--member is a place in --cluster: give --cluster too")
-			}
-			stdin := bufio.NewReader(os.Stdin)
-			var stdinToken []byte
-			if c.Bool("token-stdin") {
-				var err error
-				if c.Bool("stop-on-stdin-close") {
-					// The first line: the end of the input stops the member.
-					var line string
-					line, err = stdin.ReadString('\n')
-					stdinToken = []byte(line)
-				} else {
-					stdinToken, err = io.ReadAll(io.LimitReader(stdin, 1<<16))
-				}
-				if err != nil {
-					return cmdline.Usagef("gorun store: --token-stdin: %w", err)
-				}
-			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			if c.Bool("stop-on-stdin-close") {
-				// Slurm's scancel and time limit signal every process of
-				// the step, this member too: only its agent stops it, once
-				// the workers have saved and left the store.
-				stop()
-				signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithCancel(c.Context)
-				defer cancel()
-				go func() {
-					_, _ = io.Copy(io.Discard, stdin)
-					cancel()
-				}()
-			}
-			var token etcdrdzv.Token
-			var password string
-			if !c.Bool("no-auth") {
-				var err error
-				tokenFile, tokenText := c.String("token-file"), os.Getenv(rendezvous.TokenEnv)
-				if c.Bool("token-stdin") {
-					tokenFile, tokenText = "", string(stdinToken)
-				}
-				password = os.Getenv(workerenv.StorePassword)
-				if cluster != nil && tokenFile == "" && tokenText == "" {
-					return cmdline.Usagef("gorun store: --cluster needs the jobs' token, the same on every member (--token-file PATH, GORUN_RDZV_TOKEN or --token-stdin)")
-				}
-				if tokenFile == "" && tokenText == "" && password == "" {
-					return cmdline.Usagef("gorun store: give the jobs' token (--token-file PATH, created when absent, or GORUN_RDZV_TOKEN), or --no-auth to serve anyone who reaches the port")
-				}
-				log := logrus.New()
-				log.SetOutput(c.App.ErrWriter)
-				if password != "" && cluster == nil {
-					// the launcher's --standalone store: the password itself
-				} else if token, err = etcdrdzv.StoreToken(ctx, "--token-file", tokenFile, tokenText, log); err != nil {
-					return cmdline.Usagef("gorun store: %w", err)
-				}
-			}
-			dataDir := c.String("data-dir")
-			if dataDir == "" {
-				// Locked, so that the next gorun sweeps it if this one is
-				// killed.
-				dir, err := tempdir.New("store")
-				if err != nil {
-					return cli.Exit("gorun store: data folder: "+err.Error(), 1)
-				}
-				defer dir.Remove()
-				dataDir = dir.Path()
-			}
-			s, err := etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{
-				ClientAddr: c.String("listen"), PeerAddr: c.String("peer-listen"),
-				Dir: dataDir, LogLevel: c.String("log-level"),
-				Token: token, Password: password, AuthPrefix: c.String("prefix"),
-				CertFile: c.String("cert"), KeyFile: c.String("key"), TrustedCAFile: c.String("cacert"),
-				Cluster: cluster, Member: c.Int("member"), ReadyTimeout: c.Duration("ready-timeout"),
-			})
-			if ctx.Err() != nil {
-				return nil // stopped while starting
-			}
-			if err != nil {
-				if cluster != nil && strings.Contains(err.Error(), "has already been bootstrapped") {
-					// etcd's words for a member whose place the store
-					// gave away while it was gone.
-					return cli.Exit(err.Error(), etcdrdzv.MemberTakenExit)
-				}
-				return cli.Exit(err.Error(), 1)
-			}
-			defer s.Close()
-			if cluster != nil {
-				// One line, which an agent running this member waits for.
-				fmt.Fprintf(c.App.Writer, "gorun store: member %d of %d serving at %v; stop with Ctrl-C\n", c.Int("member"), len(cluster), s.Endpoints())
-			} else {
-				fmt.Fprintf(c.App.Writer, "gorun store: etcd serving at %v; stop with Ctrl-C\n", s.Endpoints())
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case err := <-s.Err():
-				if err != nil {
-					return cli.Exit("gorun store: "+err.Error(), 1)
-				}
-				return nil
-			}
-		},
+		Name:   "store",
+		Usage:  "run an embedded etcd server for multi-node jobs (--rdzv-backend=etcd --rdzv-endpoint=HOST:PORT)",
+		Flags:  storeFlags(),
+		Action: storeAction,
+	}
+}
+
+// storeFlags are gorun store's flags.
+func storeFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:2379", Usage: "client address host:port (use the host's address to serve other machines)", EnvVars: []string{"GORUN_STORE_LISTEN"}},
+		&cli.StringFlag{Name: "peer-listen", Value: "127.0.0.1:0", Usage: "peer address host:port (one member: unused by clients)"},
+		&cli.StringFlag{Name: "data-dir", Usage: "data directory (default: a temporary one, removed on exit)", EnvVars: []string{"GORUN_STORE_DATA_DIR"}},
+		&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "etcd's log level: debug, info, warn, error, panic"},
+		&cli.StringFlag{Name: "token-file", Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{"GORUN_RDZV_TOKEN_FILE"}},
+		&cli.StringFlag{Name: "prefix", Value: etcdrdzv.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
+		&cli.BoolFlag{Name: "no-auth", Usage: "serve without authentication: anyone who reaches the port reads and writes every key"},
+		&cli.StringFlag{Name: "cert", Usage: "TLS certificate of the client port (with --key)"},
+		&cli.StringFlag{Name: "key", Usage: "TLS key of the client port"},
+		&cli.StringFlag{Name: "cacert", Usage: "CA that clients' certificates must be signed by (mutual TLS)"},
+		&cli.StringFlag{Name: "cluster", Usage: "the peer addresses host:port of a store of 3, 5 or 7 members, in the same order on every member (each member serves clients at its --listen; peers authenticate each other with the token)"},
+		&cli.IntFlag{Name: "member", Value: -1, Usage: "this member's place (from 0) in --cluster"},
+		&cli.DurationFlag{Name: "ready-timeout", Value: etcdrdzv.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
+		&cli.BoolFlag{Name: "token-stdin", Usage: "read the jobs' token from standard input (how an agent hands it to the store member it runs)"},
+		&cli.BoolFlag{Name: "stop-on-stdin-close", Usage: "ignore stop signals and serve until standard input closes (how an agent runs its store member: a scheduler signals every process of a job, and only the agent may stop the member); with --token-stdin, the token is the first line"},
+	}
+}
+
+// storeAction serves the store until a stop signal, or, for an agent's
+// member (--stop-on-stdin-close), until its standard input ends.
+func storeAction(c *cli.Context) error {
+	// It holds the jobs' token: no process of the same user (a job's
+	// worker, beside an agent's store member) reads it here.
+	if err := private.HideSecrets(); err != nil {
+		return cli.Exit("gorun store: "+err.Error(), 1)
+	}
+	cluster, err := checkStoreFlags(c)
+	if err != nil {
+		return err
+	}
+	stdin := bufio.NewReader(os.Stdin)
+	var stdinToken []byte
+	if c.Bool("token-stdin") {
+		if c.Bool("stop-on-stdin-close") {
+			// The first line: the end of the input stops the member.
+			var line string
+			line, err = stdin.ReadString('\n')
+			stdinToken = []byte(line)
+		} else {
+			stdinToken, err = io.ReadAll(io.LimitReader(stdin, 1<<16))
+		}
+		if err != nil {
+			return cmdline.Usagef("gorun store: --token-stdin: %w", err)
+		}
+	}
+	ctx, stop := storeContext(c, stdin)
+	defer stop()
+	token, password, err := storeSecret(ctx, c, stdinToken, cluster)
+	if err != nil {
+		return err
+	}
+	return serveStore(ctx, c, cluster, token, password)
+}
+
+// checkStoreFlags checks gorun store's flags and returns --cluster's
+// members (nil: a store of one).
+func checkStoreFlags(c *cli.Context) ([]string, error) {
+	switch c.String("log-level") {
+	case "debug", "info", "warn", "error", "panic":
+	default:
+		return nil, cmdline.Usagef("--log-level=%q: want debug, info, warn, error or panic", c.String("log-level"))
+	}
+	if (c.String("cert") == "") != (c.String("key") == "") {
+		return nil, cmdline.Usagef("--cert and --key go together")
+	}
+	var cluster []string
+	if v := c.String("cluster"); v != "" {
+		cluster = strings.Split(v, ",")
+		if n := len(cluster); n < 3 || n%2 == 0 || n > 7 {
+			return nil, cmdline.Usagef("--cluster: %d members; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them)", n)
+		}
+		if m := c.Int("member"); m < 0 || m >= len(cluster) {
+			return nil, cmdline.Usagef("--member=%d: want this member's place in --cluster, 0 to %d", m, len(cluster)-1)
+		}
+		if c.Bool("no-auth") {
+			return nil, cmdline.Usagef("--cluster needs the jobs' token (its members authenticate each other with it): drop --no-auth")
+		}
+	} else if c.IsSet("member") {
+		return nil, cmdline.Usagef("--member is a place in --cluster: give --cluster too")
+	}
+	return cluster, nil
+}
+
+// storeContext ends on SIGINT or SIGTERM; for an agent's member
+// (--stop-on-stdin-close), which ignores them, when stdin ends instead.
+func storeContext(c *cli.Context, stdin io.Reader) (context.Context, context.CancelFunc) {
+	if !c.Bool("stop-on-stdin-close") {
+		return signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	}
+	// Slurm's scancel and time limit signal every process of the step,
+	// this member too: only its agent stops it, once the workers have
+	// saved and left the store.
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	ctx, cancel := context.WithCancel(c.Context)
+	go func() { // ends with the input, which ends the member
+		_, _ = io.Copy(io.Discard, stdin)
+		cancel()
+	}()
+	return ctx, cancel
+}
+
+// storeSecret is what the store authenticates clients with: the jobs'
+// token (--token-file, GORUN_RDZV_TOKEN, or stdin's), or the launcher's
+// --standalone store's password; neither with --no-auth.
+func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, cluster []string) (etcdrdzv.Token, string, error) {
+	if c.Bool("no-auth") {
+		return nil, "", nil
+	}
+	tokenFile, tokenText := c.String("token-file"), os.Getenv(rendezvous.TokenEnv)
+	if c.Bool("token-stdin") {
+		tokenFile, tokenText = "", string(stdinToken)
+	}
+	password := os.Getenv(workerenv.StorePassword)
+	if cluster != nil && tokenFile == "" && tokenText == "" {
+		return nil, "", cmdline.Usagef("gorun store: --cluster needs the jobs' token, the same on every member (--token-file PATH, GORUN_RDZV_TOKEN or --token-stdin)")
+	}
+	if tokenFile == "" && tokenText == "" && password == "" {
+		return nil, "", cmdline.Usagef("gorun store: give the jobs' token (--token-file PATH, created when absent, or GORUN_RDZV_TOKEN), or --no-auth to serve anyone who reaches the port")
+	}
+	log := logrus.New()
+	log.SetOutput(c.App.ErrWriter)
+	if password != "" && cluster == nil {
+		return nil, password, nil // the launcher's --standalone store: the password itself
+	}
+	token, err := etcdrdzv.StoreToken(ctx, "--token-file", tokenFile, tokenText, log)
+	if err != nil {
+		return nil, "", cmdline.Usagef("gorun store: %w", err)
+	}
+	return token, password, nil
+}
+
+// serveStore starts the store and serves until ctx ends or the store
+// fails.
+func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etcdrdzv.Token, password string) error {
+	dataDir := c.String("data-dir")
+	if dataDir == "" {
+		// Locked, so that the next gorun sweeps it if this one is
+		// killed.
+		dir, err := tempdir.New("store")
+		if err != nil {
+			return cli.Exit("gorun store: data folder: "+err.Error(), 1)
+		}
+		defer dir.Remove()
+		dataDir = dir.Path()
+	}
+	s, err := etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{
+		ClientAddr: c.String("listen"), PeerAddr: c.String("peer-listen"),
+		Dir: dataDir, LogLevel: c.String("log-level"),
+		Token: token, Password: password, AuthPrefix: c.String("prefix"),
+		CertFile: c.String("cert"), KeyFile: c.String("key"), TrustedCAFile: c.String("cacert"),
+		Cluster: cluster, Member: c.Int("member"), ReadyTimeout: c.Duration("ready-timeout"),
+	})
+	if ctx.Err() != nil {
+		return nil // stopped while starting
+	}
+	if err != nil {
+		if cluster != nil && strings.Contains(err.Error(), "has already been bootstrapped") {
+			// etcd's words for a member whose place the store
+			// gave away while it was gone.
+			return cli.Exit(err.Error(), etcdrdzv.MemberTakenExit)
+		}
+		return cli.Exit(err.Error(), 1)
+	}
+	defer s.Close()
+	if cluster != nil {
+		// One line, which an agent running this member waits for.
+		fmt.Fprintf(c.App.Writer, "gorun store: member %d of %d serving at %v; stop with Ctrl-C\n", c.Int("member"), len(cluster), s.Endpoints())
+	} else {
+		fmt.Fprintf(c.App.Writer, "gorun store: etcd serving at %v; stop with Ctrl-C\n", s.Endpoints())
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-s.Err():
+		if err != nil {
+			return cli.Exit("gorun store: "+err.Error(), 1)
+		}
+		return nil
 	}
 }
