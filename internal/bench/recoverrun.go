@@ -128,27 +128,90 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		host = r.hosts.Addr(0)
 	}
 	ep, id := net.JoinHostPort(host, strconv.Itoa(port)), fmt.Sprintf("recovery-%d-%d-%s", os.Getpid(), r.n, r.fault.name)
-	n := r.fault.agents
-	logs, cmds := make([]*agentLog, n), make([]*exec.Cmd, n)
-	var readers sync.WaitGroup
-	victim := -1
-	defer func() {
-		if r.hosts != nil && victim >= 0 {
-			_ = r.hosts.Heal(victim)
-		}
-		for _, c := range cmds {
-			if c != nil && c.Process != nil {
-				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	ag := &recoveryAgents{hosts: r.hosts, victim: -1, logs: make([]*agentLog, r.fault.agents), cmds: make([]*exec.Cmd, r.fault.agents)}
+	defer ag.stop()
+	if err := r.startAgents(ctx, ag, ep, id); err != nil {
+		return 0, nil, 0, err
+	}
+	// 3 agents train; with a spare, the fourth waits.
+	var training []int
+	if err := waitUntil(ctx, recoveryLimit, func() bool {
+		training = training[:0]
+		for a, l := range ag.logs {
+			if l.trained() {
+				training = append(training, a)
 			}
 		}
-		readers.Wait()
-		for _, c := range cmds {
-			if c != nil {
-				_ = c.Wait()
-			}
+		return len(training) == 3
+	}); err != nil {
+		return 0, nil, 0, fmt.Errorf("never trained in a world of 3: %w", err)
+	}
+	ag.victim = training[2]
+	survivors := []int{training[0], training[1]}
+	for a := range ag.logs {
+		if a != ag.victim && !slices.Contains(training, a) {
+			survivors = append(survivors, a) // the spare
 		}
-	}()
-	for a := range cmds {
+	}
+	t0 := float64(time.Now().UnixNano()) / 1e9
+	newWorld, survivors, err := r.injectFault(ag, survivors)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	var last float64
+	err = waitUntil(ctx, recoveryLimit, func() bool {
+		last = 0
+		for _, a := range survivors {
+			t, ok := ag.logs[a].first(t0, newWorld)
+			if !ok {
+				return false
+			}
+			last = max(last, t)
+		}
+		return true
+	})
+	if err != nil {
+		return 0, nil, 0, fmt.Errorf("never trained again: %w", err)
+	}
+	if r.launcher == torchrunName {
+		return time.Duration((last - t0) * 1e9), nil, 0, nil
+	}
+	startups, lost, err := r.startupsAndLoss(ag, survivors, t0)
+	return time.Duration((last - t0) * 1e9), startups, lost, err
+}
+
+// recoveryAgents are one measurement's agents: their processes, the
+// readers of their output, and the agent the fault hit (-1: none yet).
+type recoveryAgents struct {
+	hosts   *netns.Hosts
+	cmds    []*exec.Cmd
+	logs    []*agentLog
+	readers sync.WaitGroup
+	victim  int
+}
+
+// stop heals the victim's link and kills and reaps every agent.
+func (ag *recoveryAgents) stop() {
+	if ag.hosts != nil && ag.victim >= 0 {
+		_ = ag.hosts.Heal(ag.victim)
+	}
+	for _, c := range ag.cmds {
+		if c != nil && c.Process != nil {
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	ag.readers.Wait()
+	for _, c := range ag.cmds {
+		if c != nil {
+			_ = c.Wait()
+		}
+	}
+}
+
+// startAgents starts the agents of the job id whose store is at ep, each
+// in a process group of its own, and reads their output.
+func (r *recoveryRun) startAgents(ctx context.Context, ag *recoveryAgents, ep, id string) error {
+	for a := range ag.cmds {
 		argv := r.argv(a, ep, id)
 		var c *exec.Cmd
 		env := append(os.Environ(), "PATH="+filepath.Dir(r.cfg.Python)+":"+os.Getenv("PATH"))
@@ -163,14 +226,14 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		out, err := c.StdoutPipe()
 		if err != nil {
-			return 0, nil, 0, err
+			return err
 		}
 		c.Stderr = io.Discard
 		if err := c.Start(); err != nil {
-			return 0, nil, 0, err
+			return err
 		}
-		cmds[a], logs[a] = c, &agentLog{}
-		readers.Go(func() { logs[a].read(out) })
+		ag.cmds[a], ag.logs[a] = c, &agentLog{}
+		ag.readers.Go(func() { ag.logs[a].read(out) })
 		if a == 0 {
 			// The first agent hosts the store (gorun's embedded etcd,
 			// torchrun's TCPStore) once it listens: the agent lost is
@@ -182,92 +245,68 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 				}
 				return err == nil
 			}); err != nil {
-				return 0, nil, 0, fmt.Errorf("the first agent never opened its store at %s: %w", ep, err)
+				return fmt.Errorf("the first agent never opened its store at %s: %w", ep, err)
 			}
 		}
 	}
-	// 3 agents train; with a spare, the fourth waits.
-	var training []int
-	if err := waitUntil(ctx, recoveryLimit, func() bool {
-		training = training[:0]
-		for a, l := range logs {
-			if l.trained() {
-				training = append(training, a)
-			}
-		}
-		return len(training) == 3
-	}); err != nil {
-		return 0, nil, 0, fmt.Errorf("never trained in a world of 3: %w", err)
-	}
-	victim = training[2]
-	survivors := []int{training[0], training[1]}
-	for a := range logs {
-		if a != victim && !slices.Contains(training, a) {
-			survivors = append(survivors, a) // the spare
-		}
-	}
-	t0 := float64(time.Now().UnixNano()) / 1e9
+	return nil
+}
+
+// injectFault hits ag.victim with the run's fault. It returns what a
+// survivor's first step in the new world looks like and the agents that
+// must reach it (a worker's own agent survives a worker's loss).
+func (r *recoveryRun) injectFault(ag *recoveryAgents, survivors []int) (func([4]float64) bool, []int, error) {
+	victim := ag.victim
 	newWorld := func(v [4]float64) bool { return v[2] == 2 }
 	switch r.fault.name {
 	case "node-kill":
-		_ = syscall.Kill(-cmds[victim].Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-ag.cmds[victim].Process.Pid, syscall.SIGKILL)
 	case "node-cut":
 		if err := r.hosts.Cut(victim); err != nil {
-			return 0, nil, 0, err
+			return nil, nil, err
 		}
 	case "worker-kill", "node-kill-spare":
 		if r.fault.name == "worker-kill" {
-			logs[victim].mu.Lock()
-			pids := logs[victim].pids
-			logs[victim].mu.Unlock()
+			ag.logs[victim].mu.Lock()
+			pids := ag.logs[victim].pids
+			ag.logs[victim].mu.Unlock()
 			if len(pids) == 0 {
-				return 0, nil, 0, fmt.Errorf("agent %d's worker never said its pid", victim)
+				return nil, nil, fmt.Errorf("agent %d's worker never said its pid", victim)
 			}
 			_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
 			survivors = append(survivors, victim)
 		} else {
-			_ = syscall.Kill(-cmds[victim].Process.Pid, syscall.SIGKILL)
+			_ = syscall.Kill(-ag.cmds[victim].Process.Pid, syscall.SIGKILL)
 		}
 		// A new worker: its steps count from 0 again (torchrun restarts
 		// the others' workers without counting a restart for them, so
 		// the attempt number does not tell).
 		newWorld = func(v [4]float64) bool { return v[1] < 10 }
 	}
-	var last float64
-	err = waitUntil(ctx, recoveryLimit, func() bool {
-		last = 0
-		for _, a := range survivors {
-			t, ok := logs[a].first(t0, newWorld)
-			if !ok {
-				return false
-			}
-			last = max(last, t)
-		}
-		return true
-	})
-	if err != nil {
-		return 0, nil, 0, fmt.Errorf("never trained again: %w", err)
-	}
-	if r.launcher == torchrunName {
-		return time.Duration((last - t0) * 1e9), nil, 0, nil
-	}
+	return newWorld, survivors, nil
+}
+
+// startupsAndLoss reads gorun's run folders after a fault at t0: each
+// survivor's worker start-up (spawn to imports done) and the goodput the
+// first survivor's report says was lost.
+func (r *recoveryRun) startupsAndLoss(ag *recoveryAgents, survivors []int, t0 float64) ([]time.Duration, time.Duration, error) {
 	var startups []time.Duration
 	var lost time.Duration
 	for i, a := range survivors {
 		events, err := runEvents(r.logDir(a))
 		if err != nil {
-			return 0, nil, 0, err
+			return nil, 0, err
 		}
 		if i == 0 {
 			if lost, err = goodputLost(events, t0); err != nil {
-				return 0, nil, 0, fmt.Errorf("%s: %w", r.logDir(a), err)
+				return nil, 0, fmt.Errorf("%s: %w", r.logDir(a), err)
 			}
 		}
 		spawn, err := spawnAfter(events, t0)
 		if err != nil {
-			return 0, nil, 0, fmt.Errorf("%s: %w", r.logDir(a), err)
+			return nil, 0, fmt.Errorf("%s: %w", r.logDir(a), err)
 		}
-		l := logs[a]
+		l := ag.logs[a]
 		l.mu.Lock()
 		for _, t := range l.imported {
 			if t > spawn {
@@ -277,7 +316,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		}
 		l.mu.Unlock()
 	}
-	return time.Duration((last - t0) * 1e9), startups, lost, nil
+	return startups, lost, nil
 }
 
 // runEvents reads the events.jsonl of the one run folder under logDir.
