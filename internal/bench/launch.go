@@ -76,74 +76,137 @@ func RunLaunch(ctx context.Context, cfg LaunchConfig) (LaunchResult, error) {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	noop, fail := filepath.Join(dir, "noop.py"), filepath.Join(dir, "fail_once.py")
-	for path, body := range map[string]string{noop: noopWorker, fail: failOnceWorker} {
+	b := &launchBench{cfg: cfg, dir: dir, noop: filepath.Join(dir, "noop.py"), fail: filepath.Join(dir, "fail_once.py")}
+	for path, body := range map[string]string{b.noop: noopWorker, b.fail: failOnceWorker} {
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			return res, err
 		}
 	}
-
-	gorun := launcher{"gorun", func(restart bool, script string) []string {
-		argv := []string{cfg.Gorun, "--standalone", "--nproc-per-node=2", "--python", cfg.Python}
-		if restart {
-			argv = append(argv, "--max-restarts=1")
-		}
-		return append(argv, script)
-	}}
-	launchers := []launcher{gorun}
-	res.Torchrun = "not measured (--skip-torchrun)"
-	if !cfg.SkipTorchrun {
-		res.Torchrun, err = torchrunVersion(ctx, cfg.Python)
-		if err != nil {
-			res.Torchrun = "not measured: " + err.Error()
-		} else {
-			launchers = append(launchers, launcher{"torchrun", func(restart bool, script string) []string {
-				argv := []string{cfg.Python, "-c", torchrunMain, "--standalone", "--nproc_per_node=2", "--monitor_interval=0.1"}
-				if restart {
-					argv = append(argv, "--max_restarts=1")
-				}
-				return append(argv, script)
-			}})
-		}
-	}
-	progress := func(format string, a ...any) {
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, format+"\n", a...)
-		}
-	}
+	res.Torchrun = b.chooseLaunchers(ctx)
 
 	// gorun's own overhead, with workers that cost nothing.
 	res.Overhead, err = measureOverhead(ctx, cfg.Gorun, max(overheadRuns*cfg.Runs, 30), max(cfg.Warmup, 3))
 	if err != nil {
 		return res, fmt.Errorf("launch overhead: %w", err)
 	}
-	progress("%s", res.Overhead)
+	b.progress("%s", res.Overhead)
+	if err := b.emptyJob(ctx, &res); err != nil {
+		return res, err
+	}
+	if err := b.restarts(ctx, &res); err != nil {
+		return res, err
+	}
+	if res.RestartMinimal, err = b.sample(func(i int) (time.Duration, error) {
+		ts := filepath.Join(dir, fmt.Sprintf("ts-minimal-%d", i))
+		if err := minimalRestart(ctx, cfg.Python, b.fail, ts); err != nil {
+			return 0, fmt.Errorf("minimal supervisor: %w", err)
+		}
+		gap, err := restartGap(ts)
+		if err != nil {
+			return 0, fmt.Errorf("minimal supervisor: %w", err)
+		}
+		return gap, nil
+	}); err != nil {
+		return res, err
+	}
+	b.progress("failure -> replacement's first statement, minimal Go supervisor: %s", res.RestartMinimal)
+	res.Interpreter, err = b.sample(func(int) (time.Duration, error) { return timeBare(ctx, b.bare(), 1) })
+	return res, err
+}
 
-	// Empty job.
+// launchBench is one run of RunLaunch: its settings, its folder with the
+// workers' scripts, and the launchers it compares.
+type launchBench struct {
+	cfg        LaunchConfig
+	dir        string
+	noop, fail string // the scripts: a worker that does nothing, one that fails once
+	launchers  []launcher
+}
+
+// progress reports a step's result, when the caller asked for progress.
+func (b *launchBench) progress(format string, a ...any) {
+	if b.cfg.Progress != nil {
+		fmt.Fprintf(b.cfg.Progress, format+"\n", a...)
+	}
+}
+
+// bare is two (or one) bare interpreters running the empty worker.
+func (b *launchBench) bare() []string { return []string{b.cfg.Python, "-u", b.noop} }
+
+// chooseLaunchers sets the launchers to compare, gorun and, unless
+// skipped or missing, torchrun; it returns torchrun's version or why it
+// is not measured.
+func (b *launchBench) chooseLaunchers(ctx context.Context) string {
+	cfg := b.cfg
+	b.launchers = []launcher{{"gorun", func(restart bool, script string) []string {
+		argv := []string{cfg.Gorun, "--standalone", "--nproc-per-node=2", "--python", cfg.Python}
+		if restart {
+			argv = append(argv, "--max-restarts=1")
+		}
+		return append(argv, script)
+	}}}
+	if cfg.SkipTorchrun {
+		return "not measured (--skip-torchrun)"
+	}
+	version, err := torchrunVersion(ctx, cfg.Python)
+	if err != nil {
+		return "not measured: " + err.Error()
+	}
+	b.launchers = append(b.launchers, launcher{"torchrun", func(restart bool, script string) []string {
+		argv := []string{cfg.Python, "-c", torchrunMain, "--standalone", "--nproc_per_node=2", "--monitor_interval=0.1"}
+		if restart {
+			argv = append(argv, "--max_restarts=1")
+		}
+		return append(argv, script)
+	}})
+	return version
+}
+
+// sample runs measure Warmup+Runs times and keeps the last Runs.
+func (b *launchBench) sample(measure func(i int) (time.Duration, error)) (Stats, error) {
+	var s Sample
+	for i := range b.cfg.Warmup + b.cfg.Runs {
+		d, err := measure(i)
+		if err != nil {
+			return Stats{}, err
+		}
+		if i >= b.cfg.Warmup {
+			s = append(s, d)
+		}
+	}
+	return s.Stats(), nil
+}
+
+// emptyJob times a 2-worker job whose workers do nothing, under each
+// launcher and as two bare interpreters, interleaved.
+func (b *launchBench) emptyJob(ctx context.Context, res *LaunchResult) error {
 	empty := map[string]*Sample{"gorun": {}, "torchrun": {}, "bare": {}}
-	bare := []string{cfg.Python, "-u", noop}
-	for i := range cfg.Warmup + cfg.Runs {
-		for _, l := range launchers {
-			d, err := timeCommand(ctx, l.argv(false, noop), nil)
+	for i := range b.cfg.Warmup + b.cfg.Runs {
+		for _, l := range b.launchers {
+			d, err := timeCommand(ctx, l.argv(false, b.noop), nil)
 			if err != nil {
-				return res, fmt.Errorf("%s empty job: %w", l.name, err)
+				return fmt.Errorf("%s empty job: %w", l.name, err)
 			}
-			if i >= cfg.Warmup {
+			if i >= b.cfg.Warmup {
 				*empty[l.name] = append(*empty[l.name], d)
 			}
 		}
-		d, err := timeBare(ctx, bare, 2)
+		d, err := timeBare(ctx, b.bare(), 2)
 		if err != nil {
-			return res, fmt.Errorf("bare processes: %w", err)
+			return fmt.Errorf("bare processes: %w", err)
 		}
-		if i >= cfg.Warmup {
+		if i >= b.cfg.Warmup {
 			*empty["bare"] = append(*empty["bare"], d)
 		}
 	}
 	res.EmptyGorun, res.EmptyTorchrun, res.EmptyBare = empty["gorun"].Stats(), empty["torchrun"].Stats(), empty["bare"].Stats()
-	progress("empty 2-worker job: gorun %s, torchrun %s, bare processes %s", res.EmptyGorun, res.EmptyTorchrun, res.EmptyBare)
+	b.progress("empty 2-worker job: gorun %s, torchrun %s, bare processes %s", res.EmptyGorun, res.EmptyTorchrun, res.EmptyBare)
+	return nil
+}
 
-	// Failure -> replacement.
+// restarts times failure -> the replacement's first statement under each
+// launcher, with rank 0 busy (sleeping) and done.
+func (b *launchBench) restarts(ctx context.Context, res *LaunchResult) error {
 	for _, variant := range []struct {
 		sleep string
 		out   map[string]*Stats
@@ -152,18 +215,18 @@ func RunLaunch(ctx context.Context, cfg LaunchConfig) (LaunchResult, error) {
 		{"0", map[string]*Stats{"gorun": &res.RestartGorunDone, "torchrun": &res.RestartTorchrunDone}},
 	} {
 		gaps := map[string]*Sample{"gorun": {}, "torchrun": {}}
-		for i := range cfg.Warmup + cfg.Runs {
-			for _, l := range launchers {
-				ts := filepath.Join(dir, fmt.Sprintf("ts-%s-%s-%d", l.name, variant.sleep, i))
+		for i := range b.cfg.Warmup + b.cfg.Runs {
+			for _, l := range b.launchers {
+				ts := filepath.Join(b.dir, fmt.Sprintf("ts-%s-%s-%d", l.name, variant.sleep, i))
 				env := []string{"BENCH_TS_FILE=" + ts, "SLEEP_RANK0=" + variant.sleep}
-				if _, err := timeCommand(ctx, l.argv(true, fail), env); err != nil {
-					return res, fmt.Errorf("%s restart: %w", l.name, err)
+				if _, err := timeCommand(ctx, l.argv(true, b.fail), env); err != nil {
+					return fmt.Errorf("%s restart: %w", l.name, err)
 				}
 				gap, err := restartGap(ts)
 				if err != nil {
-					return res, fmt.Errorf("%s restart: %w", l.name, err)
+					return fmt.Errorf("%s restart: %w", l.name, err)
 				}
-				if i >= cfg.Warmup {
+				if i >= b.cfg.Warmup {
 					*gaps[l.name] = append(*gaps[l.name], gap)
 				}
 			}
@@ -171,39 +234,10 @@ func RunLaunch(ctx context.Context, cfg LaunchConfig) (LaunchResult, error) {
 		for name, s := range gaps {
 			*variant.out[name] = s.Stats()
 		}
-		progress("failure -> replacement's first statement (rank 0 sleeping %ss): gorun %s, torchrun %s",
+		b.progress("failure -> replacement's first statement (rank 0 sleeping %ss): gorun %s, torchrun %s",
 			variant.sleep, variant.out["gorun"], variant.out["torchrun"])
 	}
-
-	var minimal Sample
-	for i := range cfg.Warmup + cfg.Runs {
-		ts := filepath.Join(dir, fmt.Sprintf("ts-minimal-%d", i))
-		if err := minimalRestart(ctx, cfg.Python, fail, ts); err != nil {
-			return res, fmt.Errorf("minimal supervisor: %w", err)
-		}
-		gap, err := restartGap(ts)
-		if err != nil {
-			return res, fmt.Errorf("minimal supervisor: %w", err)
-		}
-		if i >= cfg.Warmup {
-			minimal = append(minimal, gap)
-		}
-	}
-	res.RestartMinimal = minimal.Stats()
-	progress("failure -> replacement's first statement, minimal Go supervisor: %s", res.RestartMinimal)
-
-	var startup Sample
-	for i := range cfg.Warmup + cfg.Runs {
-		d, err := timeBare(ctx, bare, 1)
-		if err != nil {
-			return res, err
-		}
-		if i >= cfg.Warmup {
-			startup = append(startup, d)
-		}
-	}
-	res.Interpreter = startup.Stats()
-	return res, nil
+	return nil
 }
 
 // minimalRestart is the floor of a restart: two workers of failOnceWorker
