@@ -31,82 +31,116 @@ const (
 // inject waits until the job trains, then for f.after, and injects f
 // into one of the nodes not lost; it then waits for training again.
 func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, agents []*agent, lost map[int]bool, ev *events, dir string) (faultResult, error) {
-	over := func() bool {
-		for _, a := range agents {
-			select {
-			case <-a.done:
-			default:
-				return false
-			}
+	sc := &scene{agents: agents, lost: lost, ev: ev, dir: dir}
+	node, err := sc.pickTarget(ctx, f, rng)
+	if err != nil {
+		return faultResult{}, err
+	}
+	fr := faultResult{kind: f.kind, node: node, at: time.Now()}
+	healed, err := rn.hit(ctx, sc, &fr)
+	if err != nil {
+		return fr, err
+	}
+	sc.awaitRecovery(&fr, healed)
+	return fr, nil
+}
+
+// scene is one job as a fault finds it: its agents, the nodes already
+// lost, the agents' events and the folder of the workers' pid files.
+type scene struct {
+	agents []*agent
+	lost   map[int]bool
+	ev     *events
+	dir    string
+}
+
+// over says whether every agent has ended.
+func (sc *scene) over() bool {
+	for _, a := range sc.agents {
+		select {
+		case <-a.done:
+		default:
+			return false
 		}
-		return true
 	}
-	// Training: a step after the latest worker start, which is a while
-	// ago.
-	trains := func() bool {
-		lines := ev.snapshot()
-		s := lastMatch(lines, startLine)
-		return !s.IsZero() && time.Since(s) > settled && !firstAfter(lines, s, stepLine).IsZero()
+	return true
+}
+
+// trains says whether the job trains: a step after the latest worker
+// start, which is a while ago.
+func (sc *scene) trains() bool {
+	lines := sc.ev.snapshot()
+	s := lastMatch(lines, startLine)
+	return !s.IsZero() && time.Since(s) > settled && !firstAfter(lines, s, stepLine).IsZero()
+}
+
+// pickTarget waits until the job trains, then for f.after, and picks a
+// node not lost (for a worker kill, one with a worker).
+func (sc *scene) pickTarget(ctx context.Context, f plannedFault, rng *rand.Rand) (int, error) {
+	if !poll(trainWithin, func() bool { return sc.over() || sc.trains() }) {
+		return 0, fmt.Errorf("the job did not train within %v before a %s", trainWithin, f.kind)
 	}
-	if !poll(trainWithin, func() bool { return over() || trains() }) {
-		return faultResult{}, fmt.Errorf("the job did not train within %v before a %s", trainWithin, f.kind)
-	}
-	if over() || ctxtime.Sleep(ctx, f.after) != nil || over() {
-		return faultResult{}, errJobOver
+	if sc.over() || ctxtime.Sleep(ctx, f.after) != nil || sc.over() {
+		return 0, errJobOver
 	}
 	var alive []int
 	targets := func() bool {
 		alive = alive[:0]
-		for i := range agents {
-			if lost[i] {
+		for i := range sc.agents {
+			if sc.lost[i] {
 				continue
 			}
-			if _, err := workerPid(dir, i, agents[i]); f.kind == WorkerKill && err != nil {
+			if _, err := workerPid(sc.dir, i, sc.agents[i]); f.kind == WorkerKill && err != nil {
 				continue // between attempts, or waiting to join: no worker
 			}
 			alive = append(alive, i)
 		}
 		return len(alive) > 0
 	}
-	if !poll(trainWithin, func() bool { return over() || targets() }) {
-		return faultResult{}, fmt.Errorf("no node to inject a %s into within %v", f.kind, trainWithin)
+	if !poll(trainWithin, func() bool { return sc.over() || targets() }) {
+		return 0, fmt.Errorf("no node to inject a %s into within %v", f.kind, trainWithin)
 	}
-	if over() {
-		return faultResult{}, errJobOver
+	if sc.over() {
+		return 0, errJobOver
 	}
-	node := alive[rng.IntN(len(alive))]
-	fr := faultResult{kind: f.kind, node: node, at: time.Now()}
-	healed := fr.at
-	a := agents[node]
-	switch f.kind {
+	return alive[rng.IntN(len(alive))], nil
+}
+
+// hit injects fr.kind into node fr.node, naming what it hit in
+// fr.target, and returns when the fault ended (a stop or a cut lasts
+// holdFor; the others end at once).
+func (rn *runner) hit(ctx context.Context, sc *scene, fr *faultResult) (healed time.Time, _ error) {
+	node, a := fr.node, sc.agents[fr.node]
+	healed = fr.at
+	switch fr.kind {
 	case WorkerKill:
-		pid, err := workerPid(dir, node, a)
+		pid, err := workerPid(sc.dir, node, a)
 		if err != nil {
-			return fr, err
+			return healed, err
 		}
 		fr.target = "worker pid " + strconv.Itoa(pid)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			return fr, fmt.Errorf("kill worker %d: %w", pid, err)
+			return healed, fmt.Errorf("kill worker %d: %w", pid, err)
 		}
 	case AgentKill:
 		fr.target = "agent pid " + strconv.Itoa(a.cmd.Process.Pid)
 		if err := a.cmd.Process.Kill(); errors.Is(err, os.ErrProcessDone) {
-			return fr, errJobOver
+			return healed, errJobOver
 		} else if err != nil {
-			return fr, fmt.Errorf("kill agent: %w", err)
+			return healed, fmt.Errorf("kill agent: %w", err)
 		}
-		a.killed, lost[node] = true, true
+		a.killed, sc.lost[node] = true, true
 	case AgentStop:
 		pid := a.cmd.Process.Pid
 		fr.target = "agent pid " + strconv.Itoa(pid)
 		if err := syscall.Kill(pid, syscall.SIGSTOP); errors.Is(err, syscall.ESRCH) {
-			return fr, errJobOver
+			return healed, errJobOver
 		} else if err != nil {
-			return fr, fmt.Errorf("stop agent: %w", err)
+			return healed, fmt.Errorf("stop agent: %w", err)
 		}
 		_ = ctxtime.Sleep(ctx, holdFor) // the fault itself: stopped longer than the lease
 		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-			return fr, fmt.Errorf("continue agent: %w", err)
+			return healed, fmt.Errorf("continue agent: %w", err)
 		}
 		healed = time.Now()
 	case NetCut:
@@ -116,38 +150,48 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 		rn.hosts.Heal(rn.tb, node)
 		healed = time.Now()
 	case MemberKill:
-		// A member killed before may be on its way back: its new pid
-		// comes once it serves again.
-		pid := 0
-		live := func() bool {
-			pid = memberPid(ev.snapshot(), node)
-			return pid != 0 && isMarked(pid, a.mark)
-		}
-		gone := func() bool {
-			select {
-			case <-a.done:
-				return true // this node's agent ended, and its member with it
-			default:
-				return over()
-			}
-		}
-		if !poll(10*time.Second, func() bool { return gone() || live() }) {
-			return fr, fmt.Errorf("node %d's store member: no live pid in its log (%d)", node, pid)
-		}
-		if gone() || !live() {
-			return fr, errJobOver
-		}
-		fr.target = "member pid " + strconv.Itoa(pid)
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			return fr, fmt.Errorf("kill member %d: %w", pid, err)
+		return healed, sc.killMember(fr)
+	}
+	return healed, nil
+}
+
+// killMember kills node fr.node's store member. A member killed before
+// may be on its way back: its new pid comes once it serves again.
+func (sc *scene) killMember(fr *faultResult) error {
+	node, a := fr.node, sc.agents[fr.node]
+	pid := 0
+	live := func() bool {
+		pid = memberPid(sc.ev.snapshot(), node)
+		return pid != 0 && isMarked(pid, a.mark)
+	}
+	gone := func() bool {
+		select {
+		case <-a.done:
+			return true // this node's agent ended, and its member with it
+		default:
+			return sc.over()
 		}
 	}
-	// Training again: once an agent stops its workers, the first step of
-	// the first workers started after the fault; if none stops them
-	// within detectWithin of the fault's end, the first step after it
-	// (the job went on).
+	if !poll(10*time.Second, func() bool { return gone() || live() }) {
+		return fmt.Errorf("node %d's store member: no live pid in its log (%d)", node, pid)
+	}
+	if gone() || !live() {
+		return errJobOver
+	}
+	fr.target = "member pid " + strconv.Itoa(pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill member %d: %w", pid, err)
+	}
+	return nil
+}
+
+// awaitRecovery waits for training again: once an agent stops its
+// workers, the first step of the first workers started after the fault;
+// if none stops them within detectWithin of the fault's end (healed),
+// the first step after it (the job went on).
+func (sc *scene) awaitRecovery(fr *faultResult, healed time.Time) {
 	poll(recoverWithin, func() bool {
-		lines := ev.snapshot()
+		lines := sc.ev.snapshot()
 		s := firstAfter(lines, fr.at, startLine)
 		if !s.IsZero() || !firstStderrAfter(lines, fr.at, stopLine).IsZero() {
 			fr.interrupted = true
@@ -161,9 +205,8 @@ func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, ag
 				return true
 			}
 		}
-		return over()
+		return sc.over()
 	})
-	return fr, nil
 }
 
 // workerPid is the pid of local rank 0 on node, which its wrapper wrote;
