@@ -126,101 +126,23 @@ func measure(ctx context.Context, env *comm.Env, op string, size int64, cfg Work
 	if op == "barrier" {
 		size = 0
 	}
-	a := env.Allocator
-	alloc := func(n int64) (*memory.Tensor, error) { return a.Empty(max(n, es), 0) }
-	var in, outT *memory.Tensor
-	var err error
-	switch op {
-	case "all_gather":
-		in, err = alloc(size / int64(w))
-		if err == nil {
-			outT, err = alloc(size)
-		}
-	case "reduce_scatter":
-		in, err = alloc(size)
-		if err == nil {
-			outT, err = alloc(size / int64(w))
-		}
-	default:
-		in, err = alloc(size)
-		if err == nil {
-			outT, err = alloc(size)
-		}
-	}
+	alloc := func(n int64) (*memory.Tensor, error) { return env.Allocator.Empty(max(n, es), 0) }
+	in, outT, err := buffers(env, op, size, alloc)
 	if err != nil {
 		return Row{}, err
 	}
 	defer in.Release()
 	defer outT.Release()
-	// Zeros: memory from the allocator holds whatever was there, and
-	// bytes of integers read as floats are denormals, which x86 adds a
-	// hundred times slower.
-	for _, t := range []*memory.Tensor{in, outT} {
-		if err := env.Upload(t, make([]byte, t.Size())); err != nil {
-			return Row{}, err
-		}
-	}
-	run := func() error {
-		var wk *comm.Work
-		var err error
-		switch op {
-		case "all_reduce":
-			wk, err = env.AllReduce(in, cfg.DType, comm.Sum)
-		case "all_gather":
-			wk, err = env.AllGather(outT, in)
-		case "reduce_scatter":
-			wk, err = env.ReduceScatter(outT, in, cfg.DType, comm.Sum)
-		case "all_to_all":
-			wk, err = env.AllToAll(outT, in)
-		case "broadcast":
-			wk, err = env.Broadcast(in, 0)
-		case "barrier":
-			wk, err = env.Barrier()
-		case "send_recv":
-			return sendRecv(ctx, env, in, outT)
-		default:
-			return fmt.Errorf("op %q: want one of %v", op, Ops)
-		}
-		return comm.Sync(ctx)(wk, err)
-	}
+	run := collective(ctx, env, op, in, outT, cfg.DType)
 	for range cfg.Warmup {
 		if err := run(); err != nil {
 			return Row{}, err
 		}
 	}
-	times, err := alloc(int64(cfg.Iters) * 8)
+	t, slow, err := timeIters(ctx, env, run, cfg.Iters, alloc)
 	if err != nil {
 		return Row{}, err
 	}
-	defer times.Release()
-	own := make([]float64, cfg.Iters)
-	for i := range cfg.Iters {
-		if err := comm.Sync(ctx)(env.Barrier()); err != nil {
-			return Row{}, err
-		}
-		t0 := time.Now()
-		if err := run(); err != nil {
-			return Row{}, err
-		}
-		own[i] = time.Since(t0).Seconds()
-	}
-	// The collective is done when the slowest rank is: the max per
-	// iteration; and each rank's median, to name slow ranks.
-	if err := env.Upload(times, bytesOf(own)); err != nil {
-		return Row{}, err
-	}
-	if err := comm.Sync(ctx)(env.AllReduce(times, comm.Float64, comm.Max)); err != nil {
-		return Row{}, err
-	}
-	slowest := make([]float64, cfg.Iters)
-	if err := env.Download(bytesOf(slowest), times); err != nil {
-		return Row{}, err
-	}
-	slow, err := slowRanks(ctx, env, median(own))
-	if err != nil {
-		return Row{}, err
-	}
-	t := median(slowest)
 	correct, err := check(ctx, env, op, in, outT, cfg.DType, r, w, run)
 	if err != nil {
 		return Row{}, err
@@ -231,6 +153,100 @@ func measure(ctx context.Context, env *comm.Env, op string, size int64, cfg Work
 		row.BusBW = row.AlgBW * busFactor(op, w)
 	}
 	return row, nil
+}
+
+// buffers allocates op's input and output for a collective of size bytes
+// (an all-gather's input and a reduce-scatter's output are a rank's
+// share), zeroed: memory from the allocator holds whatever was there,
+// and bytes of integers read as floats are denormals, which x86 adds a
+// hundred times slower.
+func buffers(env *comm.Env, op string, size int64, alloc func(int64) (*memory.Tensor, error)) (in, out *memory.Tensor, err error) {
+	inSize, outSize := size, size
+	switch op {
+	case "all_gather":
+		inSize = size / int64(env.Size())
+	case "reduce_scatter":
+		outSize = size / int64(env.Size())
+	}
+	if in, err = alloc(inSize); err != nil {
+		return nil, nil, err
+	}
+	if out, err = alloc(outSize); err != nil {
+		in.Release()
+		return nil, nil, err
+	}
+	for _, t := range []*memory.Tensor{in, out} {
+		if err := env.Upload(t, make([]byte, t.Size())); err != nil {
+			in.Release()
+			out.Release()
+			return nil, nil, err
+		}
+	}
+	return in, out, nil
+}
+
+// collective is one run of op on in and out, waited for.
+func collective(ctx context.Context, env *comm.Env, op string, in, out *memory.Tensor, dtype comm.DType) func() error {
+	return func() error {
+		var wk *comm.Work
+		var err error
+		switch op {
+		case "all_reduce":
+			wk, err = env.AllReduce(in, dtype, comm.Sum)
+		case "all_gather":
+			wk, err = env.AllGather(out, in)
+		case "reduce_scatter":
+			wk, err = env.ReduceScatter(out, in, dtype, comm.Sum)
+		case "all_to_all":
+			wk, err = env.AllToAll(out, in)
+		case "broadcast":
+			wk, err = env.Broadcast(in, 0)
+		case "barrier":
+			wk, err = env.Barrier()
+		case "send_recv":
+			return sendRecv(ctx, env, in, out)
+		default:
+			return fmt.Errorf("op %q: want one of %v", op, Ops)
+		}
+		return comm.Sync(ctx)(wk, err)
+	}
+}
+
+// timeIters times iters runs, each after a barrier. The collective is
+// done when the slowest rank is: t is the median over the iterations of
+// the slowest rank's time; slow names the ranks whose own median stands
+// out.
+func timeIters(ctx context.Context, env *comm.Env, run func() error, iters int, alloc func(int64) (*memory.Tensor, error)) (t float64, slow []int, err error) {
+	times, err := alloc(int64(iters) * 8)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer times.Release()
+	own := make([]float64, iters)
+	for i := range iters {
+		if err := comm.Sync(ctx)(env.Barrier()); err != nil {
+			return 0, nil, err
+		}
+		t0 := time.Now()
+		if err := run(); err != nil {
+			return 0, nil, err
+		}
+		own[i] = time.Since(t0).Seconds()
+	}
+	if err := env.Upload(times, bytesOf(own)); err != nil {
+		return 0, nil, err
+	}
+	if err := comm.Sync(ctx)(env.AllReduce(times, comm.Float64, comm.Max)); err != nil {
+		return 0, nil, err
+	}
+	slowest := make([]float64, iters)
+	if err := env.Download(bytesOf(slowest), times); err != nil {
+		return 0, nil, err
+	}
+	if slow, err = slowRanks(ctx, env, median(own)); err != nil {
+		return 0, nil, err
+	}
+	return median(slowest), slow, nil
 }
 
 func median(xs []float64) float64 {
