@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
 // StoreClient talks to a StoreServer. It is safe for concurrent use (one
@@ -44,12 +46,8 @@ func DialStore(ctx context.Context, addr string, secret Secret) (*StoreClient, e
 				return nil, fmt.Errorf("store at %s (rank 0, MASTER_ADDR:MASTER_PORT): %w", addr, err)
 			}
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("store at %s (rank 0, MASTER_ADDR:MASTER_PORT): %w (last: %v)", addr, ctx.Err(), err)
-		case <-t.C:
+		if cerr := ctxtime.Sleep(ctx, delay); cerr != nil {
+			return nil, fmt.Errorf("store at %s (rank 0, MASTER_ADDR:MASTER_PORT): %w (last: %v)", addr, cerr, err)
 		}
 		delay = min(2*delay, 500*time.Millisecond)
 	}

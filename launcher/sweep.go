@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/sys/cgroup"
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 )
@@ -60,15 +61,10 @@ func (a *Agent) stopSweep() {
 	}
 	a.sweep = nil
 	defer s.cancel()
-	t := time.NewTimer(sweepWait)
-	defer t.Stop()
-	select {
-	case <-s.done:
-		return
-	case <-t.C:
+	if ctxtime.SleepUnless(s.done, sweepWait) {
+		s.cancel()
+		<-s.done
 	}
-	s.cancel()
-	<-s.done
 }
 
 // sweepDumpFolders removes, in base (the per-user flight-recorder

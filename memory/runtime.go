@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
 // Runtime is a vendor runtime's primitive calls (the CUDA runtime, ACL),
@@ -149,12 +151,8 @@ func (d *RuntimeDevice) Query(e Event) bool {
 // Synchronize implements Device by polling, so that ctx can end it.
 func (d *RuntimeDevice) Synchronize(ctx context.Context, e Event) error {
 	for delay := 10 * time.Microsecond; !d.Query(e); delay = min(2*delay, time.Millisecond) {
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := ctxtime.Sleep(ctx, delay); err != nil {
+			return err
 		}
 	}
 	return nil

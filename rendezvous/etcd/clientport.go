@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
 // clientPort is the embedded store's client port. etcd serves its clients
@@ -108,14 +110,10 @@ func (p *clientPort) accept() {
 				return
 			}
 			delay = min(max(2*delay, acceptMinDelay), acceptMaxDelay)
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-				continue
-			case <-p.done:
-				t.Stop()
+			if !ctxtime.SleepUnless(p.done, delay) {
 				return
 			}
+			continue
 		}
 		delay = 0
 		if !p.track(c, p.tls != nil) {

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -83,12 +84,8 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, diag.text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
 			lastReport = time.Now()
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, nil, ctx.Err()
+		if err := ctxtime.Sleep(ctx, delay); err != nil {
+			return nil, nil, err
 		}
 		delay = min(2*delay, 2*time.Second)
 	}

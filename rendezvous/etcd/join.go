@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -527,11 +528,7 @@ func retryBrokenWatch[T any](ctx context.Context, log logrus.FieldLogger, what s
 			return v, err
 		}
 		log.Debugf("%s: %v; watching again", what, err)
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if ctxtime.Sleep(ctx, delay) != nil {
 			return v, err
 		}
 		delay = min(2*delay, rewatchMaxDelay)

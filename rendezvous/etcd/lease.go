@@ -7,6 +7,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
 // keptLease is this node's lease, kept alive until its context ends.
@@ -32,11 +34,7 @@ func keepLease(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, t
 	go func() {
 		defer close(l.done)
 		defer end()
-		t := time.NewTimer(ttl / 3)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
+		if ctxtime.Sleep(ctx, ttl/3) != nil {
 			return
 		}
 		responses, err := cli.KeepAlive(ctx, id)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
@@ -153,11 +154,7 @@ func (m *memberProcess) supervise(ready chan<- error) {
 			return
 		}
 		m.log.Warnf("member %d of the job's store %s; starting it again from its data in %s", m.index, how, m.dir.Path())
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-m.stop:
-			t.Stop()
+		if !ctxtime.SleepUnless(m.stop, delay) {
 			return
 		}
 		delay = min(2*delay, memberRestartMaxDelay)
@@ -257,11 +254,7 @@ func (m *memberProcess) Close() error {
 			_ = stdin.Close()
 		}
 	}
-	t := time.NewTimer(memberStopTimeout)
-	defer t.Stop()
-	select {
-	case <-m.done:
-	case <-t.C:
+	if ctxtime.SleepUnless(m.done, memberStopTimeout) {
 		m.mu.Lock()
 		if m.proc != nil {
 			_ = m.proc.Signal(syscall.SIGKILL)

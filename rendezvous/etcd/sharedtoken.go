@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -208,12 +209,8 @@ func (s *sharedToken) await(ctx context.Context, stale Token) (Token, error) {
 			return nil, fmt.Errorf("%w: no job token given, and the job's token file %s, which the node hosting the store writes, %s within %v (--rdzv-conf connect_timeout): does the store's host run this job (the same --rdzv-id and port), and do the two share your home folder? If they share none, give every node the same GORUN_RDZV_TOKEN (docs/security.md)",
 				rendezvous.ErrBadToken, s.path, what, s.wait)
 		}
-		t2 := time.NewTimer(tokenPoll)
-		select {
-		case <-t2.C:
-		case <-ctx.Done():
-			t2.Stop()
-			return nil, ctx.Err()
+		if err := ctxtime.Sleep(ctx, tokenPoll); err != nil {
+			return nil, err
 		}
 	}
 }

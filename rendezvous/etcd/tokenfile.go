@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -113,12 +114,8 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%s=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", flag, path, wait)
 		}
-		poll := time.NewTimer(tokenPoll)
-		select {
-		case <-poll.C:
-		case <-ctx.Done():
-			poll.Stop()
-			return nil, ctx.Err()
+		if err := ctxtime.Sleep(ctx, tokenPoll); err != nil {
+			return nil, err
 		}
 	}
 }

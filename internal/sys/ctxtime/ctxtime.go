@@ -1,4 +1,5 @@
-// Package ctxtime holds the timer waits that end early with a context.
+// Package ctxtime holds the timer waits that end early: with a context,
+// or with an owner's stop channel.
 package ctxtime
 
 import (
@@ -15,5 +16,18 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// SleepUnless waits d, or until done is closed (an owner's stop channel,
+// where there is no context); it says whether all of d passed.
+func SleepUnless(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+		return false
 	}
 }
