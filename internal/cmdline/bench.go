@@ -57,18 +57,7 @@ func benchLaunchCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("bench launch: "+err.Error(), 1)
 			}
-			enc := json.NewEncoder(c.App.Writer)
-			if err := enc.Encode(res); err != nil {
-				return cli.Exit(err.Error(), 1)
-			}
-			md := res.Markdown(time.Now(), cfg.Runs)
-			fmt.Fprintln(c.App.ErrWriter, "\n"+md)
-			if path := c.String("write"); path != "" {
-				if err := bench.UpdateSection(path, "bench launch", md); err != nil {
-					return cli.Exit("bench launch: "+err.Error(), 1)
-				}
-			}
-			return nil
+			return reportBench(c, "bench launch", res, res.Markdown(time.Now(), cfg.Runs))
 		},
 	}
 }
@@ -104,17 +93,7 @@ func benchSpareCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("bench spare: "+err.Error(), 1)
 			}
-			if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
-				return cli.Exit(err.Error(), 1)
-			}
-			md := res.Markdown(time.Now(), cfg.Runs)
-			fmt.Fprintln(c.App.ErrWriter, "\n"+md)
-			if path := c.String("write"); path != "" {
-				if err := bench.UpdateSection(path, "bench spare", md); err != nil {
-					return cli.Exit("bench spare: "+err.Error(), 1)
-				}
-			}
-			return nil
+			return reportBench(c, "bench spare", res, res.Markdown(time.Now(), cfg.Runs))
 		},
 	}
 }
@@ -142,17 +121,23 @@ func benchRecoveryCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("bench recovery: "+err.Error(), 1)
 			}
-			if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
-				return cli.Exit(err.Error(), 1)
-			}
-			md := res.Markdown(time.Now(), cfg.Runs)
-			fmt.Fprintln(c.App.ErrWriter, "\n"+md)
-			if path := c.String("write"); path != "" {
-				if err := bench.UpdateSection(path, "bench recovery", md); err != nil {
-					return cli.Exit("bench recovery: "+err.Error(), 1)
-				}
-			}
-			return nil
+			return reportBench(c, "bench recovery", res, res.Markdown(time.Now(), cfg.Runs))
 		},
 	}
+}
+
+// reportBench ends a benchmark: its result as JSON on stdout, its table
+// on stderr, and, with --write, the table in that file's section named
+// section.
+func reportBench(c *cli.Context, section string, res any, md string) error {
+	if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	fmt.Fprintln(c.App.ErrWriter, "\n"+md)
+	if path := c.String("write"); path != "" {
+		if err := bench.UpdateSection(path, section, md); err != nil {
+			return cli.Exit(section+": "+err.Error(), 1)
+		}
+	}
+	return nil
 }
