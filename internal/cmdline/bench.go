@@ -134,10 +134,38 @@ func reportBench(c *cli.Context, section string, res any, md string) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	fmt.Fprintln(c.App.ErrWriter, "\n"+md)
+	return WriteBenchSection(c, section, md)
+}
+
+// WriteBenchSection puts md in the section named section of the file
+// --write names, if any.
+func WriteBenchSection(c *cli.Context, section, md string) error {
 	if path := c.String("write"); path != "" {
 		if err := bench.UpdateSection(path, section, md); err != nil {
 			return cli.Exit(section+": "+err.Error(), 1)
 		}
 	}
+	return nil
+}
+
+// BenchFormat is --format: json (one object per result) or text.
+func BenchFormat(c *cli.Context) (string, error) {
+	format := c.String("format")
+	if format != "json" && format != "text" {
+		return "", Usagef("--format=%q: want json or text", format)
+	}
+	return format, nil
+}
+
+// EmitBenchResult writes one result on stdout: as a JSON object, or as
+// its line of text.
+func EmitBenchResult(c *cli.Context, format string, res any, text string) error {
+	if format == "json" {
+		if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		return nil
+	}
+	fmt.Fprintln(c.App.Writer, text)
 	return nil
 }

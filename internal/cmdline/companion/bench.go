@@ -1,7 +1,6 @@
 package companion
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun-dev/gorun/internal/bench"
 	"github.com/gorun-dev/gorun/internal/bench/rdzvbench"
 	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/launcher"
@@ -37,9 +35,9 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 			if err != nil || len(counts) == 0 {
 				return cmdline.Usagef("--agents=%q: want a number or a comma-separated list", c.String("agents"))
 			}
-			format := c.String("format")
-			if format != "json" && format != "text" {
-				return cmdline.Usagef("--format=%q: want json or text", format)
+			format, err := cmdline.BenchFormat(c)
+			if err != nil {
+				return err
 			}
 			var results []rdzvbench.Result
 			for _, n := range counts {
@@ -48,22 +46,15 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 					return cli.Exit("bench rendezvous: "+err.Error(), 1)
 				}
 				results = append(results, res)
-				if format == "json" {
-					if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
-						return cli.Exit(err.Error(), 1)
-					}
-				} else if res.Skipped != "" {
-					fmt.Fprintf(c.App.Writer, "%d agents: not run: %s\n", res.Agents, res.Skipped)
-				} else {
-					fmt.Fprintf(c.App.Writer, "%d agents: %.3f s, floor %.3f s (%.2fx); logins %.3f s\n", res.Agents, res.Seconds, res.FloorSeconds, res.Seconds/res.FloorSeconds, res.LoginSeconds)
+				text := fmt.Sprintf("%d agents: %.3f s, floor %.3f s (%.2fx); logins %.3f s", res.Agents, res.Seconds, res.FloorSeconds, res.Seconds/res.FloorSeconds, res.LoginSeconds)
+				if res.Skipped != "" {
+					text = fmt.Sprintf("%d agents: not run: %s", res.Agents, res.Skipped)
+				}
+				if err := cmdline.EmitBenchResult(c, format, res, text); err != nil {
+					return err
 				}
 			}
-			if path := c.String("write"); path != "" {
-				if err := bench.UpdateSection(path, "bench rendezvous", markdown(results)); err != nil {
-					return cli.Exit("bench rendezvous: "+err.Error(), 1)
-				}
-			}
-			return nil
+			return cmdline.WriteBenchSection(c, "bench rendezvous", markdown(results))
 		},
 	}
 }

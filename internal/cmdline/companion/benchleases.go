@@ -1,7 +1,6 @@
 package companion
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun-dev/gorun/internal/bench"
 	"github.com/gorun-dev/gorun/internal/bench/rdzvbench"
 	"github.com/gorun-dev/gorun/internal/cmdline"
 	"github.com/gorun-dev/gorun/launcher"
@@ -43,9 +41,9 @@ func (e *Commands) BenchLeasesCommand() *cli.Command {
 				}
 				ttls = append(ttls, d)
 			}
-			format := c.String("format")
-			if format != "json" && format != "text" {
-				return cmdline.Usagef("--format=%q: want json or text", format)
+			format, err := cmdline.BenchFormat(c)
+			if err != nil {
+				return err
 			}
 			exe, err := os.Executable()
 			if err != nil {
@@ -59,21 +57,13 @@ func (e *Commands) BenchLeasesCommand() *cli.Command {
 						return cli.Exit("bench leases: "+err.Error(), 1)
 					}
 					results = append(results, res)
-					if format == "json" {
-						if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
-							return cli.Exit(err.Error(), 1)
-						}
-					} else {
-						fmt.Fprintf(c.App.Writer, "%d nodes, TTL %v: %.0f keep-alives/s, store %.1f%% of a core; a silent node dropped in %.2f s\n", res.Nodes, ttl, res.KeepAlivesPerSecond, 100*res.StoreCPU, res.DropSeconds)
+					text := fmt.Sprintf("%d nodes, TTL %v: %.0f keep-alives/s, store %.1f%% of a core; a silent node dropped in %.2f s", res.Nodes, ttl, res.KeepAlivesPerSecond, 100*res.StoreCPU, res.DropSeconds)
+					if err := cmdline.EmitBenchResult(c, format, res, text); err != nil {
+						return err
 					}
 				}
 			}
-			if path := c.String("write"); path != "" {
-				if err := bench.UpdateSection(path, "bench leases", leasesMarkdown(results, c.Duration("window"))); err != nil {
-					return cli.Exit("bench leases: "+err.Error(), 1)
-				}
-			}
-			return nil
+			return cmdline.WriteBenchSection(c, "bench leases", leasesMarkdown(results, c.Duration("window")))
 		},
 	}
 }
