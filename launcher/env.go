@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gorun-dev/gorun/internal/workerenv"
+	"github.com/gorun-dev/gorun/memory"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -16,7 +17,7 @@ const (
 	// EnvAllocConf is PyTorch's CUDA caching allocator configuration.
 	EnvAllocConf = "PYTORCH_CUDA_ALLOC_CONF"
 	// EnvReuseMode selects the multi-stream memory reuse mode, 0..3.
-	EnvReuseMode = "MULTI_STREAM_MEMORY_REUSE"
+	EnvReuseMode = memory.ReuseEnv
 	// DefaultReuseMode is the reuse mode gorun sets when unset.
 	DefaultReuseMode = "2"
 	// expandableSegments is the allocator option gorun adds.
@@ -48,7 +49,7 @@ func lookupEnv(environ []string, name string) (string, bool) {
 // GORUN_JOB_SECRET, derived from the token for them alone).
 func isLauncherSecret(name string) bool {
 	switch name {
-	case "GORUN_RDZV_TOKEN", "GORUN_RDZV_TOKEN_FILE", "GORUN_RDZV_PASSWORD", workerenv.StorePassword:
+	case rendezvous.TokenEnv, rendezvous.TokenFileEnv, rendezvous.PasswordEnv, workerenv.StorePassword:
 		return true
 	}
 	return false

@@ -65,9 +65,16 @@ func BadInput(err error) error {
 	return &InputError{Err: err}
 }
 
+// The launcher's secrets in its environment, which its workers never get:
 // TokenEnv holds the job token itself, for those who keep it out of
-// files.
-const TokenEnv = "GORUN_RDZV_TOKEN"
+// files; TokenFileEnv names the file that holds it (--rdzv-conf
+// token_file); PasswordEnv is an external etcd user's password
+// (--rdzv-conf password).
+const (
+	TokenEnv     = "GORUN_RDZV_TOKEN"
+	TokenFileEnv = "GORUN_RDZV_TOKEN_FILE"
+	PasswordEnv  = "GORUN_RDZV_PASSWORD"
+)
 
 // ParseSeconds parses a duration setting named flag: a Go duration ("30s",
 // "1m30s") or a plain number of seconds ("30", "0.5"), as

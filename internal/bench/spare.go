@@ -17,6 +17,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // SpareConfig configures `gorun bench spare`: the time from the loss of
@@ -109,7 +112,7 @@ func lossToTraining(ctx context.Context, cfg SpareConfig, nodes int, plan string
 	if _, err := rand.Read(tok); err != nil {
 		return 0, err
 	}
-	env := append(os.Environ(), "GORUN_RDZV_TOKEN="+hex.EncodeToString(tok))
+	env := append(os.Environ(), rendezvous.TokenEnv+"="+hex.EncodeToString(tok))
 	agents := make([]*spareAgent, 0, nodes)
 	defer func() {
 		for _, a := range agents {
@@ -185,10 +188,8 @@ func waitUps(ctx context.Context, dir string, want int, since time.Time, limit t
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d of %d workers started within %v", n, want, limit)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		if err := ctxtime.Sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
 		}
 	}
 }

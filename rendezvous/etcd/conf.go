@@ -63,9 +63,9 @@ var knownKeys = []string{"last_call_timeout", "join_timeout", "lease_ttl", "conn
 // secretEnv lists the environment alternatives of --rdzv-conf keys, so
 // that secrets stay off the command line.
 var secretEnv = map[string]string{
-	"user": "GORUN_RDZV_USER", "password": "GORUN_RDZV_PASSWORD",
+	"user": "GORUN_RDZV_USER", "password": rendezvous.PasswordEnv,
 	"cacert": "GORUN_RDZV_CACERT", "cert": "GORUN_RDZV_CERT", "key": "GORUN_RDZV_KEY",
-	"token_file": "GORUN_RDZV_TOKEN_FILE",
+	"token_file": rendezvous.TokenFileEnv,
 }
 
 // passwordEnv holds the store user's password itself (the launcher's

@@ -178,7 +178,7 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	defer outR.Close()
 	command := func() *exec.Cmd {
 		cmd := exec.Command(m.argv[0], m.argv[1:]...)
-		cmd.Env = withoutKeys(os.Environ(), rendezvous.TokenEnv, secretEnv["token_file"], passwordEnv)
+		cmd.Env = withoutKeys(os.Environ(), rendezvous.TokenEnv, rendezvous.TokenFileEnv, rendezvous.PasswordEnv, passwordEnv)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, m.stderr
 		return cmd
 	}

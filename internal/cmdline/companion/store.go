@@ -39,7 +39,7 @@ func storeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "peer-listen", Value: "127.0.0.1:0", Usage: "peer address host:port (one member: unused by clients)"},
 		&cli.StringFlag{Name: "data-dir", Usage: "data directory (default: a temporary one, removed on exit)", EnvVars: []string{"GORUN_STORE_DATA_DIR"}},
 		&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "etcd's log level: debug, info, warn, error, panic"},
-		&cli.StringFlag{Name: "token-file", Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{"GORUN_RDZV_TOKEN_FILE"}},
+		&cli.StringFlag{Name: "token-file", Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{rendezvous.TokenFileEnv}},
 		&cli.StringFlag{Name: "prefix", Value: etcdrdzv.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
 		&cli.BoolFlag{Name: "no-auth", Usage: "serve without authentication: anyone who reaches the port reads and writes every key"},
 		&cli.StringFlag{Name: "cert", Usage: "TLS certificate of the client port (with --key)"},
