@@ -11,13 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
@@ -57,21 +57,32 @@ func RunLeases(ctx context.Context, binary string, nodes int, ttl, window time.D
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	store := exec.CommandContext(ctx, binary, "store", "--listen", "127.0.0.1:0", "--log-level", "panic", "--token-stdin", "--stop-on-stdin-close")
-	stdin, err := store.StdinPipe()
+	// The store stops when its standard input closes (on return), and
+	// dies with this process.
+	inR, stdin, err := os.Pipe()
 	if err != nil {
 		return LeaseResult{}, err
 	}
-	out, err := store.StdoutPipe()
+	out, outW, err := os.Pipe()
 	if err != nil {
+		inR.Close()
+		stdin.Close()
 		return LeaseResult{}, err
 	}
-	store.Stderr = os.Stderr
-	store.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := store.Start(); err != nil {
+	defer out.Close()
+	store, started := proc.Start(func() *exec.Cmd {
+		cmd := exec.Command(binary, "store", "--listen", "127.0.0.1:0", "--log-level", "panic", "--token-stdin", "--stop-on-stdin-close")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+		return cmd
+	}, proc.Options{CgroupFD: -1})
+	err = <-started
+	inR.Close() // the store's ends
+	outW.Close()
+	if err != nil {
+		stdin.Close()
 		return LeaseResult{}, err
 	}
-	defer func() { stdin.Close(); _ = store.Wait() }()
+	defer func() { stdin.Close(); <-store.Done() }()
 	if _, err := io.WriteString(stdin, string(benchToken)+"\n"); err != nil {
 		return LeaseResult{}, err
 	}
@@ -123,7 +134,7 @@ func RunLeases(ctx context.Context, binary string, nodes int, ttl, window time.D
 	if err := ctxtime.Sleep(ctx, ttl); err != nil {
 		return LeaseResult{}, err
 	}
-	before, err := cpuTime(store.Process.Pid)
+	before, err := cpuTime(store.Pid)
 	if err != nil {
 		return LeaseResult{}, err
 	}
@@ -131,7 +142,7 @@ func RunLeases(ctx context.Context, binary string, nodes int, ttl, window time.D
 	if err := ctxtime.Sleep(ctx, window); err != nil {
 		return LeaseResult{}, err
 	}
-	after, err := cpuTime(store.Process.Pid)
+	after, err := cpuTime(store.Pid)
 	if err != nil {
 		return LeaseResult{}, err
 	}
