@@ -75,7 +75,7 @@ func benchMemoryAction(c *cli.Context) error {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
-		return err
+		return cli.Exit("bench memory: "+err.Error(), 1)
 	}
 	if path := c.String("write"); path != "" {
 		expandable := c.Bool("expandable-segments")

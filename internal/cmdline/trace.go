@@ -31,7 +31,10 @@ func traceCommand() *cli.Command {
 			if err != nil {
 				return Usagef("trace: %w", err)
 			}
-			return runTrace(c.App.Writer, c.App.ErrWriter, args)
+			if err := runTrace(c.App.Writer, c.App.ErrWriter, args); err != nil {
+				return ExitError(err, 1) // a write that failed
+			}
+			return nil
 		},
 	}
 }

@@ -47,14 +47,18 @@ func isUsage(err error) bool {
 }
 
 // ExitError is the command's exit for err: 2 for bad input (isUsage),
-// code otherwise; err's text is printed either way.
+// the code err already carries when it is a cli.ExitCoder itself, code
+// otherwise; err's text is printed either way.
 func ExitError(err error, code int) error {
 	var u *UsageError
+	var ec cli.ExitCoder
 	switch {
 	case errors.As(err, &u) && u == err:
 		return err
 	case isUsage(err):
 		return Usage(err)
+	case errors.As(err, &ec) && ec == err:
+		return err
 	}
 	return cli.Exit(err.Error(), code)
 }

@@ -32,6 +32,7 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 		{"shape mismatch", fmt.Errorf("%w job1: %w", rendezvous.ErrShapeMismatch, cause), true, rendezvous.ErrShapeMismatch.Error() + " job1: " + cause.Error()},
 		{"invalid node", fmt.Errorf("%w: %w", rendezvous.ErrInvalidNode, cause), true, rendezvous.ErrInvalidNode.Error() + ": " + cause.Error()},
 		{"not usage", fmt.Errorf("etcd unreachable: %w", cause), false, "etcd unreachable: " + cause.Error()},
+		{"an exit of its own", cli.Exit(cause.Error(), 3), false, cause.Error()},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := isUsage(tt.err); got != tt.usage {
@@ -42,10 +43,13 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 			if got := errors.As(exit, &ec) && ec.ExitCode() == 2; got != tt.usage {
 				t.Errorf("exits 2: %v; want %v", got, tt.usage)
 			}
+			if own, ok := tt.err.(cli.ExitCoder); ok && !tt.usage && ec.ExitCode() != own.ExitCode() {
+				t.Errorf("exit code %d; want the error's own %d", ec.ExitCode(), own.ExitCode())
+			}
 			if tt.err.Error() != tt.msg || exit.Error() != tt.msg {
 				t.Errorf("message %q, exit's %q; want %q", tt.err.Error(), exit.Error(), tt.msg)
 			}
-			if tt.name != "Usagef" && !errors.Is(tt.err, cause) {
+			if _, own := tt.err.(cli.ExitCoder); tt.name != "Usagef" && !(own && !tt.usage) && !errors.Is(tt.err, cause) {
 				t.Errorf("%v does not wrap its cause", tt.err)
 			}
 		})
