@@ -63,13 +63,3 @@ func (c Conf) DialJob(ctx context.Context, token Token, runID string, endpoints 
 
 // Prefix is the job's key prefix (--rdzv-conf etcd_prefix).
 func (c Conf) Prefix() string { return c.prefix }
-
-// StoreToken is `gorun store`'s token: the file at path (created, mode
-// 0600, when absent; flag names the setting that gave it, for messages),
-// else text (GORUN_RDZV_TOKEN's, or standard input's). Its errors are
-// bad input.
-func StoreToken(ctx context.Context, flag, path, text string, log logrus.FieldLogger) (Token, error) {
-	c := Conf{tokenFile: path, token: text, tokenFlag: flag}
-	t, _, _, err := jobToken(ctx, c, jobSpec{embedded: true, maxNodes: 1}, true, log)
-	return t, err
-}

@@ -146,3 +146,13 @@ func createToken(path string, t Token) (made bool, err error) {
 	}
 	return true, nil
 }
+
+// StoreToken is `gorun store`'s token: the file at path (created, mode
+// 0600, when absent; flag names the setting that gave it, for messages),
+// else text (GORUN_RDZV_TOKEN's, or standard input's). Its errors are
+// bad input.
+func StoreToken(ctx context.Context, flag, path, text string, log logrus.FieldLogger) (Token, error) {
+	c := Conf{tokenFile: path, token: text, tokenFlag: flag}
+	t, _, _, err := jobToken(ctx, c, jobSpec{embedded: true, maxNodes: 1}, true, log)
+	return t, err
+}
