@@ -128,7 +128,7 @@ func (g *jobGroup) startGuardian(r *os.File, cgroup string) {
 	cmd.Stdin = r
 	// Its own session: a terminal's ^C to gorun's group does not reach it,
 	// it outlives gorun by design, and a ^Z during its fork cannot stop it
-	// before its exec (and gorun with it: process.go).
+	// before its exec (and gorun with it: internal/sys/proc, Options.Setsid).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err := cmd.Start()
 	r.Close()

@@ -25,7 +25,7 @@ const (
 //
 //	<log_dir>/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
 //
-// and without it, a private temporary folder (see tempdir.go) that holds
+// and without it, a private temporary folder (internal/sys/tempdir) that holds
 // only the error files and is removed when the run ends. The run's folder
 // is always one this run made (mode 0700); everything gorun makes in it
 // goes through dir, a handle on that folder, so that renaming the folder

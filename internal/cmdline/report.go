@@ -117,13 +117,13 @@ func isRegular(path string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// readEventsFile reads an events file: a file it cannot open is a usage
-// error (exit 2), bad content exit 1.
 // maxEventsBytes bounds the timeline read: far beyond any real run's (an
 // event is ~200 bytes: 32 MiB is 150,000 events, a restart every 5 minutes
 // for a year), so that a file that is not one costs nothing.
 const maxEventsBytes = 32 << 20
 
+// readEventsFile reads an events file: a file it cannot open is a usage
+// error (exit 2), bad content exit 1.
 func readEventsFile(path string) ([]launcher.Event, error) {
 	// Without blocking, then checked: a FIFO swapped in must not hold us.
 	f, st, err := private.OpenRegular(path)

@@ -1,6 +1,9 @@
-// Package private makes and checks files and folders that only this user
-// may use, in places other users can write too (the temporary folder):
-// anything another user planted there, a folder or a link, is refused.
+// Package private keeps what is this user's to this user: it makes and
+// checks files and folders that only this user may use, in places other
+// users can write too (the temporary folder: anything another user
+// planted there, a folder or a link, is refused), and it hides this
+// process's secrets from the other processes of the same user, its
+// workers included (HideSecrets).
 package private
 
 import (

@@ -37,20 +37,22 @@ func imports(t *testing.T) map[string][]string {
 func TestDependenciesPointOneWay(t *testing.T) {
 	pkgs := imports(t)
 	for _, rule := range []struct {
-		why      string
-		from     []string // prefixes of the packages the rule binds
-		except   []string // prefixes of packages exempt from it
-		mustNot  []string // prefixes they must not import
-		external bool     // mustNot names paths outside the module
+		why     string
+		from    []string // prefixes of the packages the rule binds
+		except  []string // prefixes of packages exempt from it
+		mustNot []string // prefixes they must not import
 	}{
 		{why: "test helpers are never product code", from: []string{""}, except: []string{"internal/testkit/"}, mustNot: []string{module + "internal/testkit/"}},
 		{why: "only the companion binary links etcd", from: []string{""},
-			except: []string{"rendezvous/etcd", "internal/cmdline/companion", "cmd/gorun-etcd", "internal/bench/rdzvbench", "internal/testkit/"}, mustNot: []string{"go.etcd.io/", module + "rendezvous/etcd"}, external: true},
+			except: []string{"rendezvous/etcd", "internal/cmdline/companion", "cmd/gorun-etcd", "internal/bench/rdzvbench", "internal/testkit/"}, mustNot: []string{"go.etcd.io/", module + "rendezvous/etcd"}},
 		{why: "the launcher knows the rendezvous interface, not a backend", from: []string{"launcher"}, mustNot: []string{module + "rendezvous/"}},
 		{why: "nothing below the command line imports it", from: []string{"launcher", "rendezvous", "comm", "watchdog", "topology", "memory", "internal/sys/", "internal/workerenv", "internal/bench", "internal/tracefind"}, mustNot: []string{module + "internal/cmdline"}},
 		{why: "the building blocks import no product package", from: []string{"internal/sys/", "internal/workerenv"},
 			mustNot: []string{module + "launcher", module + "rendezvous", module + "comm", module + "watchdog", module + "topology", module + "memory", module + "internal/bench", module + "internal/tracefind"}},
 		{why: "launcher and comm share the worker contract, not each other", from: []string{"comm"}, mustNot: []string{module + "launcher"}},
+		{why: "memory and layouts sit below the runtime", from: []string{"memory", "topology", "watchdog"},
+			mustNot: []string{module + "comm", module + "launcher", module + "rendezvous", module + "internal/bench", module + "internal/tracefind"}},
+		{why: "memory knows no layout", from: []string{"memory"}, mustNot: []string{module + "topology"}},
 		{why: "launcher and comm share the worker contract, not each other", from: []string{"launcher"}, mustNot: []string{module + "comm"}},
 	} {
 		for pkg, imps := range pkgs {
