@@ -108,3 +108,84 @@ func TestOpenRefusesBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenTwoAgentsOnOneHost: two agents of a 2-node job on one host
+// with the same endpoint: the one that binds the port hosts the store,
+// the other finds it taken and joins as a client (hostOrJoin), and both
+// meet in one round.
+func TestOpenTwoAgentsOnOneHost(t *testing.T) {
+	t.Setenv(rendezvous.TokenEnv, "0123456789abcdef0123456789abcdef")
+	spec := openSpec(t, "open-two")
+	spec.MinNodes, spec.MaxNodes = 2, 2
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	first, err := Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release()
+	second, err := Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release()
+	if !first.hosting || second.hosting {
+		t.Fatalf("hosting: first %v, second %v; want the first alone", first.hosting, second.hosting)
+	}
+	rounds := make(chan rendezvous.Round, 2)
+	errs := make(chan error, 2)
+	for _, s := range []*Session{first, second} {
+		go func() {
+			r, err := s.Next(ctx, rendezvous.Node{Addr: "127.0.0.1", LocalWorldSize: 1})
+			rounds <- r
+			errs <- err
+		}()
+	}
+	ranks := map[int]bool{}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		r := <-rounds
+		if r.WorldSize != 2 {
+			t.Errorf("round %+v; want world size 2", r)
+		}
+		ranks[r.GroupRank] = true
+	}
+	if !ranks[0] || !ranks[1] {
+		t.Errorf("group ranks %v; want 0 and 1", ranks)
+	}
+	// The job ends when every node has succeeded: the host waits for the
+	// other to leave.
+	if err := second.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenNamesAStoreThatNeverCame: a node that does not host the
+// embedded store retries within connect_timeout, then says what the probe
+// found and that the hosting node may not have started.
+func TestOpenNamesAStoreThatNeverCame(t *testing.T) {
+	t.Setenv(rendezvous.TokenEnv, "0123456789abcdef0123456789abcdef")
+	spec := openSpec(t, "open-never")
+	spec.MinNodes, spec.MaxNodes = 2, 2
+	spec.Conf = map[string]string{"is_host": "false", "connect_timeout": "1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Open(ctx, spec)
+	if err == nil {
+		s.Release()
+		t.Fatal("opened a store that no one runs")
+	}
+	for _, want := range []string{"never reached etcd at " + spec.Endpoint, "connection refused", "may not have started yet"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open: %v; want it to say %q", err, want)
+		}
+	}
+	if !errors.Is(err, ErrUnreachable) || errors.Is(err, rendezvous.ErrInvalidConfig) {
+		t.Errorf("Open: %v; want ErrUnreachable, not bad input", err)
+	}
+}
