@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -50,7 +49,7 @@ func reportAction(c *cli.Context) error {
 		}
 		now = t
 	}
-	run, picked, err := findRunFolder(logDir)
+	run, picked, err := launcher.FindRunFolder(logDir)
 	if err != nil {
 		return Usagef("report: %v", err)
 	}
@@ -65,7 +64,11 @@ func reportAction(c *cli.Context) error {
 	if len(events) == 0 {
 		return Usagef("report: %s has no events: the run in %s has not started", path, logDir)
 	}
-	r, err := launcher.ComputeReport(events, now, runningProgress(run, events, c.App.ErrWriter))
+	progress, warnings := launcher.RunningProgress(run, events)
+	for _, w := range warnings {
+		fmt.Fprintf(c.App.ErrWriter, "gorun: warning: report: %v\n", w)
+	}
+	r, err := launcher.ComputeReport(events, now, progress)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("report: %s: %v", path, err), 1)
 	}
@@ -73,48 +76,6 @@ func reportAction(c *cli.Context) error {
 		return r.WriteJSON(c.App.Writer)
 	}
 	return r.WriteText(c.App.Writer)
-}
-
-// findRunFolder returns dir when it holds an events file, else the folder
-// in it whose events file was modified last (picked true).
-func findRunFolder(dir string) (run string, picked bool, err error) {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return "", false, fmt.Errorf("LOGDIR: %w", err)
-	}
-	if !fi.IsDir() {
-		return "", false, fmt.Errorf("LOGDIR %s is not a folder; want a run folder (with %s) or a --log-dir", dir, launcher.EventsFile)
-	}
-	if isRegular(filepath.Join(dir, launcher.EventsFile)) {
-		return dir, false, nil
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return "", false, fmt.Errorf("LOGDIR: %w", err)
-	}
-	var latest time.Time
-	for _, e := range entries { // in name order: of equal times, the last name wins
-		if !e.IsDir() {
-			continue
-		}
-		fi, err := os.Lstat(filepath.Join(dir, e.Name(), launcher.EventsFile))
-		if err != nil || !fi.Mode().IsRegular() {
-			continue
-		}
-		if run == "" || !fi.ModTime().Before(latest) {
-			run, latest = filepath.Join(dir, e.Name()), fi.ModTime()
-		}
-	}
-	if run == "" {
-		return "", false, fmt.Errorf("LOGDIR %s holds no %s, nor does any folder in it; want a run folder (<log_dir>/<run_id>) or a --log-dir of a run", dir, launcher.EventsFile)
-	}
-	return run, true, nil
-}
-
-// isRegular reports whether path is a regular file (not a link to one).
-func isRegular(path string) bool {
-	fi, err := os.Lstat(path)
-	return err == nil && fi.Mode().IsRegular()
 }
 
 // maxEventsBytes bounds the timeline read: far beyond any real run's (an
@@ -142,44 +103,4 @@ func readEventsFile(path string) ([]launcher.Event, error) {
 		return nil, cli.Exit(fmt.Sprintf("report: %s: %v", path, err), 1)
 	}
 	return events, nil
-}
-
-// runningProgress reads the progress files of the attempt that runs (a
-// spawn without its end, in a timeline without an exit), merged over its
-// workers; nil when none runs. A progress file it cannot read is a warning
-// on stderr.
-func runningProgress(run string, events []launcher.Event, stderr io.Writer) map[int]launcher.Progress {
-	attempt, open := 0, false
-	for _, e := range events {
-		switch e.Kind {
-		case launcher.EventSpawn:
-			attempt, open = e.Attempt, true
-		case launcher.EventEnd, launcher.EventExit:
-			open = false
-		}
-	}
-	if !open {
-		return nil
-	}
-	dir := launcher.AttemptDir(run, attempt)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			fmt.Fprintf(stderr, "gorun: warning: report: %v\n", err)
-		}
-		return nil
-	}
-	var ps []launcher.Progress
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		p, err := launcher.ReadProgress(filepath.Join(dir, e.Name(), launcher.ProgressFile))
-		if err != nil {
-			fmt.Fprintf(stderr, "gorun: warning: report: %v\n", err)
-			continue
-		}
-		ps = append(ps, p)
-	}
-	return map[int]launcher.Progress{attempt: launcher.MergeProgress(ps...)}
 }
