@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -256,7 +257,31 @@ func (r *Recorder) Dump(rank, worldSize int, reason string, now time.Time) Dump 
 }
 
 // DumpFileName is rank's dump file in a dump directory.
-func DumpFileName(rank int) string { return fmt.Sprintf("fr_trace_rank_%d.json", rank) }
+func DumpFileName(rank int) string { return fmt.Sprintf(dumpPrefix+"%d"+dumpSuffix, rank) }
+
+// The dump file's name around its rank, and the glob of every rank's.
+const (
+	dumpPrefix = "fr_trace_rank_"
+	dumpSuffix = ".json"
+	dumpGlob   = dumpPrefix + "*" + dumpSuffix
+)
+
+// ParseDumpFileName is the rank whose dump name is (DumpFileName's
+// inverse); ok is false for any other name.
+func ParseDumpFileName(name string) (rank int, ok bool) {
+	s, ok := strings.CutPrefix(name, dumpPrefix)
+	if !ok {
+		return 0, false
+	}
+	if s, ok = strings.CutSuffix(s, dumpSuffix); !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || DumpFileName(n) != name {
+		return 0, false
+	}
+	return n, true
+}
 
 // WriteDump writes d into dir as DumpFileName(d.Rank), through a
 // temporary file so that a reader never sees half a dump. Folders it

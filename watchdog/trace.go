@@ -74,7 +74,7 @@ func (r RankOp) describe() string {
 
 // ReadDumps reads every rank's dump in dir.
 func ReadDumps(dir string) ([]Dump, error) {
-	paths, err := filepath.Glob(filepath.Join(dir, "fr_trace_rank_*.json"))
+	paths, err := filepath.Glob(filepath.Join(dir, dumpGlob))
 	if err != nil {
 		return nil, err
 	}

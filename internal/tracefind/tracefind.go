@@ -223,16 +223,8 @@ func (s *search) inside(path string) (string, bool) {
 
 // isDumpName reports whether name is fr_trace_rank_<rank>.json.
 func isDumpName(name string) bool {
-	rank, ok := strings.CutPrefix(name, "fr_trace_rank_")
-	if !ok {
-		return false
-	}
-	rank, ok = strings.CutSuffix(rank, ".json")
-	if !ok {
-		return false
-	}
-	n, err := strconv.Atoi(rank)
-	return err == nil && n >= 0 && watchdog.DumpFileName(n) == name
+	_, ok := watchdog.ParseDumpFileName(name)
+	return ok
 }
 
 // name places a folder of dumps, by its real absolute path, in gorun's
