@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"crypto/tls"
 	"net"
 	"os"
@@ -263,5 +264,33 @@ func TestClusterStartsWithoutMemberZero(t *testing.T) {
 		if _, err := anon.Put(ctx, DefaultPrefix+"/job/x", "v"); err == nil {
 			t.Error("a client without the job's password wrote to the store")
 		}
+	}
+}
+
+// TestClusterMemberWhosePlaceIsTaken: a member that comes back with no
+// data (its agent was lost, its folder swept) finds the store went on
+// without it: StartServer says ErrMemberTaken, which gorun store exits
+// with MemberTakenExit for its agent to go on as a client.
+func TestClusterMemberWhosePlaceIsTaken(t *testing.T) {
+	token := Token("gorun-cluster-test-token-0123456789")
+	addrs := freeAddrs(t, 6)
+	servers, errs, _ := startClusterAt(t, addrs, []Token{token, token, token}, 30*time.Second)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	if err := servers[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := StartServer(context.Background(), ServerConfig{
+		ClientAddr: addrs[5], Token: token, Cluster: addrs[:3], Member: 2, ReadyTimeout: 10 * time.Second,
+	})
+	if err == nil {
+		s.Close()
+		t.Fatal("a member with no data started again in its old place")
+	}
+	if !errors.Is(err, ErrMemberTaken) {
+		t.Errorf("StartServer: %v; want ErrMemberTaken", err)
 	}
 }

@@ -91,7 +91,7 @@ func hostStore(ctx context.Context, c Conf, token Token, endpoint string, member
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, false, err
-		case err != nil && !errors.Is(err, errMemberTaken):
+		case err != nil && !errors.Is(err, ErrMemberTaken):
 			return nil, false, err
 		case err != nil:
 			// A node that comes back after its agent was lost finds its

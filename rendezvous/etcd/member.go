@@ -42,9 +42,10 @@ const (
 // client of the others.
 const MemberTakenExit = 3
 
-// errMemberTaken is the error of a member's first start that exited
-// MemberTakenExit.
-var errMemberTaken = errors.New("the store went on without this member (its place is taken)")
+// ErrMemberTaken: the store went on without this member while it was
+// gone, and gave its place away; StartServer returns it, and it is the
+// error of a member's first start that exited MemberTakenExit.
+var ErrMemberTaken = errors.New("the store went on without this member (its place is taken)")
 
 // memberProcess is this node's member of the job's store of several
 // members, run as a companion process (`gorun-etcd store --cluster
@@ -147,7 +148,7 @@ func (m *memberProcess) supervise(ready chan<- error) {
 			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, err)
 			return
 		case status.Exited() && status.ExitStatus() == MemberTakenExit:
-			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, errMemberTaken)
+			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, ErrMemberTaken)
 			return
 		case failed >= memberMaxFailedStarts:
 			m.log.Errorf("member %d of the job's store %s, and %d starts in a row did not serve; this node goes on as a client of the other members", m.index, how, failed)
@@ -231,7 +232,7 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	}
 	if ready != nil {
 		if status.Exited() && status.ExitStatus() == MemberTakenExit {
-			ready <- errMemberTaken
+			ready <- ErrMemberTaken
 		} else {
 			ready <- fmt.Errorf("the store member exited before it served (%v; its errors are above)", state)
 		}

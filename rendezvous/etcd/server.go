@@ -390,6 +390,11 @@ func (s *Server) startEtcd(ctx context.Context, cfg ServerConfig, logger *zap.Lo
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
 	e, err := embed.StartEtcd(ec)
+	if err != nil && cfg.clustered() && strings.Contains(err.Error(), "has already been bootstrapped") {
+		// etcd's words for a member whose place the store gave away
+		// while it was gone.
+		return fmt.Errorf("embedded etcd on %s: %w: %w", cfg.ClientAddr, ErrMemberTaken, err)
+	}
 	if err != nil {
 		return fmt.Errorf("embedded etcd on %s: %w", cfg.ClientAddr, err)
 	}

@@ -3,6 +3,7 @@ package companion
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -191,9 +192,7 @@ func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etc
 		return nil // stopped while starting
 	}
 	if err != nil {
-		if cluster != nil && strings.Contains(err.Error(), "has already been bootstrapped") {
-			// etcd's words for a member whose place the store
-			// gave away while it was gone.
+		if errors.Is(err, etcdrdzv.ErrMemberTaken) {
 			return cli.Exit(err.Error(), etcdrdzv.MemberTakenExit)
 		}
 		return cli.Exit(err.Error(), 1)
