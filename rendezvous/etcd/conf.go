@@ -46,6 +46,11 @@ type Conf struct {
 	tokenFile string
 	token     string
 	tokenFlag string
+	// storeHosts are the embedded store's member hosts (store_hosts, else
+	// GORUN_RDZV_STORE_HOSTS), nil when neither gives any; storeHostsFrom
+	// names which, for messages.
+	storeHosts     []string
+	storeHostsFrom string
 }
 
 // tokenFlagName names the setting that gave the token file, for messages.
@@ -121,6 +126,13 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (Conf, error) {
 			return c, fmt.Errorf("--rdzv-conf store_log_level=%q: want %s", v, strings.Join(storeLogLevels, ", "))
 		}
 		c.storeLogLevel = v
+	}
+	switch {
+	case kv["store_hosts"] != "":
+		c.storeHosts = strings.FieldsFunc(kv["store_hosts"], func(r rune) bool { return r == '+' || r == ';' || r == ' ' })
+		c.storeHostsFrom = "--rdzv-conf store_hosts"
+	case os.Getenv(storeHostsEnv) != "":
+		c.storeHosts, c.storeHostsFrom = strings.Split(os.Getenv(storeHostsEnv), ","), storeHostsEnv
 	}
 	c.tls = transport.TLSInfo{TrustedCAFile: get("cacert"), CertFile: get("cert"), KeyFile: get("key")}
 	c.user, c.password = get("user"), get("password")

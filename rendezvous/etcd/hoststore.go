@@ -25,19 +25,15 @@ const storeHostsEnv = "GORUN_RDZV_STORE_HOSTS"
 // clients use, and its peers' (the next port).
 type storeMember struct{ client, peer string }
 
-// storeMembers reads the embedded store's members: --rdzv-conf
-// store_hosts=h1+h2+h3, GORUN_RDZV_STORE_HOSTS=h1,h2,h3, else the
-// scheduler's hosts (spec.StoreHosts). Each is a host or host:port, the
-// port defaulting to defPort (the endpoint's); the peers listen on the
-// port after it. nil means a store of one member, at the endpoint.
-func storeMembers(kv map[string]string, spec rendezvous.Spec, defPort int) ([]storeMember, error) {
-	var hosts []string
-	source := "--rdzv-conf store_hosts"
+// storeMembers reads the embedded store's members: the hosts c gives
+// (--rdzv-conf store_hosts, GORUN_RDZV_STORE_HOSTS), else the scheduler's
+// (spec.StoreHosts). Each is a host or host:port, the port defaulting to
+// defPort (the endpoint's); the peers listen on the port after it. nil
+// means a store of one member, at the endpoint.
+func storeMembers(c Conf, spec rendezvous.Spec, defPort int) ([]storeMember, error) {
+	hosts, source := c.storeHosts, c.storeHostsFrom
 	switch {
-	case kv["store_hosts"] != "":
-		hosts = strings.FieldsFunc(kv["store_hosts"], func(r rune) bool { return r == '+' || r == ';' || r == ' ' })
-	case os.Getenv(storeHostsEnv) != "":
-		hosts, source = strings.Split(os.Getenv(storeHostsEnv), ","), storeHostsEnv
+	case hosts != nil:
 	case len(spec.StoreHosts) > 0:
 		hosts, source = spec.StoreHosts, "the scheduler's host list"
 	default:

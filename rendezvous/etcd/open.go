@@ -106,11 +106,11 @@ func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storePlan, er
 	if p.embedded {
 		_, epPort, _ := net.SplitHostPort(p.endpoints[0])
 		port, _ := strconv.Atoi(epPort)
-		if p.members, err = storeMembers(spec.Conf, spec, port); err != nil {
+		if p.members, err = storeMembers(c, spec, port); err != nil {
 			return p, rendezvous.BadInput(err)
 		}
-	} else if spec.Conf["store_hosts"] != "" {
-		spec.Log.Warnf("--rdzv-conf store_hosts is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", spec.Backend)
+	} else if c.storeHosts != nil {
+		spec.Log.Warnf("%s is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", c.storeHostsFrom, spec.Backend)
 	}
 	p.host = p.embedded && isLocal(ctx, p.endpoints[0], spec.LocalAddr)
 	if p.members != nil {
