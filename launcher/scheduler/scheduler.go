@@ -305,3 +305,13 @@ const (
 	JobIndexEnv   = "GORUN_JOB_INDEX"
 	PodsPerJobEnv = "GORUN_PODS_PER_JOB"
 )
+
+// SlurmJobStep is the Slurm job and step that getenv's environment runs
+// in (SLURM_JOB_ID; SLURM_STEP_ID, or Slurm's older SLURM_STEPID): ""
+// outside Slurm, and step "" outside a step (a batch script, salloc's
+// shell).
+func SlurmJobStep(getenv func(string) string) (job, step string) {
+	job, _ = first(getenv, "SLURM_JOB_ID")
+	step, _ = first(getenv, "SLURM_STEP_ID", "SLURM_STEPID")
+	return job, step
+}

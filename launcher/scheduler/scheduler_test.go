@@ -130,3 +130,22 @@ func TestStorePort(t *testing.T) {
 		t.Error("the port must follow the job and step ids")
 	}
 }
+
+func TestSlurmJobStep(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		env       map[string]string
+		job, step string
+	}{
+		{"outside Slurm", nil, "", ""},
+		{"a batch script", map[string]string{"SLURM_JOB_ID": "42"}, "42", ""},
+		{"a step", map[string]string{"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3"}, "42", "3"},
+		{"older spelling", map[string]string{"SLURM_JOB_ID": "42", "SLURM_STEPID": "0"}, "42", "0"},
+		{"both: the newer wins", map[string]string{"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "1", "SLURM_STEPID": "2"}, "42", "1"},
+	} {
+		job, step := SlurmJobStep(func(k string) string { return tt.env[k] })
+		if job != tt.job || step != tt.step {
+			t.Errorf("%s: SlurmJobStep = %q, %q; want %q, %q", tt.name, job, step, tt.job, tt.step)
+		}
+	}
+}

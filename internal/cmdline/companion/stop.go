@@ -82,7 +82,7 @@ func stopAction(c *cli.Context) error {
 	}
 	embedded := etcdrdzv.IsEmbedded(c.String("rdzv-backend"))
 	var targets []stopTarget
-	switch job := os.Getenv("SLURM_JOB_ID"); {
+	switch job, step := scheduler.SlurmJobStep(os.Getenv); {
 	case c.IsSet("rdzv-endpoint"):
 		if runID == "" {
 			return cmdline.Usagef("gorun stop: give the job's run id (its --rdzv-id)")
@@ -93,7 +93,7 @@ func stopAction(c *cli.Context) error {
 		}
 		targets = []stopTarget{{runID, endpoints}}
 	case job != "" && embedded:
-		if targets, err = slurmStopTargets(c.Context, job, runID, c.App.ErrWriter); err != nil {
+		if targets, err = slurmStopTargets(c.Context, job, step, runID, c.App.ErrWriter); err != nil {
 			return cli.Exit("gorun stop: "+err.Error(), 1)
 		}
 	default:
@@ -121,11 +121,11 @@ func stopAction(c *cli.Context) error {
 
 // slurmStopTargets are the running gorun steps of Slurm job job, found
 // with squeue: the one whose run id is runID, else every step named after
-// gorun (srun names a step after its program); the others are named on
-// skipped, not signalled.
-func slurmStopTargets(ctx context.Context, job, runID string, skipped io.Writer) ([]stopTarget, error) {
+// gorun (srun names a step after its program) but step, gorun stop's own
+// ("" outside a step); the others are named on skipped, not signalled.
+func slurmStopTargets(ctx context.Context, job, step, runID string, skipped io.Writer) ([]stopTarget, error) {
 	self := ""
-	if step := os.Getenv("SLURM_STEP_ID"); step != "" {
+	if step != "" {
 		self = job + "." + step
 	}
 	steps, err := scheduler.RunningSlurmSteps(ctx, job, self)
