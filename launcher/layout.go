@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/topology"
 )
@@ -75,12 +76,12 @@ func layoutEnv(r *topology.Ranks, fit topology.SizeFit, rank int) []EnvVar {
 	l, c := r.Layout(), r.Coordinates(rank, 0)
 	itoa := strconv.Itoa
 	return []EnvVar{
-		{"GORUN_TP", itoa(l.TP)}, {"GORUN_PP", itoa(l.PP)}, {"GORUN_VPP", itoa(l.VPP)}, {"GORUN_CP", itoa(l.CP)},
-		{"GORUN_EP", itoa(l.EP)}, {"GORUN_ETP", itoa(l.ETP)}, {"GORUN_DP", itoa(l.DP())}, {"GORUN_EXPT_DP", itoa(l.EDP())},
-		{"GORUN_ORDER", l.Order},
-		{"GORUN_TP_RANK", itoa(c.TP)}, {"GORUN_PP_RANK", itoa(c.PP)}, {"GORUN_DP_RANK", itoa(c.DP)}, {"GORUN_CP_RANK", itoa(c.CP)},
-		{"GORUN_EP_RANK", itoa(c.EP)}, {"GORUN_EXPT_TP_RANK", itoa(c.ExpertTP)}, {"GORUN_EXPT_DP_RANK", itoa(c.ExpertDP)},
-		{"GORUN_MICRO_BATCH_SIZE", itoa(fit.MicroBatchSize)}, {"GORUN_GLOBAL_BATCH_SIZE", itoa(fit.GlobalBatchSize)},
-		{"GORUN_NUM_MICROBATCHES", itoa(fit.MicroBatches)},
+		{workerenv.LayoutTP, itoa(l.TP)}, {workerenv.LayoutPP, itoa(l.PP)}, {workerenv.LayoutVPP, itoa(l.VPP)}, {workerenv.LayoutCP, itoa(l.CP)},
+		{workerenv.LayoutEP, itoa(l.EP)}, {workerenv.LayoutETP, itoa(l.ETP)}, {workerenv.LayoutDP, itoa(l.DP())}, {workerenv.LayoutExpertDP, itoa(l.EDP())},
+		{workerenv.LayoutOrder, l.Order},
+		{workerenv.LayoutTPRank, itoa(c.TP)}, {workerenv.LayoutPPRank, itoa(c.PP)}, {workerenv.LayoutDPRank, itoa(c.DP)}, {workerenv.LayoutCPRank, itoa(c.CP)},
+		{workerenv.LayoutEPRank, itoa(c.EP)}, {workerenv.LayoutExpertTPRank, itoa(c.ExpertTP)}, {workerenv.LayoutExpertDPRank, itoa(c.ExpertDP)},
+		{workerenv.LayoutMicroBatchSize, itoa(fit.MicroBatchSize)}, {workerenv.LayoutGlobalBatch, itoa(fit.GlobalBatchSize)},
+		{workerenv.LayoutMicroBatches, itoa(fit.MicroBatches)},
 	}
 }

@@ -48,3 +48,29 @@ const (
 	// inherited SIG_IGN: comm reads this instead.
 	IgnoredSignals = "GORUN_IGNORED_SIGNALS"
 )
+
+// The layout the agent sets for each worker with --plan: the parallel
+// sizes (Megatron's names: tensor, pipeline, virtual pipeline, context,
+// expert, expert tensor, data and expert data parallel), their order,
+// the worker's coordinates in each group, and the batch sizes that fit.
+const (
+	LayoutTP             = "GORUN_TP"
+	LayoutPP             = "GORUN_PP"
+	LayoutVPP            = "GORUN_VPP"
+	LayoutCP             = "GORUN_CP"
+	LayoutEP             = "GORUN_EP"
+	LayoutETP            = "GORUN_ETP"
+	LayoutDP             = "GORUN_DP"
+	LayoutExpertDP       = "GORUN_EXPT_DP"
+	LayoutOrder          = "GORUN_ORDER"
+	LayoutTPRank         = "GORUN_TP_RANK"
+	LayoutPPRank         = "GORUN_PP_RANK"
+	LayoutDPRank         = "GORUN_DP_RANK"
+	LayoutCPRank         = "GORUN_CP_RANK"
+	LayoutEPRank         = "GORUN_EP_RANK"
+	LayoutExpertTPRank   = "GORUN_EXPT_TP_RANK"
+	LayoutExpertDPRank   = "GORUN_EXPT_DP_RANK"
+	LayoutMicroBatchSize = "GORUN_MICRO_BATCH_SIZE"
+	LayoutGlobalBatch    = "GORUN_GLOBAL_BATCH_SIZE"
+	LayoutMicroBatches   = "GORUN_NUM_MICROBATCHES"
+)
