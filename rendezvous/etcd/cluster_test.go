@@ -2,8 +2,8 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
+	"errors"
 	"net"
 	"os"
 	"strings"
