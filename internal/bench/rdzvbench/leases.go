@@ -57,46 +57,11 @@ func RunLeases(ctx context.Context, binary string, nodes int, ttl, window time.D
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The store stops when its standard input closes (on return), and
-	// dies with this process.
-	inR, stdin, err := os.Pipe()
+	store, endpoint, stopStore, err := startLeaseStore(binary)
 	if err != nil {
 		return LeaseResult{}, err
 	}
-	out, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		stdin.Close()
-		return LeaseResult{}, err
-	}
-	defer out.Close()
-	store, started := proc.Start(func() *exec.Cmd {
-		cmd := exec.Command(binary, "store", "--listen", "127.0.0.1:0", "--log-level", "panic", "--token-stdin", "--stop-on-stdin-close")
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
-		return cmd
-	}, proc.Options{CgroupFD: -1})
-	err = <-started
-	inR.Close() // the store's ends
-	outW.Close()
-	if err != nil {
-		stdin.Close()
-		return LeaseResult{}, err
-	}
-	defer func() { stdin.Close(); <-store.Done() }()
-	if _, err := io.WriteString(stdin, string(benchToken)+"\n"); err != nil {
-		return LeaseResult{}, err
-	}
-	lines := bufio.NewScanner(out)
-	var endpoint string
-	for endpoint == "" && lines.Scan() {
-		if m := storeLine.FindStringSubmatch(lines.Text()); m != nil {
-			endpoint = m[1]
-		}
-	}
-	if endpoint == "" {
-		return LeaseResult{}, fmt.Errorf("the store did not start: %v", lines.Err())
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
+	defer stopStore()
 	jobTLS, err := etcdrdzv.ClientTLS(benchToken)
 	if err != nil {
 		return LeaseResult{}, err
@@ -152,6 +117,57 @@ func RunLeases(ctx context.Context, binary string, nodes int, ttl, window time.D
 		return LeaseResult{}, err
 	}
 	return res, nil
+}
+
+// startLeaseStore starts `binary store` with the benchmark's token and
+// returns it, its client address and the function that stops it (its
+// standard input closes) and waits for it. It dies with this process.
+func startLeaseStore(binary string) (store *proc.Process, endpoint string, stop func(), err error) {
+	inR, stdin, err := os.Pipe()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	out, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		stdin.Close()
+		return nil, "", nil, err
+	}
+	store, started := proc.Start(func() *exec.Cmd {
+		cmd := exec.Command(binary, "store", "--listen", "127.0.0.1:0", "--log-level", "panic", "--token-stdin", "--stop-on-stdin-close")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+		return cmd
+	}, proc.Options{CgroupFD: -1})
+	err = <-started
+	inR.Close() // the store's ends
+	outW.Close()
+	if err != nil {
+		stdin.Close()
+		out.Close()
+		return nil, "", nil, err
+	}
+	stop = func() {
+		stdin.Close()
+		<-store.Done()
+		out.Close()
+	}
+	if _, err := io.WriteString(stdin, string(benchToken)+"\n"); err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	lines := bufio.NewScanner(out)
+	for endpoint == "" && lines.Scan() {
+		if m := storeLine.FindStringSubmatch(lines.Text()); m != nil {
+			endpoint = m[1]
+		}
+	}
+	if endpoint == "" {
+		stop()
+		return nil, "", nil, fmt.Errorf("the store did not start: %v", lines.Err())
+	}
+	// The rest of its output, until it ends (stop closes out).
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return store, endpoint, stop, nil
 }
 
 // measureDrop keeps one more lease with a key alive, then stops renewing
