@@ -44,8 +44,10 @@ type Spec struct {
 }
 
 // ErrInvalidConfig: a setting is out of range or cannot be used (a flag,
-// a --rdzv-conf key, a token file); retrying cannot help. Every error of
-// bad input that a backend returns matches it with errors.Is.
+// a --rdzv-conf key, a token file); retrying cannot help. Every error a
+// backend returns for bad input in a Spec matches it with errors.Is; a
+// node that does not fit the job it joins says ErrShapeMismatch or
+// ErrInvalidNode instead.
 var ErrInvalidConfig = errors.New("rendezvous: invalid configuration")
 
 // InputError is bad input described in Err's own words: it matches
