@@ -137,7 +137,7 @@ func startLeaseStore(binary string) (store *proc.Process, endpoint string, stop 
 		cmd := exec.Command(binary, "store", "--listen", "127.0.0.1:0", "--log-level", "panic", "--token-stdin", "--stop-on-stdin-close")
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 		return cmd
-	}, proc.Options{CgroupFD: -1})
+	}, proc.Options{})
 	err = <-started
 	inR.Close() // the store's ends
 	outW.Close()

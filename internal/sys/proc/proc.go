@@ -30,10 +30,11 @@ type Options struct {
 	// per thread, so setting it on the child after the fork would miss
 	// the threads the child already started.
 	Nice int
-	// CgroupFD, when 0 or more, is an open cgroup directory the process
-	// is cloned into. If that clone fails for a reason other than the
-	// program itself, the process is started outside it and
-	// Process.CgroupErr says why.
+	// CgroupFD, when above 0, is an open cgroup directory the process is
+	// cloned into (0, standard input, is never one: the zero value means
+	// none). If that clone fails for a reason other than the program
+	// itself, the process is started outside it and Process.CgroupErr
+	// says why.
 	CgroupFD int
 	// Exited, when set, is called once the process has been reaped (after
 	// Done is closed).
@@ -70,7 +71,7 @@ func Start(command func() *exec.Cmd, o Options) (*Process, <-chan error) {
 			// keeps that thread alive until the process has exited.
 			Pdeathsig: syscall.SIGKILL,
 		}
-		if cgroupFD >= 0 {
+		if cgroupFD > 0 {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD
 		}
 		return cmd
@@ -85,7 +86,7 @@ func Start(command func() *exec.Cmd, o Options) (*Process, <-chan error) {
 		}
 		cmd := build(o.CgroupFD)
 		err := cmd.Start()
-		if err != nil && o.CgroupFD >= 0 && !errors.Is(err, exec.ErrNotFound) && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
+		if err != nil && o.CgroupFD > 0 && !errors.Is(err, exec.ErrNotFound) && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
 			p.CgroupErr = err
 			cmd = build(-1)
 			err = cmd.Start()

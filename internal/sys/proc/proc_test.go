@@ -48,8 +48,8 @@ func TestStartSetsSessionNiceAndParentDeathSignal(t *testing.T) {
 		wantNice  string
 		wantGroup bool
 	}{
-		{name: "own session, nice 19", opts: Options{Setsid: true, Nice: 19, CgroupFD: -1}, ownSess: true, wantNice: "19"},
-		{name: "gorun's session", opts: Options{CgroupFD: -1}, wantNice: strconv.Itoa(niceOfThisProcess(t))},
+		{name: "own session, nice 19", opts: Options{Setsid: true, Nice: 19}, ownSess: true, wantNice: "19"},
+		{name: "gorun's session", opts: Options{}, wantNice: strconv.Itoa(niceOfThisProcess(t))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, started := Start(sh("exec sleep 60"), tc.opts)
@@ -90,7 +90,7 @@ func getsid(pid int) (int, error) {
 
 func TestExitIsReportedOnce(t *testing.T) {
 	exited := make(chan *Process, 2)
-	p, started := Start(sh("exit 7"), Options{CgroupFD: -1, Exited: func(p *Process) { exited <- p }})
+	p, started := Start(sh("exit 7"), Options{Exited: func(p *Process) { exited <- p }})
 	if err := <-started; err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +99,10 @@ func TestExitIsReportedOnce(t *testing.T) {
 	}
 	if !p.Exited() {
 		t.Fatal("Exited() false after the Exited callback")
+	}
+	// The zero Options ask for no cgroup: none was tried.
+	if p.CgroupErr != nil {
+		t.Errorf("CgroupErr %v with no cgroup asked for", p.CgroupErr)
 	}
 	state, at := p.State()
 	if state == nil || state.ExitCode() != 7 || at.IsZero() {
@@ -114,6 +118,13 @@ func TestExitIsReportedOnce(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	// A descriptor that is no cgroup directory.
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	notCgroup := int(devnull.Fd())
 	for _, tc := range []struct {
 		name    string
 		command func() *exec.Cmd
@@ -121,11 +132,11 @@ func TestStartErrors(t *testing.T) {
 		want    error
 		cgroup  bool
 	}{
-		{name: "missing program", command: func() *exec.Cmd { return exec.Command("/nonexistent/gorun-test") }, opts: Options{CgroupFD: -1}, want: os.ErrNotExist},
+		{name: "missing program", command: func() *exec.Cmd { return exec.Command("/nonexistent/gorun-test") }, opts: Options{}, want: os.ErrNotExist},
 		// A descriptor that is no cgroup: the process starts outside it,
 		// and says why.
-		{name: "bad cgroup", command: sh("exit 0"), opts: Options{CgroupFD: int(os.Stdin.Fd())}, cgroup: true},
-		{name: "missing program, bad cgroup", command: func() *exec.Cmd { return exec.Command("/nonexistent/gorun-test") }, opts: Options{CgroupFD: int(os.Stdin.Fd())}, want: os.ErrNotExist},
+		{name: "bad cgroup", command: sh("exit 0"), opts: Options{CgroupFD: notCgroup}, cgroup: true},
+		{name: "missing program, bad cgroup", command: func() *exec.Cmd { return exec.Command("/nonexistent/gorun-test") }, opts: Options{CgroupFD: notCgroup}, want: os.ErrNotExist},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, started := Start(tc.command, tc.opts)
@@ -150,7 +161,7 @@ func TestStartErrors(t *testing.T) {
 func TestSignalGroupReachesTheGroup(t *testing.T) {
 	// The shell leads the group and, on SIGTERM, reports how its child
 	// (in the same group) ended: 143 when the signal reached it too.
-	p, started := Start(sh(`trap 'wait $!; exit $?' TERM; sleep 60 & wait $!`), Options{Setsid: true, CgroupFD: -1})
+	p, started := Start(sh(`trap 'wait $!; exit $?' TERM; sleep 60 & wait $!`), Options{Setsid: true})
 	if err := <-started; err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +254,7 @@ func TestHelperStartsASleeper(t *testing.T) {
 	if os.Getenv(helperEnv) == "" {
 		t.Skip("run by TestParentDeathKillsTheChild")
 	}
-	p, started := Start(sh("exec sleep 60"), Options{Setsid: true, CgroupFD: -1})
+	p, started := Start(sh("exec sleep 60"), Options{Setsid: true})
 	if err := <-started; err != nil {
 		t.Fatal(err)
 	}
