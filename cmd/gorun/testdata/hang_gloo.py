@@ -1,13 +1,24 @@
 # A gloo job where rank 1 gets stuck in a Python function while the others
 # wait for it in an all-reduce; nothing here knows about gorun.
+import threading
 import time
 
-import torch
-import torch.distributed as dist
+# Output resets the hang timer. Until the first all-reduce is done (a slow
+# import or rendezvous on a loaded machine), a ticker prints: the hang
+# this job is about comes after.
+ready = threading.Event()
 
-# Output resets the hang timer: a slow import (a loaded machine) is not
-# the hang this job is about.
-print("imported", flush=True)
+
+def tick():
+    while not ready.wait(1):
+        print("starting", flush=True)
+
+
+ticker = threading.Thread(target=tick, daemon=True)
+ticker.start()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 def stuck_in_data_loading():
@@ -20,6 +31,8 @@ rank = dist.get_rank()
 x = torch.ones(4)
 dist.all_reduce(x)
 print(f"rank {rank}: first all-reduce done", flush=True)
+ready.set()
+ticker.join()
 if rank == 1:
     stuck_in_data_loading()
 dist.all_reduce(x)
