@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m, 5*time.Second)) }
@@ -168,12 +168,7 @@ func TestSignalGroupReachesTheGroup(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(-p.Pid, syscall.SIGKILL) })
 	// Wait until the shell has started its child: the group has two
 	// members.
-	for deadline := time.Now().Add(10 * time.Second); groupSize(t, p.Pid) < 2; {
-		if time.Now().After(deadline) {
-			t.Fatal("the shell never started its child")
-		}
-		runtime.Gosched()
-	}
+	proctest.WaitFor(t, "the shell's child", 10*time.Second, func() bool { return groupSize(t, p.Pid) >= 2 })
 	if err := p.SignalGroup(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -230,21 +225,14 @@ func TestParentDeathKillsTheChild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the helper said %q", line)
 	}
-	pidfd, err := pidfdOpen(child)
-	if err != nil {
-		t.Fatalf("open the child %d: %v", child, err)
-	}
-	defer syscall.Close(pidfd)
+	t.Cleanup(func() {
+		if !proctest.Gone(child) {
+			_ = syscall.Kill(child, syscall.SIGKILL)
+		}
+	})
 	_ = helper.Process.Kill()
 	_ = helper.Wait()
-	// A pidfd becomes readable when its process ends.
-	var readable syscall.FdSet
-	readable.Bits[pidfd/64] |= 1 << (uint(pidfd) % 64)
-	n, err := syscall.Select(pidfd+1, &readable, nil, nil, &syscall.Timeval{Sec: 10})
-	if err != nil || n != 1 {
-		_ = syscall.Kill(child, syscall.SIGKILL)
-		t.Fatalf("the child %d outlived its killed parent by 10 s (poll: %d, %v)", child, n, err)
-	}
+	proctest.WaitGone(t, "the child of a killed parent", 10*time.Second, []int{child})
 }
 
 const helperEnv = "GORUN_PROC_TEST_HELPER"
@@ -260,16 +248,4 @@ func TestHelperStartsASleeper(t *testing.T) {
 	}
 	fmt.Printf("child %d\n", p.Pid)
 	<-p.Done() // until the parent test kills this process
-}
-
-// sysPidfdOpen is pidfd_open(2)'s number, the same on every Linux
-// architecture since 5.3.
-const sysPidfdOpen = 434
-
-func pidfdOpen(pid int) (int, error) {
-	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(pid), 0, 0)
-	if errno != 0 {
-		return -1, errno
-	}
-	return int(fd), nil
 }
