@@ -18,13 +18,10 @@ import (
 // share through the home folder. An external etcd's job without either
 // has none (nil). Its errors are bad input.
 func (c Conf) StopToken(ctx context.Context, runID, endpoint string, embedded bool, log logrus.FieldLogger) (Token, error) {
-	switch {
-	case c.tokenFile != "":
-		return tokenFromFile(ctx, c.tokenFlagName(), c.tokenFile, false, 0, log)
-	case c.token != "":
-		t, err := rendezvous.ParseToken(rendezvous.TokenEnv, []byte(c.token))
-		return t, rendezvous.BadInput(err)
-	case embedded:
+	if t, given, err := c.givenToken(ctx, false, 0, log); given {
+		return t, err
+	}
+	if embedded {
 		shared, err := newSharedToken(runID, endpoint, 0)
 		var t Token
 		if err == nil {

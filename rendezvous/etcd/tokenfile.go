@@ -28,16 +28,10 @@ const tokenPoll = 200 * time.Millisecond
 // another agent on this host did first); an external etcd's job keeps one
 // in etcd (nil here).
 func jobToken(ctx context.Context, c Conf, spec jobSpec, maker bool, log logrus.FieldLogger) (_ Token, shared *sharedToken, madeHere bool, _ error) {
-	switch {
-	case c.tokenFile != "":
-		t, err := tokenFromFile(ctx, c.tokenFlagName(), c.tokenFile, maker, c.connect, log)
+	if t, given, err := c.givenToken(ctx, maker, c.connect, log); given {
 		return t, nil, maker, err
-	case c.token != "":
-		t, err := rendezvous.ParseToken(rendezvous.TokenEnv, []byte(c.token))
-		if err != nil {
-			return nil, nil, false, rendezvous.BadInput(err)
-		}
-		return t, nil, maker, nil
+	}
+	switch {
 	case spec.embedded && spec.maxNodes <= 1:
 		t, err := rendezvous.NewToken()
 		return t, nil, maker, err
@@ -66,6 +60,21 @@ func jobToken(ctx context.Context, c Conf, spec jobSpec, maker bool, log logrus.
 		return t, s, false, nil
 	}
 	return nil, nil, maker, nil
+}
+
+// givenToken is the token the user gave, and whether they gave one:
+// token_file (created when absent if create, else awaited up to wait),
+// else GORUN_RDZV_TOKEN's. A token that cannot be used is bad input.
+func (c Conf) givenToken(ctx context.Context, create bool, wait time.Duration, log logrus.FieldLogger) (_ Token, given bool, _ error) {
+	switch {
+	case c.tokenFile != "":
+		t, err := tokenFromFile(ctx, c.tokenFlagName(), c.tokenFile, create, wait, log)
+		return t, true, err
+	case c.token != "":
+		t, err := rendezvous.ParseToken(rendezvous.TokenEnv, []byte(c.token))
+		return t, true, rendezvous.BadInput(err)
+	}
+	return nil, false, nil
 }
 
 // jobSpec is what jobToken needs of the job.
