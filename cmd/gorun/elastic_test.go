@@ -35,9 +35,12 @@ func freePort(t *testing.T, addr string) int {
 // <rank>.<world>.<restart>.<pid> holding group rank and master, then runs
 // the rest of its script.
 func startWorker(t *testing.T, rest string) string {
-	return writeScript(t, `echo "$GROUP_RANK $MASTER_ADDR:$MASTER_PORT" > "$1/$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT.$$"
-`+rest)
+	return writeScript(t, recordStart+rest)
 }
+
+// recordStart is startWorker's first line: the record of a start.
+const recordStart = `echo "$GROUP_RANK $MASTER_ADDR:$MASTER_PORT" > "$1/$RANK.$WORLD_SIZE.$TORCHELASTIC_RESTART_COUNT.$$"
+`
 
 // starts lists the recorded starts as rank.world.restart (without pid).
 func starts(dir string) map[string]int {

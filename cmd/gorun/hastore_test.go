@@ -249,8 +249,9 @@ exec sleep 300`))
 // exits 75 (it used to exit 1 after 30 s, its store gone).
 func TestStoreMembersOutliveTheSchedulersSIGTERM(t *testing.T) {
 	t.Parallel()
-	_, nodes, _ := haJob(t, "sigterm", startWorker(t, `trap : TERM
-while [ ! -e "$GORUN_STOP_FILE" ]; do sleep 0.02; done
+	// The trap comes before the start is recorded: the test signals as
+	// soon as it sees every start.
+	_, nodes, _ := haJob(t, "sigterm", writeScript(t, "trap : TERM\n"+recordStart+`while [ ! -e "$GORUN_STOP_FILE" ]; do sleep 0.02; done
 exit 0`))
 	var pids []int
 	for i, n := range nodes {
