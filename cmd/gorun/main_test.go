@@ -138,6 +138,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	proctest.WaitFor(t, what, 30*time.Second, cond)
 }
 
+// waitForTorch waits for cond on PyTorch workers' progress: their start
+// (import torch, gloo's set-up) takes much longer than 30 s on 2 cores
+// that the rest of the suite keeps busy.
+func waitForTorch(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	proctest.WaitFor(t, what, 2*time.Minute, cond)
+}
+
 // signalName is the shell's name of sig (TERM, INT, HUP).
 func signalName(sig syscall.Signal) string {
 	return map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGINT: "INT", syscall.SIGHUP: "HUP"}[sig]

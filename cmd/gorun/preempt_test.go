@@ -215,7 +215,7 @@ func TestPreemptTorchGloo(t *testing.T) {
 	}
 	_, ref := preemptJob(t, "torch-ref", 2, func(int) []string { return train() })
 	ep, nodes := preemptJob(t, "torch-stop", 2, func(int) []string { return train("--step-time", "0.2", "--checkpoint", ckpt) })
-	waitFor(t, "a few steps on both nodes", func() bool {
+	waitForTorch(t, "a few steps on both nodes", func() bool {
 		out := preemptStdout(nodes)
 		return strings.Contains(out, "[default0]:step 2 loss ") && strings.Contains(out, "[default1]:step 2 loss ")
 	})

@@ -89,7 +89,7 @@ func testPreemptWorkers(t *testing.T, w preemptWorkers) {
 			ckpt, stopFile := filepath.Join(dir, "ckpt"), filepath.Join(dir, "stop")
 			env := testEnv(comm.StopFileEnv+"="+stopFile, comm.StopSignalEnv+"=TERM")
 			cmd, stdout, stderr := startGorun(t, env, append([]string{nproc}, w.argv("--checkpoint", ckpt, "--step-time", w.stepTime)...)...)
-			waitFor(t, "a few steps", func() bool { return strings.Contains(stdout.String(), w.started) })
+			waitForTorch(t, "a few steps", func() bool { return strings.Contains(stdout.String(), w.started) })
 			// The path the workers got: gorun's own.
 			_, wenv := worker(t, cmd.Process.Pid, ckpt, 0)
 			if stopFile = wenv[comm.StopFileEnv]; stopFile == "" {

@@ -65,7 +65,7 @@ func TestDuplicateNodeRankRefused(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	job := shape(t.Name(), 2, 2, 1)
-	cfg := func(rank int) Config { return Config{Shape: job, NodeRank: rank, LeaseTTL: time.Second} }
+	cfg := func(rank int) Config { return Config{Shape: job, NodeRank: rank, LeaseTTL: 2 * time.Second} }
 	first, err := newAgent(t, cfg(0))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestNodeRankGapAfterALostNode(t *testing.T) {
 	job := shape(t.Name(), 2, 3, 1)
 	var as []*agent
 	for rank := range 3 {
-		a, err := newAgent(t, Config{Shape: job, NodeRank: rank, LeaseTTL: time.Second, LastCallTimeout: 100 * time.Millisecond})
+		a, err := newAgent(t, Config{Shape: job, NodeRank: rank, LeaseTTL: 2 * time.Second, LastCallTimeout: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 func TestPartitionedNodeIsDroppedThenRejoins(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := Config{Shape: shape(t.Name(), 2, 3, 1), LeaseTTL: time.Second, LastCallTimeout: 100 * time.Millisecond}
+	cfg := Config{Shape: shape(t.Name(), 2, 3, 1), LeaseTTL: 2 * time.Second, LastCallTimeout: 100 * time.Millisecond}
 	as := mustAgents(t, 2, cfg)
 	proxy := nettest.NewProxy(t, server.Endpoints()[0])
 	cut, err := newAgentAt(t, []string{proxy.Addr()}, Config{Shape: cfg.Shape, NodeRank: -1, LeaseTTL: cfg.LeaseTTL, LastCallTimeout: cfg.LastCallTimeout})

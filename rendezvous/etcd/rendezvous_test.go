@@ -323,7 +323,7 @@ func TestFailureRestartsEveryNodeWithOneBudget(t *testing.T) {
 func TestLostNodeEndsRoundAndSurvivorsReform(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := Config{Shape: shape(t.Name(), 2, 3, 1), LeaseTTL: time.Second, LastCallTimeout: 100 * time.Millisecond}
+	cfg := Config{Shape: shape(t.Name(), 2, 3, 1), LeaseTTL: 2 * time.Second, LastCallTimeout: 100 * time.Millisecond}
 	as := mustAgents(t, 3, cfg)
 	rounds := nextAll(t, as, 1)
 	w0 := as[0].r.Watch(ctx, rounds[0])

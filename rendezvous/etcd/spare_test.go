@@ -64,7 +64,7 @@ func TestSpareReplacesALostNode(t *testing.T) {
 	sh := shape(t.Name(), 1, 3, 2)
 	sh.Sizes = []int{2}
 	// A last call this long would show: the spare closes the round at once.
-	cfg := Config{Shape: sh, LeaseTTL: time.Second, LastCallTimeout: time.Minute}
+	cfg := Config{Shape: sh, LeaseTTL: 2 * time.Second, LastCallTimeout: time.Minute}
 	as := mustAgents(t, 3, cfg)
 	chans := []<-chan rendezvous.Round{nextAsync(as[0], 2), nextAsync(as[1], 2)}
 	first := []rendezvous.Round{<-chans[0], <-chans[1]}
