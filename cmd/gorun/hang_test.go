@@ -64,13 +64,15 @@ func TestHangTimeoutGoGoroutines(t *testing.T) {
 }
 
 // TestHeartbeatKeepsASilentWorkerAlive: a worker that prints nothing but
-// touches GORUN_HEARTBEAT_FILE is not hung.
+// touches GORUN_HEARTBEAT_FILE is not hung. It stays silent for twice
+// the timeout, which is 20 times its heartbeat's period: a busy 2-core
+// machine stalled a 500-ms timeout's workers.
 func TestHeartbeatKeepsASilentWorkerAlive(t *testing.T) {
 	t.Parallel()
 	script := writeScript(t, `i=0
-while [ $i -lt 20 ]; do touch "$GORUN_HEARTBEAT_FILE"; sleep 0.1; i=$((i+1)); done
+while [ $i -lt 40 ]; do touch "$GORUN_HEARTBEAT_FILE"; sleep 0.1; i=$((i+1)); done
 `)
-	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--hang-timeout", "500ms", "--no-python", script)
+	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--hang-timeout", "2s", "--no-python", script)
 	if r.code != 0 || strings.Contains(r.stderr, "hung") {
 		t.Errorf("exit %d\n%s", r.code, r.stderr)
 	}
