@@ -179,7 +179,7 @@ func TestElasticLostNodeSurvivorsReform(t *testing.T) {
 	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
 	script := startWorker(t, `exec sleep 60`)
 	nodes := startNodes(t, 3, func(i int) []string {
-		return append(elasticArgs(ep, "lost", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl=1,last_call_timeout=0.3",
+		return append(elasticArgs(ep, "lost", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl=2,last_call_timeout=0.3",
 			"--stop-timeout=2s", "--no-python", script), dir)
 	})
 	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")

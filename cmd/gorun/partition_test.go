@@ -27,7 +27,7 @@ func TestElasticPartitionedNodeStopsThenRejoins(t *testing.T) {
 		if i == 2 {
 			endpoint = proxy.Addr()
 		}
-		return append(elasticArgs(endpoint, "partition", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl=1,last_call_timeout=0.3",
+		return append(elasticArgs(endpoint, "partition", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl=2,last_call_timeout=0.3",
 			"--stop-timeout=2s", "--no-python", script), dir)
 	})
 	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
