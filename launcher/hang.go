@@ -159,23 +159,27 @@ func (h *hangTicker) stop() {
 }
 
 // catchHangs signals each newly hung worker for evidence and arranges its
-// SIGKILL after evidenceGrace (through kills, read by the monitor); the
-// worker's exit then fails the attempt as any failure does.
+// SIGKILL after evidenceGrace (through kills, read by the monitor); a
+// worker with no evidence to give gets SIGKILL at once. The worker's exit
+// then fails the attempt as any failure does.
 func (att *attempt) catchHangs(h *hangTicker, kills chan<- *worker) {
 	cfg := att.cfg
 	for _, i := range h.watch.check(time.Now(), func(i int) bool { return !att.workers[i].proc.Exited() }) {
 		w := att.workers[i]
 		sig := evidenceSignal(cfg.Entrypoint)
 		w.hung = fmt.Sprintf("no output and no heartbeat for %v (--hang-timeout)", cfg.HangTimeout)
-		if sig != 0 {
-			w.hung += fmt.Sprintf("; %s sent for its stacks, which are in its output above", SignalName(sig))
-			cfg.Log.Errorf("local rank %d (rank %d, pid %d) hung: no output and no heartbeat for %v; sending %s to capture its stacks",
-				w.spec.LocalRank, w.spec.Rank, w.proc.Pid, cfg.HangTimeout, SignalName(sig))
-			_ = w.proc.signal(sig)
-		} else {
+		if sig == 0 {
+			// Stopped now, as the log says: given the evidence grace, one
+			// that exited 0 meanwhile counted as done.
 			cfg.Log.Errorf("local rank %d (rank %d, pid %d) hung: no output and no heartbeat for %v; stopping it",
 				w.spec.LocalRank, w.spec.Rank, w.proc.Pid, cfg.HangTimeout)
+			_ = w.proc.signalGroup(syscall.SIGKILL)
+			continue
 		}
+		w.hung += fmt.Sprintf("; %s sent for its stacks, which are in its output above", SignalName(sig))
+		cfg.Log.Errorf("local rank %d (rank %d, pid %d) hung: no output and no heartbeat for %v; sending %s to capture its stacks",
+			w.spec.LocalRank, w.spec.Rank, w.proc.Pid, cfg.HangTimeout, SignalName(sig))
+		_ = w.proc.signal(sig)
 		h.kills = append(h.kills, time.AfterFunc(evidenceGrace, func() { kills <- w }))
 	}
 }

@@ -63,6 +63,23 @@ func TestHangTimeoutGoGoroutines(t *testing.T) {
 	}
 }
 
+// TestHangTimeoutStopsAShellWorkerAtOnce: a worker with no evidence to
+// give (neither Python nor Go) is killed when it is judged hung, not
+// evidence grace (5 s) later: this one would otherwise have ended with
+// exit 0, and the hung job counted as done.
+func TestHangTimeoutStopsAShellWorkerAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := writeScript(t, `sleep 4; touch "$1/woke"`)
+	r := runGorun(t, testEnv(), "--hang-timeout", "1s", "--no-python", script, dir)
+	if r.code == 0 || !strings.Contains(r.stderr, "hung: no output and no heartbeat for 1s; stopping it") {
+		t.Errorf("exit %d; want the hung worker stopped and the job failed\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "woke")); err == nil {
+		t.Errorf("the hung worker ran on after it was judged hung:\n%s", r.stderr)
+	}
+}
+
 // TestHeartbeatKeepsASilentWorkerAlive: a worker that prints nothing but
 // touches GORUN_HEARTBEAT_FILE is not hung. It stays silent for twice
 // the timeout, which is 20 times its heartbeat's period: a busy 2-core
