@@ -350,6 +350,11 @@ func TestStoreCommand(t *testing.T) {
 	if code := waitExit(t, cmd); code != 0 {
 		t.Errorf("gorun store exit %d\n%s%s", code, out, errb)
 	}
+	// At the default level (warn) etcd's own lines that say nothing true
+	// of this store are kept out.
+	if strings.Contains(errb.String(), `{"level":`) {
+		t.Errorf("gorun store printed etcd's log lines at its default level:\n%s", errb)
+	}
 	if r := runGorun(t, testEnv(), "store", "--log-level=loud"); r.code != 2 || !strings.Contains(r.stderr, "--log-level") {
 		t.Errorf("bad --log-level: exit %d %s", r.code, r.stderr)
 	}

@@ -208,7 +208,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	logCfg := zap.NewProductionConfig()
 	logCfg.Level = level
-	logger, err := logCfg.Build()
+	logger, err := logCfg.Build(quietEtcdLogs())
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: logger: %w", err)
 	}
