@@ -287,7 +287,9 @@ func TestReportOfAJobWithOneFailure(t *testing.T) {
 		t.Errorf("report from %v to %v; gorun ran from %v to %v", r.Start, r.End, before, after)
 	}
 	wall := time.Duration(r.WallSeconds * float64(time.Second))
-	if slack := max(measured*3/100, 300*time.Millisecond); measured-wall > slack {
+	// The slack is gorun's own start and exit, outside its events: half
+	// a second on a 2-core machine that the rest of the suite keeps busy.
+	if slack := max(measured/10, time.Second); measured-wall > slack {
 		t.Errorf("wall_seconds %v; gorun ran %v, more than %v longer", wall, measured, slack)
 	}
 	t.Logf("wall %v of %v measured; seconds %v", wall.Round(time.Millisecond), measured.Round(time.Millisecond), r.Seconds)
