@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -392,6 +393,34 @@ printf '%s' '{"message": {"message": "ValueError: bad", "extraInfo": {"py_callst
 	tmp := filepath.Dir(filepath.Dir(filepath.Dir(strings.TrimSpace(string(path)))))
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("temporary directory %s left behind: %v", tmp, err)
+	}
+}
+
+// TestAgentListsAFailureCutShort: a worker that wrote its error file and
+// was then stopped because another worker failed first failed too: the
+// summary lists it under the other failures, as torchrun's does (it said
+// <NO_OTHER_FAILURES>); a worker stopped without one is not listed.
+func TestAgentListsAFailureCutShort(t *testing.T) {
+	t.Parallel()
+	cfg, _, stderr := shellConfig(t, 3, `case $RANK in
+2) printf '%s' '{"message": {"message": "ValueError: boom from rank 2", "extraInfo": {"py_callstack": "", "timestamp": "1"}}}' > "$TORCHELASTIC_ERROR_FILE"
+   touch "$DIR/wrote"; exec sleep 60 ;;
+1) while [ ! -e "$DIR/wrote" ]; do sleep 0.01; done; exit 1 ;;
+*) exec sleep 60 ;;
+esac`)
+	res, err := runAgent(t, cfg, nil)
+	if err != nil || res.ExitCode != 1 {
+		t.Fatalf("Run = %+v, %v; want exit 1", res, err)
+	}
+	var ranks []int
+	for _, f := range res.Failures {
+		ranks = append(ranks, f.Rank)
+	}
+	if !slices.Equal(ranks, []int{1, 2}) {
+		t.Errorf("failures of ranks %v; want 1 (the root cause), then 2", ranks)
+	}
+	if s := stderr.String(); strings.Contains(s, "<NO_OTHER_FAILURES>") || !strings.Contains(s, "message   : ValueError: boom from rank 2") {
+		t.Errorf("the summary does not list rank 2's failure:\n%s", s)
 	}
 }
 

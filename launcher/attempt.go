@@ -32,6 +32,13 @@ type worker struct {
 	stopKilled bool
 }
 
+// wroteErrorFile reports whether the worker wrote its error file
+// (TORCHELASTIC_ERROR_FILE, a new path for each attempt).
+func (w *worker) wroteErrorFile() bool {
+	rep, err := ReadErrorFile(w.spec.ErrorFile)
+	return err == nil && rep != nil
+}
+
 // attempt is one start of the node's workers.
 type attempt struct {
 	cfg     *Config
@@ -416,11 +423,14 @@ func (m *monitoring) exited(p *process) {
 	_ = p.signalGroup(syscall.SIGKILL)
 	att.group.ended(p.Pid)
 	st := p.status()
-	// A worker ended by the stop's own signal did not fail; one that died
-	// of SIGKILL the stop never sent it (killed from outside, or by the
-	// kernel's OOM killer, before its exit was seen) did, even when it is
-	// seen after the stop began.
-	if st.Code == 0 || (m.stopping && st.Signal == m.sent && m.sent != syscall.SIGKILL) || (st.Signal == syscall.SIGKILL && w.stopKilled) {
+	// A worker ended by the stop's own signal did not fail, unless it had
+	// written its error file (it was failing on its own when a failure
+	// elsewhere stopped it: torchrun lists both); one that died of SIGKILL
+	// the stop never sent it (killed from outside, or by the kernel's OOM
+	// killer, before its exit was seen) did, even when it is seen after
+	// the stop began.
+	stoppedByUs := m.stopping && st.Signal == m.sent && m.sent != syscall.SIGKILL
+	if st.Code == 0 || (stoppedByUs && !(m.out.kind == outcomeFailed && w.wroteErrorFile())) || (st.Signal == syscall.SIGKILL && w.stopKilled) {
 		return
 	}
 	if att.pre != nil && att.pre.stoppedByIt(st) {
