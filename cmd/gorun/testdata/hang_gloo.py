@@ -1,21 +1,14 @@
 # A gloo job where rank 1 gets stuck in a Python function while the others
 # wait for it in an all-reduce; nothing here knows about gorun.
-import threading
+import subprocess
 import time
 
 # Output resets the hang timer. Until the first all-reduce is done (a slow
 # import or rendezvous on a loaded machine), a ticker prints: the hang
-# this job is about comes after.
-ready = threading.Event()
-
-
-def tick():
-    while not ready.wait(1):
-        print("starting", flush=True)
-
-
-ticker = threading.Thread(target=tick, daemon=True)
-ticker.start()
+# this job is about comes after. The ticker is a process of its own: a
+# thread cannot print while the import holds the GIL (loading libtorch
+# took more than 10 s on 2 busy cores).
+ticker = subprocess.Popen(["sh", "-c", "while :; do echo starting; sleep 1; done"])
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -31,8 +24,8 @@ rank = dist.get_rank()
 x = torch.ones(4)
 dist.all_reduce(x)
 print(f"rank {rank}: first all-reduce done", flush=True)
-ready.set()
-ticker.join()
+ticker.kill()
+ticker.wait()
 if rank == 1:
     stuck_in_data_loading()
 dist.all_reduce(x)
