@@ -229,7 +229,7 @@ func launchFlags() []cli.Flag {
 		str(catLogging, fLocalRanks, "", "local ranks whose output reaches the console, e.g. 0,3 (default: all)", true),
 		prefix,
 		boolean(catLogging, fNoPrefix, "print worker lines without a prefix", false),
-		str(catLogging, fLogsSpecs, "", "torchrun's LogsSpecs plugin; gorun has none and refuses a value", false),
+		str(catLogging, fLogsSpecs, "", "torchrun's LogsSpecs plugin: only torch's own, default, which is what gorun does; another is refused", false),
 		str(catLogging, fEventLogHandler, "null", "torchrun's event log handler plugin; gorun has none and ignores it", true),
 		logLevel,
 
