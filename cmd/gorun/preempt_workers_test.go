@@ -251,3 +251,23 @@ func execGorunDiagnosed(env []string, args ...string) (result, error) {
 	stderr.WriteString(diag.String())
 	return runResult(err, &stdout, &stderr)
 }
+
+// TestPreemptWhileTorchImports: a stop request while the ranks still
+// import torch (a scheduler's signal may come at any time; Slurm's did in
+// a probe) ends with a checkpoint and exit 75, not with ranks killed by
+// gorun's SIGTERM (143): gorun_preempt's import, before torch's, catches
+// the signal and keeps it for the first check. The stop comes, through
+// testdata/stop_at_torch_import.py, when every rank starts to import
+// torch.
+func TestPreemptWhileTorchImports(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	hook, _ := filepath.Abs("testdata/stop_at_torch_import.py")
+	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--python", py, hook, ddpExample,
+		"--steps", "1000", "--step-time", "0.05", "--checkpoint", ckpt)
+	if r.code != preemptExit || !strings.Contains(r.stdout, "[default0]:preempted: saved step ") {
+		t.Fatalf("gorun exit %d; want %d and a checkpoint\nstdout:\n%s\nstderr:\n%s", r.code, preemptExit, r.stdout, r.stderr)
+	}
+}

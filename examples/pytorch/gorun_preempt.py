@@ -9,7 +9,7 @@ and it ORs the local flags of all ranks with one all-reduce MAX of a
 one-element int tensor. Because every rank runs the same collective at the
 same step, all get the same answer at the same step and stop together:
 
-    from gorun_preempt import Preemption
+    from gorun_preempt import Preemption   # first: before import torch
     stop = Preemption()          # catches GORUN_STOP_SIGNAL's signal, if set
     for step in range(start, steps):
         train_step()
@@ -22,43 +22,65 @@ k-th step only. should_stop() also writes the step to GORUN_PROGRESS_FILE
 ("step=S time=NS first_step=S0 first_time=NS0", replaced atomically).
 Without gorun (torchrun: no GORUN_STOP_* variables, set on every rank or
 none) it runs no collective and answers False.
+
+Import it before torch: the import itself catches GORUN_STOP_SIGNAL's
+signal, so a stop that comes while the rank still imports torch (seconds;
+a scheduler's signal may come at any time) is kept for the first check
+instead of killing the rank before it could save.
 """
 import os, signal, sys, time
-import torch, torch.distributed as dist
+
+# The stop signal seen before (or without) a Preemption: the import's own
+# handler keeps it here.
+_early = {"armed": False, "flag": False}
+
+
+def _is_request(file, wait=5.0):
+    # gorun makes the stop file before it signals a stop request, the mark
+    # FILE.plain before a plain stop. Neither: the signal came from outside
+    # (Slurm signals every process of a job, gorun too): wait for its word.
+    deadline = time.monotonic() + wait
+    while not os.path.exists(file):
+        if os.path.exists(file + ".plain") or time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _on_signal(sig, frame):
+    file = os.environ.get("GORUN_STOP_FILE")
+    # A plain stop (the attempt ends after a failure): die of it as before.
+    if file and not _is_request(file):
+        signal.signal(sig, signal.SIG_DFL), os.kill(os.getpid(), sig)
+    # The request is known: more of the same signal (Slurm sends SIGTERM
+    # twice, gorun once more) must not kill the rank as it saves or exits
+    # (Python restores the default action while it shuts down).
+    signal.signal(sig, signal.SIG_IGN)
+    _early["flag"] = True
+
+
+def _arm():
+    # Catches GORUN_STOP_SIGNAL's signal once; a bad name raises
+    # AttributeError, naming it.
+    name = os.environ.get("GORUN_STOP_SIGNAL", "").strip().upper().removeprefix("SIG")
+    if name and not _early["armed"]:
+        signal.signal(getattr(signal, "SIG" + name), _on_signal)
+        _early["armed"] = True
+    return bool(name)
+
+
+_arm()
+import torch, torch.distributed as dist  # noqa: E402  (after the handler)
 
 
 class Preemption:
     def __init__(self, every=1):
         self.every, self.flag, self.first, self.warned, self._last = every, False, None, False, None
         self.file, self.progress = os.environ.get("GORUN_STOP_FILE"), os.environ.get("GORUN_PROGRESS_FILE")
-        name = os.environ.get("GORUN_STOP_SIGNAL", "").strip().upper().removeprefix("SIG")
-        self.enabled = bool(self.file or name)
-        if name:  # a bad name raises AttributeError, naming it
-            signal.signal(getattr(signal, "SIG" + name), self._on_signal)
-
-    def _on_signal(self, sig, frame):
-        # A plain stop (the attempt ends after a failure): die of it as before.
-        if self.file and not self._is_request():
-            signal.signal(sig, signal.SIG_DFL), os.kill(os.getpid(), sig)
-        # The request is known: more of the same signal (Slurm sends SIGTERM
-        # twice, gorun once more) must not kill the rank as it saves or exits
-        # (Python restores the default action while it shuts down).
-        signal.signal(sig, signal.SIG_IGN)
-        self.flag = True
-
-    def _is_request(self, wait=5.0):
-        # gorun makes the stop file before it signals a stop request, the mark
-        # FILE.plain before a plain stop. Neither: the signal came from outside
-        # (Slurm signals every process of a job, gorun too): wait for its word.
-        deadline = time.monotonic() + wait
-        while not os.path.exists(self.file):
-            if os.path.exists(self.file + ".plain") or time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        self.enabled = _arm() or bool(self.file)
 
     def requested(self):  # this rank's own view
-        self.flag = self.flag or bool(self.file and os.path.exists(self.file))
+        self.flag = self.flag or _early["flag"] or bool(self.file and os.path.exists(self.file))
         return self.flag
 
     def report(self, step):  # GORUN_PROGRESS_FILE, replaced atomically; never raises

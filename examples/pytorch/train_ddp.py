@@ -20,12 +20,14 @@ import argparse
 import os
 import time
 
-import torch
-import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
-from torch.nn.parallel import DistributedDataParallel as DDP
-
+# First: its import catches gorun's stop signal, so a stop that comes while
+# torch is still being imported is kept for the first check.
 from gorun_preempt import Preemption
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 
 def parse_args():
