@@ -330,8 +330,7 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 			m.deadline = nil
 			if !m.stopping {
 				m.out.kind = outcomeStopDeadline
-				att.cfg.Log.Errorf("the workers did not stop within --preempt-grace %v of the stop request: stopping them", att.pre.grace())
-				m.beginStop(syscall.SIGTERM)
+				m.beginStop(att.pre.deadlineSignal())
 			}
 		case ev := <-events:
 			events = nil

@@ -312,6 +312,21 @@ func (p *preemptor) stoppedByIt(st exitStatus) bool {
 	return p.told && sig != 0 && (st.Signal == sig || st.Code == 128+int(sig))
 }
 
+// deadlineSignal is the signal that stops workers still running at the
+// grace's end: SIGKILL when they got the worker signal with the request
+// (they had the whole grace to act on it, and a scheduler's own SIGKILL
+// comes soon after: Slurm's KillWait is 30 s, the grace 25 s), else
+// SIGTERM and the usual --stop-timeout.
+func (p *preemptor) deadlineSignal() syscall.Signal {
+	log := p.cfg.Log
+	if p.told && p.cfg.PreemptWorkerSignal != 0 {
+		log.Errorf("the workers did not stop within --preempt-grace %v of the stop request, though they got %s with it: killing them (SIGKILL)", p.grace(), SignalName(p.cfg.PreemptWorkerSignal))
+		return syscall.SIGKILL
+	}
+	log.Errorf("the workers did not stop within --preempt-grace %v of the stop request: stopping them", p.grace())
+	return syscall.SIGTERM
+}
+
 // wait waits for the publication goroutine.
 func (p *preemptor) wait() {
 	if p != nil {
