@@ -7,7 +7,9 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestLocalRounds(t *testing.T) {
@@ -54,19 +56,146 @@ func TestLocalRounds(t *testing.T) {
 	}
 }
 
-func TestStatic(t *testing.T) {
-	s, err := NewStatic(StaticConfig{RunID: "j", NNodes: 3, NodeRank: 2, MasterAddr: "10.0.0.1", MasterPort: DefaultStaticPort})
+// freePort is a port the kernel reports free on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Next(context.Background(), Node{LocalWorldSize: 8, Role: "default"})
-	want := Round{RunID: "j", GroupRank: 2, GroupWorldSize: 3, BaseRank: 16, WorldSize: 24, BaseRoleRank: 16, RoleWorldSize: 24,
-		MasterAddr: "10.0.0.1", MasterPort: 29500}
-	if err != nil || !reflect.DeepEqual(r, want) {
-		t.Fatalf("Next = %+v, %v; want %+v", r, err, want)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// meetAll runs every node's first Next at once.
+func meetAll(statics []*Static, nodes []Node) ([]Round, []error) {
+	rounds, errs := make([]Round, len(statics)), make([]error, len(statics))
+	var wg sync.WaitGroup
+	for i, s := range statics {
+		wg.Go(func() { rounds[i], errs[i] = s.Next(context.Background(), nodes[i]) })
 	}
-	if r2, _ := s.Next(context.Background(), Node{LocalWorldSize: 8, Role: "default"}); r2.Number != 1 {
-		t.Errorf("second round number %d; want 1", r2.Number)
+	wg.Wait()
+	return rounds, errs
+}
+
+// TestStaticNodesThatCannotMeet: every node learns at once why the job
+// cannot form (a different --nnodes), a node whose rank is taken is
+// refused, a missing node ends the wait at the join timeout naming its
+// rank, and what answers at the master port that is not node 0's gorun
+// is named.
+func TestStaticNodesThatCannotMeet(t *testing.T) {
+	t.Parallel()
+	node := Node{LocalWorldSize: 1, Role: "default"}
+	static := func(nnodes, rank, port int, timeout time.Duration) *Static {
+		s, err := NewStatic(StaticConfig{RunID: "j", NNodes: nnodes, NodeRank: rank, MasterAddr: "127.0.0.1", MasterPort: port, JoinTimeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	t.Run("different --nnodes", func(t *testing.T) {
+		t.Parallel()
+		port := freePort(t)
+		_, errs := meetAll([]*Static{static(2, 0, port, time.Minute), static(3, 1, port, time.Minute)}, []Node{node, node})
+		for i, err := range errs {
+			if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "node 1 has --nnodes=3, node 0 --nnodes=2") {
+				t.Errorf("node %d: %v; want the mismatch named", i, err)
+			}
+		}
+	})
+	t.Run("a missing node", func(t *testing.T) {
+		t.Parallel()
+		port := freePort(t)
+		_, err := static(3, 0, port, 300*time.Millisecond).Next(context.Background(), node)
+		if !errors.Is(err, ErrJoinTimeout) || !strings.Contains(err.Error(), "ranks [1 2]") {
+			t.Errorf("Next = %v; want a join timeout naming ranks 1 and 2", err)
+		}
+	})
+	t.Run("node 0 never comes", func(t *testing.T) {
+		t.Parallel()
+		port := freePort(t)
+		_, err := static(2, 1, port, 300*time.Millisecond).Next(context.Background(), node)
+		if !errors.Is(err, ErrJoinTimeout) || !strings.Contains(err.Error(), "node 0 did not answer") {
+			t.Errorf("Next = %v; want node 0 named", err)
+		}
+	})
+	t.Run("not node 0's gorun", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Close() // as a store that takes no such line
+			}
+		}()
+		_, err = static(2, 1, ln.Addr().(*net.TCPAddr).Port, time.Minute).Next(context.Background(), node)
+		if !errors.Is(err, ErrInvalidNode) || !strings.Contains(err.Error(), "not node 0's gorun") {
+			t.Errorf("Next = %v; want the stranger named", err)
+		}
+	})
+	t.Run("a taken rank", func(t *testing.T) {
+		t.Parallel()
+		// Two nodes of rank 1 while rank 2 is not there yet: the second
+		// to come is refused; rank 2 then completes the job.
+		port := freePort(t)
+		type result struct {
+			rank int
+			err  error
+		}
+		done := make(chan result, 3)
+		for _, rank := range []int{0, 1, 1} {
+			go func() {
+				_, err := static(3, rank, port, time.Minute).Next(context.Background(), node)
+				done <- result{rank, err}
+			}()
+		}
+		first := <-done
+		if first.rank != 1 || !errors.Is(first.err, ErrShapeMismatch) || !strings.Contains(first.err.Error(), "--node-rank=1 is taken") {
+			t.Fatalf("first to end: node of rank %d, %v; want a node of rank 1 refused, naming its rank", first.rank, first.err)
+		}
+		if _, err := static(3, 2, port, time.Minute).Next(context.Background(), node); err != nil {
+			t.Errorf("node 2: %v", err)
+		}
+		for range 2 {
+			if r := <-done; r.err != nil {
+				t.Errorf("node of rank %d: %v", r.rank, r.err)
+			}
+		}
+	})
+}
+
+func TestStatic(t *testing.T) {
+	t.Parallel()
+	// Three nodes of different worker counts and roles, as torchrun's
+	// quickstart mixes them: ranks in node-rank order, each role apart.
+	port := freePort(t)
+	nodes := []Node{{LocalWorldSize: 1, Role: "a"}, {LocalWorldSize: 2, Role: "b"}, {LocalWorldSize: 3, Role: "a"}}
+	want := []Round{
+		{RunID: "j", GroupRank: 0, GroupWorldSize: 3, BaseRank: 0, WorldSize: 6, BaseRoleRank: 0, RoleWorldSize: 4, MasterAddr: "127.0.0.1", MasterPort: port},
+		{RunID: "j", GroupRank: 1, GroupWorldSize: 3, BaseRank: 1, WorldSize: 6, BaseRoleRank: 0, RoleWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port},
+		{RunID: "j", GroupRank: 2, GroupWorldSize: 3, BaseRank: 3, WorldSize: 6, BaseRoleRank: 1, RoleWorldSize: 4, MasterAddr: "127.0.0.1", MasterPort: port},
+	}
+	statics := make([]*Static, 3)
+	for i := range statics {
+		s, err := NewStatic(StaticConfig{RunID: "j", NNodes: 3, NodeRank: i, MasterAddr: "127.0.0.1", MasterPort: port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		statics[i] = s
+	}
+	rounds, errs := meetAll(statics, nodes)
+	for i := range statics {
+		if errs[i] != nil || !reflect.DeepEqual(rounds[i], want[i]) {
+			t.Errorf("node %d: Next = %+v, %v; want %+v", i, rounds[i], errs[i], want[i])
+		}
+	}
+	// A restart keeps the ranks and meets nobody (node 0 no longer
+	// listens: worker rank 0's store has the port).
+	if r2, err := statics[2].Next(context.Background(), nodes[2]); err != nil || r2.Number != 1 || r2.BaseRank != 3 {
+		t.Errorf("second round %+v, %v; want number 1, base rank 3", r2, err)
 	}
 	for _, bad := range []StaticConfig{
 		{NNodes: 0, MasterAddr: "a", MasterPort: 1},

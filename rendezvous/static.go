@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // DefaultStaticPort is torchrun's master port for the static backend. All
@@ -26,15 +28,23 @@ type StaticConfig struct {
 	MasterPort int
 	// MaxRestarts is this node's restart budget (--max-restarts).
 	MaxRestarts int
+	// JoinTimeout bounds the first round's meeting of the nodes
+	// (DefaultStaticJoinTimeout when 0).
+	JoinTimeout time.Duration
 }
 
 // Static is torchrun's static rendezvous: a fixed number of nodes, each
-// told its node rank, all with the same number of workers, and a master
-// address and port given on the command line. No node talks to another;
-// ranks follow from the node rank. It is safe for concurrent use.
+// told its node rank, and a master address and port given on the command
+// line. At the first round the nodes meet once at the master port (see
+// meet) to learn each other's worker counts and roles, which may differ,
+// as under torchrun; ranks follow in node-rank order, and restarts keep
+// them without meeting again. It is safe for concurrent use.
 type Static struct {
 	counter
 	cfg StaticConfig
+	// table is every node's worker count and role, once met.
+	mu    sync.Mutex
+	table *staticTable
 }
 
 // NewStatic validates cfg and returns a static rendezvous.
@@ -66,17 +76,45 @@ func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
 	if err := ctx.Err(); err != nil {
 		return Round{}, err
 	}
+	table, err := s.met(ctx, node)
+	if err != nil {
+		return Round{}, err
+	}
 	n, restarts, err := s.nextRound()
 	if err != nil {
 		return Round{}, err
 	}
 	r := s.Plan(node)
+	r.BaseRank, r.WorldSize, r.BaseRoleRank, r.RoleWorldSize = table.ranks(s.cfg.NodeRank)
 	r.Number, r.RestartCount = n, restarts
 	return r, nil
 }
 
+// met returns the nodes' table, meeting the other nodes the first time
+// (a job of one node meets nobody).
+func (s *Static) met(ctx context.Context, node Node) (staticTable, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.table != nil {
+		return *s.table, nil
+	}
+	t := staticTable{Nprocs: []int{node.LocalWorldSize}, Roles: []string{node.Role}}
+	if s.cfg.NNodes > 1 {
+		var err error
+		t, err = s.meet(ctx, staticHello{Version: staticVersion, RunID: s.cfg.RunID, NNodes: s.cfg.NNodes,
+			NodeRank: s.cfg.NodeRank, Nproc: node.LocalWorldSize, Role: node.Role, MaxRestarts: s.cfg.MaxRestarts})
+		if err != nil {
+			return staticTable{}, err
+		}
+	}
+	s.table = &t
+	return t, nil
+}
+
 // Plan returns the round that Next would return for node, as round 0,
-// without joining it; --dry-run shows it.
+// without joining it; --dry-run shows it, as if every node had this
+// node's worker count and role (the others' are known only once they
+// meet).
 func (s *Static) Plan(node Node) Round {
 	world := s.cfg.NNodes * node.LocalWorldSize
 	base := s.cfg.NodeRank * node.LocalWorldSize

@@ -1,0 +1,273 @@
+package rendezvous
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultStaticJoinTimeout is how long the nodes of a static job wait for
+// each other at their first round, as torchrun's join_timeout.
+const DefaultStaticJoinTimeout = 10 * time.Minute
+
+// staticVersion marks the meeting's messages: anything else on the master
+// port (worker rank 0's store of a job that started without this node,
+// another program) is told from node 0's gorun.
+const staticVersion = 1
+
+// helloTimeout bounds how long node 0 waits for a caller's hello line.
+const helloTimeout = 10 * time.Second
+
+// staticHello is what a node tells node 0 when the job starts.
+type staticHello struct {
+	Version     int    `json:"gorun_static"`
+	RunID       string `json:"run_id"`
+	NNodes      int    `json:"nnodes"`
+	NodeRank    int    `json:"node_rank"`
+	Nproc       int    `json:"nproc"`
+	Role        string `json:"role"`
+	MaxRestarts int    `json:"max_restarts"`
+}
+
+// staticTable is node 0's answer: every node's worker count and role by
+// node rank, or why the job cannot form.
+type staticTable struct {
+	Version int      `json:"gorun_static"`
+	Error   string   `json:"error,omitempty"`
+	Nprocs  []int    `json:"nprocs,omitempty"`
+	Roles   []string `json:"roles,omitempty"`
+}
+
+// ranks is node rank's place in the table: as torchrun assigns ranks, in
+// node-rank order, each role's ranks apart.
+func (t staticTable) ranks(nodeRank int) (base, world, roleBase, roleWorld int) {
+	role := t.Roles[nodeRank]
+	for i, n := range t.Nprocs {
+		world += n
+		if t.Roles[i] == role {
+			roleWorld += n
+		}
+		if i < nodeRank {
+			base += n
+			if t.Roles[i] == role {
+				roleBase += n
+			}
+		}
+	}
+	return base, world, roleBase, roleWorld
+}
+
+// meet has the static job's nodes tell each other their worker counts and
+// roles once, at the first round, over the master port: node 0 listens
+// there until every node came, answers them all with the table, and
+// closes the port before worker rank 0's store takes it. Nodes that
+// disagree on the job (--nnodes, the run id, --max-restarts) are all told
+// why at once, and so is a node whose rank is taken.
+func (s *Static) meet(ctx context.Context, me staticHello) (staticTable, error) {
+	timeout := s.cfg.JoinTimeout
+	if timeout <= 0 {
+		timeout = DefaultStaticJoinTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if s.cfg.NodeRank == 0 {
+		return s.host(ctx, me)
+	}
+	return s.join(ctx, me)
+}
+
+// mismatch says how hello differs from node 0's own, or "".
+func (me staticHello) mismatch(h staticHello) string {
+	switch {
+	case h.RunID != me.RunID:
+		return fmt.Sprintf("node %d has run id %q, node 0 %q (--rdzv-id)", h.NodeRank, h.RunID, me.RunID)
+	case h.NNodes != me.NNodes:
+		return fmt.Sprintf("node %d has --nnodes=%d, node 0 --nnodes=%d", h.NodeRank, h.NNodes, me.NNodes)
+	case h.MaxRestarts != me.MaxRestarts:
+		return fmt.Sprintf("node %d has --max-restarts=%d, node 0 --max-restarts=%d", h.NodeRank, h.MaxRestarts, me.MaxRestarts)
+	}
+	return ""
+}
+
+// arrival is one caller at node 0 and its hello.
+type arrival struct {
+	conn  net.Conn
+	hello staticHello
+}
+
+// host is node 0's side of meet.
+func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) {
+	start := time.Now()
+	addr := net.JoinHostPort("", strconv.Itoa(s.cfg.MasterPort))
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return staticTable{}, fmt.Errorf("rendezvous: static: node 0 meets the other nodes on the master port %d before worker rank 0's store takes it: %w", s.cfg.MasterPort, err)
+	}
+	arrivals := make(chan arrival)
+	var wg sync.WaitGroup
+	wg.Go(func() { acceptHellos(ctx, ln, arrivals, &wg) })
+	conns := make([]net.Conn, me.NNodes)
+	defer func() {
+		ln.Close()
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		wg.Wait()
+	}()
+	table := staticTable{Version: staticVersion, Nprocs: make([]int, me.NNodes), Roles: make([]string, me.NNodes)}
+	table.Nprocs[0], table.Roles[0] = me.Nproc, me.Role
+	tell := func(t staticTable) {
+		for _, c := range conns {
+			if c != nil {
+				writeLine(c, t)
+			}
+		}
+	}
+	for came := 1; came < me.NNodes; {
+		select {
+		case a := <-arrivals:
+			h := a.hello
+			if why := me.mismatch(h); why != "" {
+				writeLine(a.conn, staticTable{Version: staticVersion, Error: why})
+				a.conn.Close()
+				tell(staticTable{Version: staticVersion, Error: why})
+				return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, why)
+			}
+			if h.NodeRank < 1 || h.NodeRank >= me.NNodes || conns[h.NodeRank] != nil || h.Nproc < 1 {
+				why := fmt.Sprintf("--node-rank=%d is taken or outside 1..%d (--nnodes=%d), or its worker count %d is not positive", h.NodeRank, me.NNodes-1, me.NNodes, h.Nproc)
+				writeLine(a.conn, staticTable{Version: staticVersion, Error: why})
+				a.conn.Close()
+				continue
+			}
+			conns[h.NodeRank] = a.conn
+			table.Nprocs[h.NodeRank], table.Roles[h.NodeRank] = h.Nproc, h.Role
+			came++
+		case <-ctx.Done():
+			var missing []int
+			for r := 1; r < me.NNodes; r++ {
+				if conns[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			why := fmt.Sprintf("node 0 waited %v at port %d for the nodes of ranks %v", time.Since(start).Round(100*time.Millisecond), s.cfg.MasterPort, missing)
+			tell(staticTable{Version: staticVersion, Error: why})
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return staticTable{}, fmt.Errorf("%w: %s", ErrJoinTimeout, why)
+			}
+			return staticTable{}, ctx.Err()
+		}
+	}
+	tell(table)
+	// The callers close first: the port is free of our connections when
+	// worker rank 0's store binds it.
+	for _, c := range conns {
+		if c != nil {
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, _ = c.Read(make([]byte, 1))
+		}
+	}
+	return table, nil
+}
+
+// acceptHellos accepts callers until ln closes and sends each caller's
+// hello to arrivals; a caller that sends no hello of a gorun node within
+// helloTimeout is closed.
+func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival, wg *sync.WaitGroup) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		wg.Go(func() {
+			_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+			var h staticHello
+			line, err := bufio.NewReaderSize(c, 4096).ReadSlice('\n')
+			if err != nil || json.Unmarshal(line, &h) != nil || h.Version != staticVersion {
+				c.Close()
+				return
+			}
+			_ = c.SetReadDeadline(time.Time{})
+			select {
+			case arrivals <- arrival{c, h}:
+			case <-ctx.Done():
+				c.Close()
+			}
+		})
+	}
+}
+
+// join is the other nodes' side of meet: it calls node 0 until it answers
+// or the join timeout passes.
+func (s *Static) join(ctx context.Context, me staticHello) (staticTable, error) {
+	start := time.Now()
+	addr := net.JoinHostPort(s.cfg.MasterAddr, strconv.Itoa(s.cfg.MasterPort))
+	var last error
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return s.ask(ctx, c, me, addr)
+		}
+		last = err
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return staticTable{}, fmt.Errorf("%w: node 0 did not answer at %s within %v (is it started, with the same --master-addr and --master-port?): %v", ErrJoinTimeout, addr, time.Since(start).Round(100*time.Millisecond), last)
+			}
+			return staticTable{}, ctx.Err()
+		}
+	}
+}
+
+// ask sends this node's hello on c and reads node 0's answer.
+func (s *Static) ask(ctx context.Context, c net.Conn, me staticHello, addr string) (staticTable, error) {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if err := writeLine(c, me); err != nil {
+		return staticTable{}, fmt.Errorf("rendezvous: static: tell node 0 at %s: %w", addr, err)
+	}
+	var t staticTable
+	line, err := bufio.NewReaderSize(c, 64<<10).ReadSlice('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &t)
+	}
+	if err != nil || t.Version != staticVersion {
+		if ctx.Err() != nil {
+			return staticTable{}, fmt.Errorf("%w: node 0 at %s did not answer in time", ErrJoinTimeout, addr)
+		}
+		return staticTable{}, fmt.Errorf("%w: what answers at %s is not node 0's gorun (is the job already running without this node, its workers' store on the port, or another program there?)", ErrInvalidNode, addr)
+	}
+	if t.Error != "" {
+		return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, t.Error)
+	}
+	if len(t.Nprocs) != me.NNodes || len(t.Roles) != me.NNodes || t.Nprocs[me.NodeRank] != me.Nproc {
+		return staticTable{}, fmt.Errorf("%w: node 0 at %s answered a table of %d nodes", ErrInvalidNode, addr, len(t.Nprocs))
+	}
+	if slices.Contains(t.Nprocs, 0) {
+		return staticTable{}, fmt.Errorf("%w: node 0 at %s answered a node without workers", ErrInvalidNode, addr)
+	}
+	return t, nil
+}
+
+// writeLine writes v as one JSON line.
+func writeLine(c net.Conn, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(helloTimeout))
+	_, err = c.Write(append(data, '\n'))
+	return err
+}
