@@ -239,7 +239,8 @@ func (s *Static) ask(ctx context.Context, c net.Conn, me staticHello, addr strin
 		return staticTable{}, fmt.Errorf("rendezvous: static: tell node 0 at %s: %w", addr, err)
 	}
 	var t staticTable
-	line, err := bufio.NewReaderSize(c, 64<<10).ReadSlice('\n')
+	// A table of every node, some 10 bytes each: thousands of nodes.
+	line, err := bufio.NewReaderSize(c, 4<<20).ReadSlice('\n')
 	if err == nil {
 		err = json.Unmarshal(line, &t)
 	}
