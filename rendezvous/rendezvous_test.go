@@ -105,10 +105,39 @@ func TestStaticNodesThatCannotMeet(t *testing.T) {
 	})
 	t.Run("a missing node", func(t *testing.T) {
 		t.Parallel()
+		// Node 1 came, node 2 did not: both end with the join timeout
+		// (node 1 is not told its shape is wrong).
 		port := freePort(t)
-		_, err := static(3, 0, port, 300*time.Millisecond).Next(context.Background(), node)
-		if !errors.Is(err, ErrJoinTimeout) || !strings.Contains(err.Error(), "ranks [1 2]") {
-			t.Errorf("Next = %v; want a join timeout naming ranks 1 and 2", err)
+		_, errs := meetAll([]*Static{static(3, 0, port, time.Second), static(3, 1, port, time.Minute)}, []Node{node, node})
+		for i, err := range errs {
+			if !errors.Is(err, ErrJoinTimeout) || !strings.Contains(err.Error(), "ranks [2]") {
+				t.Errorf("node %d: Next = %v; want a join timeout naming rank 2", i, err)
+			}
+		}
+	})
+	t.Run("a stranger does not hold node 0", func(t *testing.T) {
+		t.Parallel()
+		// A caller that says nothing is closed when the nodes have met,
+		// not when its hello deadline passes: worker rank 0 waits for
+		// node 0.
+		port := freePort(t)
+		host := static(2, 0, port, time.Minute)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { _, err := host.Next(context.Background(), node); done <- err }()
+		var stranger net.Conn
+		for stranger == nil {
+			stranger, _ = net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		}
+		defer stranger.Close()
+		if _, err := static(2, 1, port, time.Minute).Next(context.Background(), node); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took >= helloTimeout {
+			t.Errorf("node 0 met its node after %v, held by a silent caller (hello deadline %v)", took, helloTimeout)
 		}
 	})
 	t.Run("node 0 never comes", func(t *testing.T) {

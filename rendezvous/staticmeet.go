@@ -39,10 +39,13 @@ type staticHello struct {
 // staticTable is node 0's answer: every node's worker count and role by
 // node rank, or why the job cannot form.
 type staticTable struct {
-	Version int      `json:"gorun_static"`
-	Error   string   `json:"error,omitempty"`
-	Nprocs  []int    `json:"nprocs,omitempty"`
-	Roles   []string `json:"roles,omitempty"`
+	Version int    `json:"gorun_static"`
+	Error   string `json:"error,omitempty"`
+	// Ended says that the error is node 0's end, not the job's shape:
+	// "timeout" (not every node came) or "stopped" (node 0 was).
+	Ended  string   `json:"ended,omitempty"`
+	Nprocs []int    `json:"nprocs,omitempty"`
+	Roles  []string `json:"roles,omitempty"`
 }
 
 // ranks is node rank's place in the table: as torchrun assigns ranks, in
@@ -110,11 +113,16 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 	if err != nil {
 		return staticTable{}, fmt.Errorf("rendezvous: static: node 0 meets the other nodes on the master port %d before worker rank 0's store takes it: %w", s.cfg.MasterPort, err)
 	}
+	// Cancelled when host returns, not by ctx (the nodes that came must be
+	// told why first): callers that never said hello are closed then, not
+	// when their hello deadline passes (worker rank 0 waits).
+	ending, end := context.WithCancel(context.WithoutCancel(ctx))
 	arrivals := make(chan arrival)
 	var wg sync.WaitGroup
-	wg.Go(func() { acceptHellos(ctx, ln, arrivals, &wg) })
+	wg.Go(func() { acceptHellos(ending, ln, arrivals, &wg) })
 	conns := make([]net.Conn, me.NNodes)
 	defer func() {
+		end()
 		ln.Close()
 		for _, c := range conns {
 			if c != nil {
@@ -142,8 +150,7 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 				tell(staticTable{Version: staticVersion, Error: why})
 				return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, why)
 			}
-			if h.NodeRank < 1 || h.NodeRank >= me.NNodes || conns[h.NodeRank] != nil || h.Nproc < 1 {
-				why := fmt.Sprintf("--node-rank=%d is taken or outside 1..%d (--nnodes=%d), or its worker count %d is not positive", h.NodeRank, me.NNodes-1, me.NNodes, h.Nproc)
+			if why := refusal(h, me.NNodes, conns); why != "" {
 				writeLine(a.conn, staticTable{Version: staticVersion, Error: why})
 				a.conn.Close()
 				continue
@@ -158,11 +165,12 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 					missing = append(missing, r)
 				}
 			}
-			why := fmt.Sprintf("node 0 waited %v at port %d for the nodes of ranks %v", time.Since(start).Round(100*time.Millisecond), s.cfg.MasterPort, missing)
-			tell(staticTable{Version: staticVersion, Error: why})
+			waited := fmt.Sprintf("node 0 waited %v at port %d for the nodes of ranks %v", time.Since(start).Round(100*time.Millisecond), s.cfg.MasterPort, missing)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return staticTable{}, fmt.Errorf("%w: %s", ErrJoinTimeout, why)
+				tell(staticTable{Version: staticVersion, Error: waited, Ended: "timeout"})
+				return staticTable{}, fmt.Errorf("%w: %s", ErrJoinTimeout, waited)
 			}
+			tell(staticTable{Version: staticVersion, Error: "node 0 was stopped before the job formed (" + waited + ")", Ended: "stopped"})
 			return staticTable{}, ctx.Err()
 		}
 	}
@@ -178,9 +186,22 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 	return table, nil
 }
 
+// refusal says why node 0 refuses a node that agrees on the job, or "".
+func refusal(h staticHello, nnodes int, conns []net.Conn) string {
+	switch {
+	case h.NodeRank < 1 || h.NodeRank >= nnodes:
+		return fmt.Sprintf("--node-rank=%d is outside 1..%d (--nnodes=%d)", h.NodeRank, nnodes-1, nnodes)
+	case conns[h.NodeRank] != nil:
+		return fmt.Sprintf("--node-rank=%d is taken: another node of that rank came first", h.NodeRank)
+	case h.Nproc < 1:
+		return fmt.Sprintf("node %d has %d workers; want at least 1", h.NodeRank, h.Nproc)
+	}
+	return ""
+}
+
 // acceptHellos accepts callers until ln closes and sends each caller's
 // hello to arrivals; a caller that sends no hello of a gorun node within
-// helloTimeout is closed.
+// helloTimeout, or by the end of ctx, is closed.
 func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival, wg *sync.WaitGroup) {
 	for {
 		c, err := ln.Accept()
@@ -188,6 +209,7 @@ func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival,
 			return
 		}
 		wg.Go(func() {
+			context.AfterFunc(ctx, func() { c.Close() })
 			_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 			var h staticHello
 			line, err := bufio.NewReaderSize(c, 4096).ReadSlice('\n')
@@ -250,7 +272,12 @@ func (s *Static) ask(ctx context.Context, c net.Conn, me staticHello, addr strin
 		}
 		return staticTable{}, fmt.Errorf("%w: what answers at %s is not node 0's gorun (is the job already running without this node, its workers' store on the port, or another program there?)", ErrInvalidNode, addr)
 	}
-	if t.Error != "" {
+	switch {
+	case t.Ended == "timeout":
+		return staticTable{}, fmt.Errorf("%w: %s", ErrJoinTimeout, t.Error)
+	case t.Ended != "":
+		return staticTable{}, fmt.Errorf("rendezvous: static: %s", t.Error)
+	case t.Error != "":
 		return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, t.Error)
 	}
 	if len(t.Nprocs) != me.NNodes || len(t.Roles) != me.NNodes || t.Nprocs[me.NodeRank] != me.Nproc {

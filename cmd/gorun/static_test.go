@@ -42,6 +42,12 @@ func TestStaticNodesDiffer(t *testing.T) {
 		t.Errorf("rank world group local: %q; want %q", got, want)
 	}
 
+	// torchrun's static key for the meeting's timeout.
+	port = freePort(t, "127.0.0.1")
+	if r := runGorun(t, testEnv(), append([]string{"--rdzv-conf=timeout=0.5"}, static(2, 0, 1, port)...)...); r.code == 0 || !strings.Contains(r.stderr, "join timeout: node 0 waited") {
+		t.Errorf("node 0 alone with --rdzv-conf=timeout=0.5: exit %d\n%s", r.code, r.stderr)
+	}
+
 	port = freePort(t, "127.0.0.1")
 	c1, _, e1 = startGorun(t, testEnv(), static(3, 1, 1, port)...)
 	c0, _, e0 = startGorun(t, testEnv(), static(2, 0, 1, port)...)

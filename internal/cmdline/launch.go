@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -398,8 +399,19 @@ func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[
 
 // staticPlan is torchrun's static backend: a fixed number of nodes,
 // ranks from --node-rank.
-func staticPlan(c *cli.Context, cfg *launcher.Config, minNodes, maxNodes int) (rendezvousPlan, error) {
+func staticPlan(c *cli.Context, cfg *launcher.Config, conf map[string]string, minNodes, maxNodes int) (rendezvousPlan, error) {
 	var err error
+	// The nodes' first meeting: gorun's join_timeout, or torchrun's static
+	// key, timeout; other keys mean nothing to the static backend.
+	var joinTimeout time.Duration
+	for _, key := range []string{"join_timeout", "timeout"} {
+		if v, ok := conf[key]; ok {
+			if joinTimeout, err = rendezvous.ParseSeconds(fRdzvConf+" "+key, v); err != nil {
+				return rendezvousPlan{}, err
+			}
+			break
+		}
+	}
 	if minNodes != maxNodes {
 		return rendezvousPlan{}, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
 	}
@@ -416,7 +428,7 @@ func staticPlan(c *cli.Context, cfg *launcher.Config, minNodes, maxNodes int) (r
 	}
 	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
 		RunID: cfg.RunID, NNodes: maxNodes, NodeRank: c.Int(fNodeRank),
-		MasterAddr: addr, MasterPort: port, MaxRestarts: cfg.MaxRestarts,
+		MasterAddr: addr, MasterPort: port, MaxRestarts: cfg.MaxRestarts, JoinTimeout: joinTimeout,
 	})
 	if err != nil {
 		return rendezvousPlan{}, err
@@ -477,7 +489,7 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 	if backend != "static" {
 		return elasticPlan(c, cfg, backend, conf, minNodes, maxNodes, round)
 	}
-	return staticPlan(c, cfg, minNodes, maxNodes)
+	return staticPlan(c, cfg, conf, minNodes, maxNodes)
 }
 
 // newRunID returns a random UUID, as torchrun --standalone uses for the run
