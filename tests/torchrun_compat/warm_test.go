@@ -311,10 +311,13 @@ func TestWarmRestart(t *testing.T) {
 		if o.code != 1 {
 			t.Errorf("exit %d; want 1 (rank 1's)\n%s", o.code, o)
 		}
-		for _, want := range []string{"[default0]:torch preloaded: True", "[default1]:torch preloaded: True"} {
-			if !strings.Contains(o.stdout, want) {
-				t.Errorf("no %q: the workers did not start warm\n%s", want, o)
-			}
+		// Rank 1's line: it ran the script and failed. Rank 0 may be
+		// stopped for that failure before its script printed.
+		if want := "[default1]:torch preloaded: True"; !strings.Contains(o.stdout, want) {
+			t.Errorf("no %q: rank 1 did not start warm\n%s", want, o)
+		}
+		if strings.Contains(o.stdout, "torch preloaded: False") {
+			t.Errorf("a rank did not start warm\n%s", o)
 		}
 		if !strings.Contains(o.stderr, "message   : RuntimeError: recorded failure from rank 1") {
 			t.Errorf("the summary does not show the message of rank 1's error file\n%s", o)
