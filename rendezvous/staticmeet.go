@@ -48,23 +48,13 @@ type staticTable struct {
 	Roles  []string `json:"roles,omitempty"`
 }
 
-// ranks is node rank's place in the table: as torchrun assigns ranks, in
-// node-rank order, each role's ranks apart.
+// ranks is node rank's place in the table (Places) and the world size.
 func (t staticTable) ranks(nodeRank int) (base, world, roleBase, roleWorld int) {
-	role := t.Roles[nodeRank]
-	for i, n := range t.Nprocs {
+	for _, n := range t.Nprocs {
 		world += n
-		if t.Roles[i] == role {
-			roleWorld += n
-		}
-		if i < nodeRank {
-			base += n
-			if t.Roles[i] == role {
-				roleBase += n
-			}
-		}
 	}
-	return base, world, roleBase, roleWorld
+	p := Places(t.Nprocs, t.Roles)[nodeRank]
+	return p.Base, world, p.RoleBase, p.RoleWorld
 }
 
 // meet has the static job's nodes tell each other their worker counts and

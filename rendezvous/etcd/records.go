@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // Shape is what every node of a job must agree on. The first node to
@@ -187,18 +189,16 @@ type memberRanks struct {
 	group, base, roleBase, roleWorld int
 }
 
-// assignRanks gives the members, in group-rank order, their ranks.
+// assignRanks gives the members, in group-rank order, their ranks
+// (rendezvous.Places).
 func assignRanks(ordered []NodeRecord) []memberRanks {
-	roleWorld := map[string]int{}
-	for _, m := range ordered {
-		roleWorld[m.Role] += m.Nproc
+	nprocs, roles := make([]int, len(ordered)), make([]string, len(ordered))
+	for i, m := range ordered {
+		nprocs[i], roles[i] = m.Nproc, m.Role
 	}
 	out := make([]memberRanks, len(ordered))
-	base, roleBase := 0, map[string]int{}
-	for i, m := range ordered {
-		out[i] = memberRanks{group: i, base: base, roleBase: roleBase[m.Role], roleWorld: roleWorld[m.Role]}
-		base += m.Nproc
-		roleBase[m.Role] += m.Nproc
+	for i, p := range rendezvous.Places(nprocs, roles) {
+		out[i] = memberRanks{group: i, base: p.Base, roleBase: p.RoleBase, roleWorld: p.RoleWorld}
 	}
 	return out
 }
