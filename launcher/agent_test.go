@@ -398,7 +398,7 @@ printf '%s' '{"message": {"message": "ValueError: bad", "extraInfo": {"py_callst
 
 // TestAgentListsAFailureCutShort: a worker that wrote its error file and
 // was then stopped because another worker failed first failed too: the
-// summary lists it under the other failures, as torchrun's does (it said
+// summary lists it under the other failures (it said
 // <NO_OTHER_FAILURES>); a worker stopped without one is not listed.
 func TestAgentListsAFailureCutShort(t *testing.T) {
 	t.Parallel()

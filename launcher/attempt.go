@@ -424,7 +424,7 @@ func (m *monitoring) exited(p *process) {
 	st := p.status()
 	// A worker ended by the stop's own signal did not fail, unless it had
 	// written its error file (it was failing on its own when a failure
-	// elsewhere stopped it: torchrun lists both); one that died of SIGKILL
+	// elsewhere stopped it); one that died of SIGKILL
 	// the stop never sent it (killed from outside, or by the kernel's OOM
 	// killer, before its exit was seen) did, even when it is seen after
 	// the stop began.
