@@ -2,12 +2,17 @@
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
-# Debian's python3-torch lives in /usr/bin/python3; another python3 may be
-# first on PATH.
-PYTHON   ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
+# PyTorch 2.x, the reference version (pinned in tests/torch2/requirements.txt),
+# lives in a virtual environment outside the checkout that tests/torch2/venv.sh
+# makes once (about 3 GB downloaded) and every clone reuses. PYTHON runs the
+# PyTorch demo, the GPU tests and torchrun in the benchmarks.
+TORCH2_PYTHON = $(shell tests/torch2/venv.sh | tail -n 1)
+PYTHON   ?= $(TORCH2_PYTHON)
+# Debian's python3-torch 1.13, the oldest version gorun supports.
+TORCH1_PYTHON ?= /usr/bin/python3
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-leases bench-recovery bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
+.PHONY: all build torch2-python test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-leases bench-recovery bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
 
 all: build
 
@@ -25,8 +30,18 @@ bin/ddp: FORCE
 
 build: bin/gorun bin/gorun-etcd bin/hello bin/ddp ## build bin/gorun, bin/gorun-etcd (gorun with etcd, run by gorun when needed) and the examples
 
-test: build ## unit and integration tests, with the race detector
-	$(GO) test -race -count=1 ./...
+torch2-python: ## make PyTorch 2.x's virtual environment if it is missing; the last line is its interpreter
+	@tests/torch2/venv.sh
+
+test: build ## unit and integration tests, with the race detector; the PyTorch tests on 2.x (made first), then the launcher's on 1.13
+	@py=$$(tests/torch2/venv.sh | tail -n 1) || { echo "!!!!!!!! NO PYTORCH 2.x ENVIRONMENT (tests/torch2/venv.sh failed): the PyTorch tests fall back to Debian's 1.13 or skip" >&2; py=; }; \
+	echo "PyTorch 2.x: $${py:-none}"; \
+	GORUN_TORCH2_PYTHON="$$py" $(GO) test -race -count=1 ./...
+	@if $(TORCH1_PYTHON) -c 'import torch.distributed.run' 2>/dev/null; then \
+		echo "torchrun_compat again on PyTorch 1.13 ($(TORCH1_PYTHON)), the oldest version gorun supports"; \
+		GORUN_TEST_PYTHON=$(TORCH1_PYTHON) $(GO) test -race -count=1 ./tests/torchrun_compat/; \
+	else echo "!!!!!!!! NO PYTORCH 1.13 at $(TORCH1_PYTHON) (Debian's python3-torch): torchrun_compat's 1.13 run is skipped" >&2; \
+		[ "$$GORUN_REQUIRE_TORCH" != 1 ] || exit 1; fi
 
 test-slurm: build ## the Slurm harness's smoke suite: munged, slurmctld and 3 slurmd in network namespaces, gorun under srun (root, slurm-wlm, munge; skips loudly without them)
 	$(GO) test -count=1 -timeout 20m -v ./internal/testkit/slurmtest/...
@@ -45,7 +60,7 @@ demo: build ## three workers that print their ranks, rank 1 fails once and all r
 	bin/gorun --nproc-per-node=3 --max-restarts=1 --no-python bin/hello --fail-rank=1
 	bin/gorun --nproc-per-node=4 --no-python bin/ddp --steps 10
 
-demo-torch: build ## the PyTorch DDP example on three CPU workers (needs python3-torch)
+demo-torch: build ## the PyTorch DDP example on three CPU workers (PyTorch 2.x, made first)
 	bin/gorun --nproc-per-node=3 --python $(PYTHON) examples/pytorch/train_ddp.py --steps 20
 
 bench: bench-launch bench-rendezvous bench-leases bench-plan bench-memory bench-comm bench-watchdog bench-spare bench-recovery ## every benchmark
@@ -70,8 +85,8 @@ bench-memory: build ## reuse modes on the simulated device: peak memory, events,
 	bin/gorun bench memory --mode all --expandable-segments --write docs/benchmarks.md
 
 bench-comm: build ## collectives on the CPU backend vs gloo and this machine's floors (shared memory, then TCP)
-	bin/gorun bench comm --nproc-per-node 2 --sizes 1MiB,16MiB,64MiB
-	GORUN_CPU_TRANSPORT=tcp bin/gorun bench comm --nproc-per-node 2 --sizes 1MiB,16MiB,64MiB
+	bin/gorun bench comm --nproc-per-node 2 --sizes 1MiB,16MiB,64MiB --python $(PYTHON)
+	GORUN_CPU_TRANSPORT=tcp bin/gorun bench comm --nproc-per-node 2 --sizes 1MiB,16MiB,64MiB --python $(PYTHON)
 
 bench-watchdog: ## the watchdog's cost per collective (anchor: the same collective without it)
 	$(GO) test -run '^$$' -bench WatchdogOverhead -benchtime 20000x -count 3 ./comm/

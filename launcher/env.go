@@ -124,13 +124,24 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	if _, set := lookupEnv(cfg.Environ, "PYTHONFAULTHANDLER"); !set && cfg.HangTimeout > 0 {
 		vars = append(vars, EnvVar{"PYTHONFAULTHANDLER", "1"})
 	}
-	// torchrun passes the launcher's value or "1"; 1.13 reads the older
-	// name, newer releases the TORCH_ one, so both are set.
-	for _, name := range []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
+	// torchrun passes the launcher's value or "1". torch 1.x reads only
+	// the older name, which torchrun 1.13 set; 2.x reads the TORCH_ one
+	// and warns on every rank where the older one is set, so that is set
+	// only where the workers' torch is found to be 1.x (TorchMajor).
+	errorHandling := []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+	if !cfg.Entrypoint.NoPython && len(cfg.Entrypoint.Python) > 0 {
+		if major, ok := TorchMajor(cfg.Entrypoint.Python[0], cfg.Environ); ok && major < 2 {
+			errorHandling = append(errorHandling, "NCCL_ASYNC_ERROR_HANDLING")
+		}
+	}
+	for _, name := range errorHandling {
 		if _, set := lookupEnv(cfg.Environ, name); !set {
 			vars = append(vars, EnvVar{name, "1"})
 		}
 	}
+	// torchrun 2.x puts its --signals-to-handle in its own environment,
+	// which its workers inherit.
+	vars = append(vars, EnvVar{"TORCHELASTIC_SIGNALS_TO_HANDLE", signalList(cfg.StopSignals)})
 	if !cfg.MemoryDefaults {
 		return vars, warnings
 	}

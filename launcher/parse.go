@@ -173,3 +173,13 @@ func ParseKeyValues(flag, s string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// signalList spells sigs as torchrun's --signals-to-handle does:
+// "SIGTERM,SIGINT".
+func signalList(sigs []syscall.Signal) string {
+	names := make([]string, len(sigs))
+	for i, s := range sigs {
+		names[i] = SignalName(s)
+	}
+	return strings.Join(names, ",")
+}

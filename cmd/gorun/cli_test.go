@@ -13,7 +13,7 @@ import (
 const envDump = `for k in RANK LOCAL_RANK GROUP_RANK ROLE_RANK ROLE_NAME LOCAL_WORLD_SIZE WORLD_SIZE GROUP_WORLD_SIZE \
 ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID \
 TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_ERROR_FILE TORCH_NCCL_ASYNC_ERROR_HANDLING NCCL_ASYNC_ERROR_HANDLING \
-OMP_NUM_THREADS PYTORCH_CUDA_ALLOC_CONF MULTI_STREAM_MEMORY_REUSE; do eval "echo $k=\${$k-<unset>}"; done
+TORCHELASTIC_SIGNALS_TO_HANDLE OMP_NUM_THREADS PYTORCH_CUDA_ALLOC_CONF MULTI_STREAM_MEMORY_REUSE; do eval "echo $k=\${$k-<unset>}"; done
 `
 
 func parseDump(lines []string) map[string]string {
@@ -44,7 +44,8 @@ func TestWorkerEnvironment(t *testing.T) {
 				"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": "2",
 				"MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "2",
 				"TORCHELASTIC_RUN_ID": "job1", "TORCHELASTIC_USE_AGENT_STORE": "False",
-				"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1",
+				"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_ASYNC_ERROR_HANDLING": "<unset>", "OMP_NUM_THREADS": "1",
+				"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
 				"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "MULTI_STREAM_MEMORY_REUSE": "2",
 			},
 			warn: "OMP_NUM_THREADS=1",
@@ -52,9 +53,10 @@ func TestWorkerEnvironment(t *testing.T) {
 		{
 			name: "user values win",
 			env:  []string{"OMP_NUM_THREADS=4", "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64", "MULTI_STREAM_MEMORY_REUSE=1", "NCCL_ASYNC_ERROR_HANDLING=0"},
-			args: []string{"--nproc_per_node", "2", "--role", "trainer", "--no_python", script},
+			args: []string{"--nproc_per_node", "2", "--role", "trainer", "--signals-to-handle=SIGTERM,usr1", "--no_python", script},
 			want: map[string]string{
 				"ROLE_NAME": "trainer", "OMP_NUM_THREADS": "4", "NCCL_ASYNC_ERROR_HANDLING": "0",
+				"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGUSR1",
 				"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "MULTI_STREAM_MEMORY_REUSE": "1",
 			},
 		},

@@ -3,7 +3,10 @@ package main
 import (
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
+
+	"github.com/gorun-dev/gorun/internal/testkit/torchpy"
 )
 
 // testPython returns a Python 3 interpreter for the tests: GORUN_TEST_PYTHON,
@@ -24,13 +27,20 @@ func testPython(t *testing.T) string {
 	return p
 }
 
-// torchPython returns an interpreter that can import torch, or skips the
-// test loudly; with GORUN_REQUIRE_TORCH=1 (set by .ci/run) it fails instead.
+// torchChoice is internal/testkit/torchpy's choice of interpreter, made
+// once for the package: PyTorch 2.x, the reference, where its environment
+// exists.
+var torchChoice = sync.OnceValue(func() torchpy.Choice { return torchpy.Find("../..") })
+
+// torchPython returns an interpreter that can import torch (PyTorch 2.x,
+// the reference, where its environment exists: torchpy.Find), or skips
+// the test loudly; with GORUN_REQUIRE_TORCH=1 (set by .ci/run) it fails
+// instead.
 func torchPython(t *testing.T) string {
 	t.Helper()
-	py := testPython(t)
-	if err := exec.Command(py, "-c", "import torch.distributed").Run(); err != nil {
-		msg := "PyTorch is not importable from " + py + " (install Debian's python3-torch): " + err.Error()
+	c := torchChoice()
+	if c.Missing != "" {
+		msg := "no PyTorch for the test: " + c.String()
 		if os.Getenv("GORUN_REQUIRE_TORCH") == "1" {
 			t.Fatal(msg)
 		}
@@ -38,5 +48,5 @@ func torchPython(t *testing.T) string {
 		os.Stderr.WriteString("!!!!!!!! SKIPPING A PYTORCH TEST: " + msg + "\n")
 		t.Skip(msg)
 	}
-	return py
+	return c.Python
 }

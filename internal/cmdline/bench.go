@@ -62,10 +62,12 @@ func benchLaunchCommand() *cli.Command {
 	}
 }
 
-// defaultPython prefers Debian's interpreter, where python3-torch lives.
+// defaultPython is the interpreter a launch would use: torchrun's
+// PYTHON_EXEC where set, else python3 on PATH (the active virtual or conda
+// environment's, where PyTorch usually lives).
 func defaultPython() string {
-	if _, err := os.Stat("/usr/bin/python3"); err == nil {
-		return "/usr/bin/python3"
+	if p := os.Getenv("PYTHON_EXEC"); p != "" {
+		return p
 	}
 	return "python3"
 }

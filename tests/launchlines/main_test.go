@@ -47,13 +47,15 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+	"github.com/gorun-dev/gorun/internal/testkit/torchpy"
 )
 
 var (
 	// gorunBin is gorun built for these tests, beside its gorun-etcd.
 	gorunBin string
-	// python runs the workers: Debian's, with torch, where it is.
-	python = "/usr/bin/python3"
+	// python runs the workers: internal/testkit/torchpy's choice
+	// (PyTorch 2.x, the reference, where its environment exists).
+	python string
 	// testdata is the absolute path of the stand-ins; the lines run in it.
 	testdata string
 	// torchMissing says why the gloo cases cannot run here ("" if they can).
@@ -83,11 +85,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "launchlines: the lines are shell; bash is needed:", err)
 		return 1
 	}
-	if _, err := os.Stat(python); err != nil {
-		python = "python3"
-	}
-	if out, err := exec.Command(python, "-c", "import torch.distributed").CombinedOutput(); err != nil {
-		torchMissing = fmt.Sprintf("%s cannot import torch.distributed (%v: %s)", python, err, lastLine(string(out)))
+	choice := torchpy.Find("../..")
+	python = choice.Python
+	fmt.Fprintln(os.Stderr, "launchlines: workers run on", choice)
+	if choice.Missing != "" {
+		torchMissing = choice.String()
 		fmt.Fprintf(os.Stderr, "launchlines: TORCH NOT INSTALLED, the gloo cases are skipped: %s\n", torchMissing)
 	}
 	return m.Run()

@@ -8,15 +8,29 @@ import (
 	"testing"
 )
 
+// gorunOnly says whether a worker variable is one that gorun adds and
+// torchrun does not (docs/launcher.md, "Worker environment"): gorun's own
+// GORUN_*, the memory defaults of SEEDS.md, and TORCHELASTIC_SIGNALS_TO_HANDLE,
+// which torchrun 1.13 (without --signals-to-handle) lacks.
+func gorunOnly(name string) bool {
+	switch name {
+	case "PYTORCH_CUDA_ALLOC_CONF", "MULTI_STREAM_MEMORY_REUSE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING":
+		return true
+	}
+	return strings.HasPrefix(name, "GORUN_")
+}
+
 // TestWorkerEnv: local_elastic_agent_test.test_run_check_env_function
 // (every variable a worker needs is set), with the values of TORCHRUN.md 2,
-// and gorun's compared with torchrun's, variable by variable, on the same
-// launch. Where they differ on purpose (docs/launcher.md) each launcher is
-// held to its own value: TORCHELASTIC_USE_AGENT_STORE (torchrun 1.13's
-// static agent hosts the store: True; gorun's worker rank 0 does: False),
-// TORCH_NCCL_ASYNC_ERROR_HANDLING (1.13 sets only the older
-// NCCL_ASYNC_ERROR_HANDLING; main and gorun both), the master port (each a
-// free one) and the error file's folder.
+// and gorun's whole worker environment compared with torchrun's, variable
+// by variable, on the same launch: every variable torchrun's workers have
+// reaches gorun's with the same value, and gorun adds only the variables
+// of gorunOnly. Where they differ on purpose (docs/launcher.md) each
+// launcher is held to its own value: TORCHELASTIC_USE_AGENT_STORE
+// (torchrun's agent hosts the store: True; gorun's worker rank 0 does:
+// False), the master port (each a free one) and the error file's folder.
+// NCCL_ASYNC_ERROR_HANDLING is torch 1.x's name: torchrun 1.13 sets it
+// and 2.x does not; gorun sets it where the workers' torch is 1.x.
 func TestWorkerEnv(t *testing.T) {
 	t.Parallel()
 	t.Run("local_elastic_agent_test.test_run_check_env_function", func(t *testing.T) {
@@ -53,16 +67,30 @@ func TestWorkerEnv(t *testing.T) {
 					"LOCAL_RANK": rs, "RANK": rs, "GROUP_RANK": "0", "ROLE_RANK": rs, "ROLE_NAME": "default",
 					"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2", "ROLE_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "1",
 					"MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "2",
-					"TORCHELASTIC_RUN_ID": id, "NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1",
+					"TORCHELASTIC_RUN_ID": id, "OMP_NUM_THREADS": "1",
 					"TEST_SENTINEL_PARENT": "FOOBAR", "TORCHELASTIC_USE_AGENT_STORE": "False", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+					"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+				}
+				if torchMajor() < 2 {
+					want["NCCL_ASYNC_ERROR_HANDLING"] = "1"
 				}
 				if l == torchrun {
 					want["TORCHELASTIC_USE_AGENT_STORE"] = "True"
-					delete(want, "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+					if torchMajor() < 2 {
+						// 1.13 sets only the older name and has no
+						// --signals-to-handle.
+						delete(want, "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+						delete(want, "TORCHELASTIC_SIGNALS_TO_HANDLE")
+					}
 				}
 				for k, v := range want {
 					if rec[k] != v {
 						t.Errorf("%s rank %d: %s=%q; want %q", l, r, k, rec[k], v)
+					}
+				}
+				if torchMajor() >= 2 {
+					if v, set := rec["NCCL_ASYNC_ERROR_HANDLING"]; set {
+						t.Errorf("%s rank %d: NCCL_ASYNC_ERROR_HANDLING=%q; want it unset (torch 2.x warns on every rank)", l, r, v)
 					}
 				}
 				if p, err := strconv.Atoi(rec["MASTER_PORT"]); err != nil || p <= 0 || p > 65535 || rec["MASTER_PORT"] != got[l]["a0.r0.json"]["MASTER_PORT"] {
@@ -79,12 +107,21 @@ func TestWorkerEnv(t *testing.T) {
 		for name, trec := range got[torchrun] {
 			grec := got[gorun][name]
 			for k, tv := range trec {
-				switch k {
-				case "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE":
+				switch {
+				case k == "MASTER_PORT", k == "TORCHELASTIC_USE_AGENT_STORE", k == "TORCHELASTIC_ERROR_FILE":
+					continue
+				case k == "HOME", k == "TMPDIR", strings.HasPrefix(k, "PET_"):
+					// The harness's: each launch has its own
+					// folders, and torchrun gets PET_ settings.
 					continue
 				}
 				if gv, ok := grec[k]; !ok || gv != tv {
 					t.Errorf("%s: %s: gorun %q (set: %v), torchrun %q", name, k, gv, ok, tv)
+				}
+			}
+			for k, gv := range grec {
+				if _, ok := trec[k]; !ok && !gorunOnly(k) {
+					t.Errorf("%s: %s=%q: gorun sets it and torchrun %s does not (docs/launcher.md lists what gorun adds)", name, k, gv, torchVersion)
 				}
 			}
 		}

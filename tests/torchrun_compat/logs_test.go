@@ -113,7 +113,7 @@ func TestLogs(t *testing.T) {
 		// console with the prefix template
 		// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]: ". The
 		// template is newer than 1.13, whose prefix stays
-		// [default<local_rank>]:.
+		// [default<local_rank>]:; 2.x and gorun honour it.
 		{"run_test.test_capture_logs_using_default_logs_specs", []string{"--redirect=3", "--tee=3"},
 			[]string{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}]: "}, false,
 			func(t *testing.T, l launcher, run string, o outcome) {
@@ -121,7 +121,7 @@ func TestLogs(t *testing.T) {
 					logHas(t, run, "attempt_0/"+r+"/stdout.log", "hello stdout from "+r)
 					logHas(t, run, "attempt_0/"+r+"/stderr.log", "hello stderr from "+r)
 					prefix := "[rank" + r + "]: "
-					if l == torchrun {
+					if l == torchrun && torchMajor() < 2 {
 						prefix = "[default" + r + "]:"
 					}
 					consoleHas(t, l, "stdout", o.stdout, prefix, "hello stdout from "+r)

@@ -35,7 +35,7 @@ func (e *Commands) BenchCommCommand() *cli.Command {
 			&cli.IntFlag{Name: "iters", Value: 20, Usage: "timed iterations per size"},
 			&cli.IntFlag{Name: "warmup", Value: 5, Usage: "untimed iterations per size"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
-			&cli.StringFlag{Name: "python", Value: "/usr/bin/python3", Usage: "interpreter with torch for the gloo anchor"},
+			&cli.StringFlag{Name: "python", Value: "python3", Usage: "interpreter with torch for the gloo anchor"},
 			&cli.BoolFlag{Name: "skip-anchors", Usage: "measure gorun's collectives only"},
 			&cli.BoolFlag{Name: "worker", Hidden: true},
 		},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
+	"github.com/gorun-dev/gorun/internal/testkit/torchpy"
 )
 
 // make chaos sets these; without them, TestChaosShort runs the short
@@ -67,13 +68,10 @@ func config(t *testing.T, rounds, faults int) Config {
 	}
 	cfg := Config{Seed: s, Rounds: rounds, FaultsPerRound: faults,
 		Gorun: filepath.Join(bins, "gorun"), DDP: filepath.Join(bins, "ddp"), Logf: t.Logf, Verbose: os.Getenv("GORUN_CHAOS_VERBOSE") == "1", StoreLogLevel: *storeLog}
-	py := os.Getenv("GORUN_TEST_PYTHON")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	if err := exec.Command(py, "-c", "import torch.distributed").Run(); err != nil {
-		t.Logf("NOTE: no PyTorch at %s (%v): every round runs bin/ddp", py, err)
+	if c := torchpy.Find("../../.."); c.Missing != "" {
+		t.Logf("NOTE: no PyTorch: every round runs bin/ddp: %s", c)
 	} else {
+		py := c.Python
 		cfg.Python, cfg.TrainScript, cfg.TorchEvery = py, "../../../examples/pytorch/train_ddp.py", *torch
 	}
 	return cfg

@@ -3,6 +3,7 @@ package slurmtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,39 +15,42 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/torchpy"
 )
 
-// Helpers of pytorch_test.go: real PyTorch workers (Debian's
-// python3-torch, CPU and gloo) under gorun under a real Slurm.
-
-// pyPython is the interpreter that has Debian's python3-torch; another
-// python3 may be first on PATH. gorun reads PYTHON_EXEC (--python).
-const pyPython = "/usr/bin/python3"
+// Helpers of pytorch_test.go: real PyTorch workers (PyTorch 2.x, the
+// reference, from tests/torch2's environment where it exists: torchpy.Find;
+// CPU and gloo) under gorun under a real Slurm.
 
 var torchCheck struct {
 	once sync.Once
 	err  error
+	// python is the interpreter with torch; gorun reads PYTHON_EXEC
+	// (--python).
+	python string
 }
+
+// pyPython is the interpreter the PyTorch workers run on (requireTorch
+// chooses it).
+func pyPython() string { return torchCheck.python }
 
 // requireTorch skips the test, saying why, where pyPython cannot import
 // torch; it fails it instead where GORUN_REQUIRE_SLURM=1.
 func requireTorch(t *testing.T) {
 	t.Helper()
 	torchCheck.once.Do(func() {
-		// A first import of torch reads hundreds of files: give a busy
-		// 2-core machine time.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, pyPython, "-c", "import torch, torch.distributed as d; assert d.is_available()").CombinedOutput()
-		if err != nil {
-			torchCheck.err = fmt.Errorf("%s cannot import torch with torch.distributed: %v: %s", pyPython, err, bytes.TrimSpace(out))
+		c := torchpy.Find("../../..")
+		torchCheck.python = c.Python
+		if c.Missing != "" {
+			torchCheck.err = errors.New(c.String())
 		}
 	})
 	if torchCheck.err != nil {
 		if os.Getenv("GORUN_REQUIRE_SLURM") == "1" {
 			t.Fatalf("GORUN_REQUIRE_SLURM=1, but the PyTorch workers cannot run: %v", torchCheck.err)
 		}
-		t.Skipf("SKIPPED: no PyTorch for the workers: %v (Debian: apt-get install python3-torch)", torchCheck.err)
+		t.Skipf("SKIPPED: no PyTorch for the workers: %v (make torch2-python)", torchCheck.err)
 	}
 }
 
@@ -63,7 +67,7 @@ func pyCluster(t *testing.T, opts Options, torch bool) *Cluster {
 // pyCommand is c.Command with PYTHON_EXEC set for gorun.
 func pyCommand(ctx context.Context, c *Cluster, name string, args ...string) *exec.Cmd {
 	cmd := c.Command(ctx, name, args...)
-	cmd.Env = append(cmd.Env, "PYTHON_EXEC="+pyPython)
+	cmd.Env = append(cmd.Env, "PYTHON_EXEC="+pyPython())
 	return cmd
 }
 
@@ -286,7 +290,7 @@ export PYTHON_EXEC=%s
 srun --ntasks-per-node=1 --open-mode=append --output=%s/node-%%j-%%n.out %s/gorun --nproc-per-node=2 \
   %s/examples/pytorch/train_ddp.py --steps 100000 --step-time 0.05 --checkpoint %s
 echo "srun exited $?"
-`, nodes, Token(t), pyPython, out, c.BinDir(), c.root, ckpt)
+`, nodes, Token(t), pyPython(), out, c.BinDir(), c.root, ckpt)
 	path := filepath.Join(out, "job.sh")
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)

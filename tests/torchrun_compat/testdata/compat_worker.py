@@ -5,7 +5,7 @@ Run as a script, as a module (-m compat_worker) or through --run-path:
   compat_worker.py MODE DIR [ARGS...]
 
 touch DIR [--fail]   a file named by RANK in DIR (PyTorch's bin/test_script.py)
-env DIR [TAG]        the worker's torchrun variables as JSON in DIR
+env DIR [TAG]        the worker's whole environment as JSON in DIR
 failonce DIR         env, then rank 1 kills itself with SIGKILL on attempt 0
 bipolar DIR CODE     env, then odd ranks exit with CODE
 sad DIR              rank 1 writes an @record error file and exits 1
@@ -22,19 +22,9 @@ import signal
 import sys
 import time
 
-KEYS = [
-    "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
-    "LOCAL_WORLD_SIZE", "WORLD_SIZE", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
-    "OMP_NUM_THREADS", "TEST_SENTINEL_PARENT",
-]
-
 
 def dump(out, tag=""):
-    env = {k: os.environ[k] for k in KEYS if k in os.environ}
+    env = dict(os.environ)
     env["TAG"] = tag
     name = "a%s.r%s.json" % (os.environ.get("TORCHELASTIC_RESTART_COUNT", "x"), os.environ["RANK"])
     tmp = os.path.join(out, name + ".tmp")
