@@ -52,6 +52,13 @@ type attempt struct {
 	pre *preemptor
 	// stdin is what the workers read.
 	stdin stdinPlan
+	// filtered are the files of --duplicate-stdout-filters and
+	// --duplicate-stderr-filters (nil where off), by stream, and their
+	// consoles.
+	filtered        [2]*os.File
+	filteredConsole [2]*Console
+	// filteredSinks are the workers' streams into them.
+	filteredSinks []*filteredLines
 }
 
 // outcomeKind says how an attempt ended.
@@ -78,6 +85,7 @@ type outcome struct {
 
 // streamPlan says where one stream of one worker goes.
 type streamPlan struct {
+	index   int    // 0 for stdout, 1 for stderr
 	name    string // "stdout" or "stderr"
 	bit     Std
 	console *Console
@@ -101,6 +109,17 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	}
 	defer devNull.Close()
 	att.stdin = planStdin(cfg.Stdin) // before plumbing: its reader shows prompts
+	for j, filters := range [2][]string{cfg.DuplicateStdoutFilters, cfg.DuplicateStderrFilters} {
+		if filters == nil {
+			continue
+		}
+		f, err := layout.createAttemptFile(number, "filtered_"+[2]string{"stdout", "stderr"}[j]+".log")
+		if err != nil {
+			att.closeFiltered()
+			return nil, fmt.Errorf("create --duplicate-%s-filters' log: %w", [2]string{"stdout", "stderr"}[j], err)
+		}
+		att.filtered[j], att.filteredConsole[j] = f, NewConsole(f)
+	}
 	// Plumb every worker first, then start them all at once: forks and
 	// execs overlap instead of queueing one after another.
 	childEnds := make([][2]*os.File, len(specs))
@@ -115,7 +134,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		if _, fg := att.stdin.forRank(spec.LocalRank); !fg {
 			spares[i] = warm.take(spec)
 		}
-		for j, sp := range []streamPlan{{"stdout", StdOut, stdout}, {"stderr", StdErr, stderr}} {
+		for j, sp := range []streamPlan{{0, "stdout", StdOut, stdout}, {1, "stderr", StdErr, stderr}} {
 			var spareOut *os.File
 			if spares[i] != nil {
 				spareOut = spares[i].out[j]
@@ -231,12 +250,20 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, 
 	if toConsole {
 		console = sp.console
 		if !cfg.NoPrefix {
-			prefix = ExpandPrefix(cfg.PrefixTemplate, cfg.Role, lr, w.spec.Rank)
+			prefix = ExpandPrefix(cfg.PrefixTemplate, cfg.Role, lr, w.spec.Rank, cfg.Hostname)
 		}
 	}
 	var sink io.Writer // stays a nil interface without a file
 	if file != nil {
 		sink = file
+		// torchrun 2.x copies the filtered lines of the ranks it tails:
+		// teed, and shown on the console.
+		if dup := att.filteredConsole[sp.index]; dup != nil && tee && toConsole {
+			filters := [2][]string{cfg.DuplicateStdoutFilters, cfg.DuplicateStderrFilters}[sp.index]
+			fl := &filteredLines{out: dup, filters: filters, prefix: prefix}
+			att.filteredSinks = append(att.filteredSinks, fl)
+			sink = io.MultiWriter(file, fl)
+		}
 	}
 	var src io.Reader = r
 	if w.progress != nil {
@@ -499,6 +526,10 @@ func (att *attempt) finish() {
 		}
 	}
 	<-drained
+	for _, fl := range att.filteredSinks {
+		fl.flush() // a last line without a newline
+	}
+	att.closeFiltered()
 	for _, w := range att.workers {
 		for _, f := range w.files {
 			if err := f.Close(); err != nil {
@@ -541,4 +572,18 @@ func describeExit(st exitStatus) string {
 		return fmt.Sprintf("was killed by %s (exit code %d)", SignalName(st.Signal), st.Code)
 	}
 	return fmt.Sprintf("exited with code %d", st.Code)
+}
+
+// closeFiltered closes the files of the duplicate filters, once every
+// pump that writes them has ended.
+func (att *attempt) closeFiltered() {
+	for j, f := range att.filtered {
+		if f == nil {
+			continue
+		}
+		if err := f.Close(); err != nil {
+			att.cfg.Log.Warnf("filtered log: %v", err)
+		}
+		att.filtered[j], att.filteredConsole[j] = nil, nil
+	}
 }

@@ -58,6 +58,11 @@ func PlanWorkers(cfg *Config, shared []EnvVar, round rendezvous.Round, restartCo
 	for lr := range specs {
 		ef := errorFile(lr)
 		added := append(rankEnv(cfg, round, restartCount, lr, ef), layoutEnv(ranks, fit, round.BaseRank+lr)...)
+		if cfg.VirtualLocalRank {
+			if added, err = virtualRankEnv(cfg, added, lr); err != nil {
+				return nil, err
+			}
+		}
 		added = append(added, shared...)
 		specs[lr] = WorkerSpec{
 			LocalRank: lr,

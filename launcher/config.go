@@ -150,6 +150,19 @@ type Config struct {
 	// prints lines as they are.
 	PrefixTemplate string
 	NoPrefix       bool
+	// DuplicateStdoutFilters and DuplicateStderrFilters, when not nil
+	// (torchrun 2.x's --duplicate-stdout-filters), copy the teed lines of
+	// the console's ranks that hold any of them, prefixed, to
+	// attempt_<n>/filtered_stdout.log (filtered_stderr.log), one file for
+	// all local ranks.
+	DuplicateStdoutFilters []string
+	DuplicateStderrFilters []string
+
+	// VirtualLocalRank gives every worker LOCAL_RANK=0 and only its own
+	// GPU (torchrun 2.x's --virtual-local-rank): CUDA_VISIBLE_DEVICES is
+	// the local rank's entry of the launcher's CUDA_VISIBLE_DEVICES (or
+	// HIP_VISIBLE_DEVICES, then set too), or the local rank itself.
+	VirtualLocalRank bool
 
 	// MemoryDefaults adds SEEDS.md's allocator defaults to the worker
 	// environment unless the user set them.

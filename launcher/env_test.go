@@ -3,6 +3,7 @@ package launcher
 import (
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -129,7 +130,88 @@ func TestArgv(t *testing.T) {
 }
 
 func TestExpandPrefix(t *testing.T) {
-	if got := ExpandPrefix("[${role_name}${rank}|${local_rank}]:", "default", 1, 9); got != "[default9|1]:" {
+	if got := ExpandPrefix("[${role_name}${rank}|${local_rank}@${hostname}]:", "default", 1, 9, "node7"); got != "[default9|1@node7]:" {
 		t.Errorf("ExpandPrefix = %q", got)
+	}
+}
+
+func TestParseFilters(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []string
+	}{
+		{"apple,orange", []string{"apple", "orange"}},
+		{"loss", []string{"loss"}},
+		{"a,,b,c", []string{"a,b", "c"}},
+		{"", []string{""}},
+		{",x", []string{"", "x"}},
+	} {
+		if got := ParseFilters(tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("ParseFilters(%q) = %q; want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestFilteredLines feeds a stream in chunks that split lines and checks
+// that only the lines holding a filter reach the shared file, whole and
+// prefixed.
+func TestFilteredLines(t *testing.T) {
+	var out strings.Builder
+	f := &filteredLines{out: NewConsole(&out), filters: []string{"loss", "a,b"}, prefix: "[default0]:"}
+	for _, chunk := range []string{"step 1 lo", "ss 2.0\nnoise\nx a,b y\n", "tail loss without newline"} {
+		if n, err := f.Write([]byte(chunk)); n != len(chunk) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	f.flush()
+	want := "[default0]:step 1 loss 2.0\n[default0]:x a,b y\n[default0]:tail loss without newline\n"
+	if out.String() != want {
+		t.Errorf("filtered = %q; want %q", out.String(), want)
+	}
+}
+
+// TestVirtualLocalRank: torchrun 2.x's --virtual-local-rank gives each
+// worker LOCAL_RANK=0 and its own GPU as device 0.
+func TestVirtualLocalRank(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		environ []string
+		want    []map[string]string // by local rank
+		wantErr string
+	}{
+		{name: "no visible devices set", want: []map[string]string{
+			{"LOCAL_RANK": "0", "RANK": "0", "CUDA_VISIBLE_DEVICES": "0"},
+			{"LOCAL_RANK": "0", "RANK": "1", "CUDA_VISIBLE_DEVICES": "1"}}},
+		{name: "the launcher's CUDA_VISIBLE_DEVICES", environ: []string{"CUDA_VISIBLE_DEVICES=4, 6"}, want: []map[string]string{
+			{"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "4", "HIP_VISIBLE_DEVICES": ""},
+			{"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "6"}}},
+		{name: "ROCm's HIP_VISIBLE_DEVICES first", environ: []string{"CUDA_VISIBLE_DEVICES=0,1", "HIP_VISIBLE_DEVICES=2,3"}, want: []map[string]string{
+			{"CUDA_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "2"},
+			{"CUDA_VISIBLE_DEVICES": "3", "HIP_VISIBLE_DEVICES": "3"}}},
+		{name: "more workers than devices", environ: []string{"CUDA_VISIBLE_DEVICES=5"},
+			wantErr: `--virtual-local-rank: local rank 1 has no GPU in CUDA_VISIBLE_DEVICES="5" (1 listed); want --nproc-per-node at most 1`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{NprocPerNode: 2, Role: "default", Environ: tt.environ, VirtualLocalRank: true, Entrypoint: Entrypoint{Script: "x", NoPython: true}}
+			round := rendezvous.Round{RunID: "j", GroupWorldSize: 1, WorldSize: 2, RoleWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1}
+			specs, err := PlanWorkers(&cfg, nil, round, 0, func(lr int) string { return "/e/" + strconv.Itoa(lr) })
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("err = %v; want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for lr, want := range tt.want {
+				got := envMap(specs[lr].Added)
+				for k, v := range want {
+					if got[k] != v {
+						t.Errorf("local rank %d: %s=%q; want %q", lr, k, got[k], v)
+					}
+				}
+			}
+		})
 	}
 }

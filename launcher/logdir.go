@@ -231,6 +231,13 @@ func (l *logLayout) createStream(attempt, localRank int, stream string) (*os.Fil
 	return l.dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode)
 }
 
+// createAttemptFile creates a file of attempt n's own (mode 0600), beside
+// its local ranks' folders: a new file, never one already there, nor a
+// link.
+func (l *logLayout) createAttemptFile(attempt int, name string) (*os.File, error) {
+	return l.dir.OpenFile(filepath.Join(attemptName(attempt), name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode)
+}
+
 // close removes a temporary layout, and the flight-recorder folders of
 // its attempts that stayed empty; kept logs stay.
 func (l *logLayout) close() error {

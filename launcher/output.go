@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -33,14 +34,74 @@ func (c *Console) writeLine(line []byte) {
 	_, _ = c.w.Write(line) // a console that fails cannot be told about it
 }
 
-// ExpandPrefix fills torchrun's placeholders ${role_name}, ${local_rank}
-// and ${rank} in a --log-line-prefix-template.
-func ExpandPrefix(template, role string, localRank, rank int) string {
+// ExpandPrefix fills torchrun's placeholders ${role_name}, ${local_rank},
+// ${rank} and (torchrun 2.x) ${hostname} in a --log-line-prefix-template.
+func ExpandPrefix(template, role string, localRank, rank int, hostname string) string {
 	return strings.NewReplacer(
 		"${role_name}", role,
 		"${local_rank}", strconv.Itoa(localRank),
 		"${rank}", strconv.Itoa(rank),
+		"${hostname}", hostname,
 	).Replace(template)
+}
+
+// filteredLines passes on, prefixed, the lines of one worker stream that
+// hold any of its filters, to a file that the attempt's workers share
+// (torchrun 2.x's --duplicate-stdout-filters). It is a pump's second
+// sink beside the stream's log file, so it sees the stream's bytes
+// whatever their chunks; a line is whole once its newline came (or
+// maxLine bytes without one).
+type filteredLines struct {
+	out     *Console
+	filters []string
+	prefix  string
+	line    []byte
+}
+
+// Write implements io.Writer; it never fails (a line the file cannot
+// take is lost to it, as to the console).
+func (f *filteredLines) Write(p []byte) (int, error) {
+	for _, b := range p {
+		f.line = append(f.line, b)
+		if b == '\n' || len(f.line) >= maxLine {
+			f.emit()
+		}
+	}
+	return len(p), nil
+}
+
+// flush passes on the last line of a stream that ended without a newline.
+func (f *filteredLines) flush() {
+	if len(f.line) > 0 {
+		f.emit()
+	}
+}
+
+func (f *filteredLines) emit() {
+	line := f.line
+	f.line = f.line[:0]
+	for _, needle := range f.filters {
+		if bytes.Contains(line, []byte(needle)) {
+			out := append([]byte(f.prefix), line...)
+			if out[len(out)-1] != '\n' {
+				out = append(out, '\n')
+			}
+			f.out.writeLine(out)
+			return
+		}
+	}
+}
+
+// ParseFilters splits a --duplicate-stdout-filters value as torchrun 2.x
+// does: at commas, a double comma standing for a comma in a filter. An
+// empty value is one empty filter, which every line holds.
+func ParseFilters(v string) []string {
+	const placeholder = "\x00"
+	parts := strings.Split(strings.ReplaceAll(v, ",,", placeholder), ",")
+	for i, p := range parts {
+		parts[i] = strings.ReplaceAll(p, placeholder, ",")
+	}
+	return parts
 }
 
 // pump copies one worker stream, line by line, to a file (raw) and to a

@@ -44,6 +44,11 @@ const (
 	fLogsSpecs       = "logs-specs"
 	fNumaBinding     = "numa-binding"
 	fSignals         = "signals-to-handle"
+	fDupStdout       = "duplicate-stdout-filters"
+	fDupStderr       = "duplicate-stderr-filters"
+	fVirtualRank     = "virtual-local-rank"
+	fShutdownTimeout = "shutdown-timeout"
+	fCompletion      = "print-completion"
 
 	fPython           = "python"
 	fStopTimeout      = "stop-timeout"
@@ -173,10 +178,17 @@ func float(cat, name string, value float64, usage string, torchrun bool) *float6
 func launchFlags() []cli.Flag {
 	python := str(catWorkers, fPython, "python3", "interpreter for the workers (run with -u); may include its own arguments", false)
 	python.EnvVars = append(python.EnvVars, "PYTHON_EXEC")
-	stop := str(catRestarts, fStopTimeout, "30s", "grace period between SIGTERM and SIGKILL when workers are stopped (a duration, or seconds)", false)
-	stop.EnvVars = append(stop.EnvVars, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
-	prefix := str(catLogging, fPrefixTemplate, "[${role_name}${rank}]:", "console prefix of each worker line; placeholders ${role_name}, ${local_rank}, ${rank}", false)
+	stop := str(catRestarts, fStopTimeout, "30s", "grace period between SIGTERM and SIGKILL when workers are stopped (a duration, or seconds); torchrun 2.x's --shutdown-timeout is the same flag", false)
+	// torchrun 2.x's name for it; its variables after gorun's own.
+	stop.Aliases = append(stop.Aliases, spelling(fShutdownTimeout, fShutdownTimeout)...)
+	stop.names = names(stop.Name, stop.Aliases)
+	stop.EnvVars = append(stop.EnvVars, "PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+	prefix := str(catLogging, fPrefixTemplate, "[${role_name}${rank}]:", "console prefix of each worker line; placeholders ${role_name}, ${local_rank}, ${rank}, ${hostname}", false)
 	prefix.EnvVars = append(prefix.EnvVars, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+	// No variable: one left in the environment would turn every launch
+	// into a completion script.
+	completion := str(catLogging, fCompletion, "", "print a shell completion script for gorun's flags (bash, zsh or tcsh) and exit", false)
+	completion.EnvVars = nil
 	logLevel := str(catLogging, fLogLevel, "info", "gorun's own messages: debug, info, warning or error (else LOGLEVEL's, as torchrun: Python's level names and numbers)", false)
 
 	return []cli.Flag{
@@ -189,6 +201,7 @@ func launchFlags() []cli.Flag {
 		python,
 		str(catWorkers, fStartMethod, "spawn", "spawn, fork or forkserver; accepted for torchrun compatibility (every worker is a fresh process)", true),
 		str(catWorkers, fNumaBinding, "", "torchrun's NUMA binding of GPU workers: node, socket, exclusive or core-complex (not applied yet: gorun warns)", false),
+		boolean(catWorkers, fVirtualRank, "every worker gets LOCAL_RANK=0 and sees only its own GPU, as device 0 (CUDA_VISIBLE_DEVICES: the local rank's entry of yours, or the local rank)", true),
 		boolean(catWorkers, fWarmStart, "keep one Python interpreter per local rank started, with --warm-imports imported, and start each (re)started worker in it: a restart does not pay the interpreter's start and imports again", false),
 		str(catWorkers, fWarmImports, "", "modules --warm-start's interpreters import before their round, e.g. torch,numpy (default: torch)", false),
 		boolean(catWorkers, fDryRun, "print each worker's rank, command line and the environment gorun adds; start nothing", false),
@@ -227,11 +240,14 @@ func launchFlags() []cli.Flag {
 		str(catLogging, fRedirects, "0", "send worker streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:2", true, "r"),
 		str(catLogging, fTee, "0", "send worker streams to files and the console, same values as --redirects", true, "t"),
 		str(catLogging, fLocalRanks, "", "local ranks whose output reaches the console, e.g. 0,3 (default: all)", true),
+		str(catLogging, fDupStdout, "", "copy the teed stdout lines that hold any of these comma-separated strings (,, for a comma) to attempt_<n>/filtered_stdout.log in the run's folder", true),
+		str(catLogging, fDupStderr, "", "the same for stderr: attempt_<n>/filtered_stderr.log", true),
 		prefix,
 		boolean(catLogging, fNoPrefix, "print worker lines without a prefix", false),
 		str(catLogging, fLogsSpecs, "", "torchrun's LogsSpecs plugin: only torch's own, default, which is what gorun does; another is refused", false),
 		str(catLogging, fEventLogHandler, "null", "torchrun's event log handler plugin; gorun has none and ignores it", true),
 		logLevel,
+		completion,
 
 		// Memory.
 		boolean(catMemory, fNoMemoryDefaults, "do not add expandable_segments:True to PYTORCH_CUDA_ALLOC_CONF nor MULTI_STREAM_MEMORY_REUSE=2", false),

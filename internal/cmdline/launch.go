@@ -22,6 +22,12 @@ import (
 
 // launchAction runs `gorun [flags] SCRIPT [ARGS...]`.
 func launchAction(c *cli.Context, opts Options) error {
+	if c.IsSet(fCompletion) {
+		if err := printCompletion(c.App.Writer, c.String(fCompletion), c.App.Flags); err != nil {
+			return Usage(err)
+		}
+		return nil
+	}
 	// A console that went away (`gorun ... | head`) must not kill gorun
 	// with SIGPIPE and orphan the run's clean-up: its writes then fail,
 	// and the job goes on, as under torchrun (Python ignores SIGPIPE).
@@ -227,6 +233,13 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 		log.Infof("--nproc-per-node=%s: %d workers, one per %s", c.String(fNprocPerNode), n, strings.TrimSuffix(what, "s"))
 	}
 	cfg.NprocPerNode = n
+	if cfg.VirtualLocalRank = c.Bool(fVirtualRank); cfg.VirtualLocalRank {
+		// Every local rank needs a GPU of its own: said before anything
+		// starts (torchrun 2.x raises it when it builds the workers).
+		if _, _, err := launcher.VisibleDevice(cfg.Environ, n-1); err != nil {
+			return cfg, err
+		}
+	}
 	cfg.Role = c.String(fRole)
 	cfg.WarmStart = c.Bool(fWarmStart)
 	if v := c.String(fWarmImports); v != "" {
@@ -303,6 +316,14 @@ func parseOutput(c *cli.Context, cfg *launcher.Config) error {
 	}
 	cfg.PrefixTemplate = c.String(fPrefixTemplate)
 	cfg.NoPrefix = c.Bool(fNoPrefix)
+	// As torchrun 2.x: a flag given, even empty, filters (an empty
+	// string is in every line); not given, no file.
+	if c.IsSet(fDupStdout) {
+		cfg.DuplicateStdoutFilters = launcher.ParseFilters(c.String(fDupStdout))
+	}
+	if c.IsSet(fDupStderr) {
+		cfg.DuplicateStderrFilters = launcher.ParseFilters(c.String(fDupStderr))
+	}
 	cfg.MemoryDefaults = !c.Bool(fNoMemoryDefaults)
 	return nil
 }

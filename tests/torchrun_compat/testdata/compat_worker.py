@@ -10,6 +10,9 @@ failonce DIR         env, then rank 1 kills itself with SIGKILL on attempt 0
 bipolar DIR CODE     env, then odd ranks exit with CODE
 sad DIR              rank 1 writes an @record error file and exits 1
 sleep DIR            writes its pid to DIR/pid.RANK and sleeps until stopped
+stubborn DIR HOW     rank 0 ignores SIGTERM and SIGINT and sleeps; rank 1 then
+                     fails and writes the time to DIR/failed_at (HOW fail), or
+                     writes DIR/ready and sleeps (HOW sleep)
 echo DIR             prints "hello stdout from RANK" to stdout and
                      "hello stderr from RANK" to stderr (upstream's echo1.py)
 stdin DIR            prints "read: " and the first line of its stdin
@@ -70,6 +73,24 @@ def main(argv):
             f.write(str(os.getpid()))
         os.rename(tmp, os.path.join(out, "pid.%d" % rank))
         time.sleep(600)
+    elif mode == "stubborn":
+        # Rank 0 ignores SIGTERM and SIGINT, so only SIGKILL after the
+        # shutdown timeout ends it; rank 1, once rank 0 ignores them,
+        # fails ("fail") and records when, or sleeps ("sleep") after
+        # writing DIR/ready.
+        if rank == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            open(os.path.join(out, "ignoring"), "w").close()
+            time.sleep(600)
+        while not os.path.exists(os.path.join(out, "ignoring")):
+            time.sleep(0.01)
+        if argv[2] == "sleep":
+            open(os.path.join(out, "ready"), "w").close()
+            time.sleep(600)
+        with open(os.path.join(out, "failed_at"), "w") as f:
+            f.write(repr(time.time()))
+        sys.exit(1)
     elif mode == "echo":
         print("hello stdout from %d" % rank, flush=True)
         print("hello stderr from %d" % rank, file=sys.stderr, flush=True)

@@ -1,0 +1,166 @@
+package torchrun_compat
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// torch2Only skips torchrun's half of a case on a flag that torchrun 1.13
+// does not have.
+func torch2Only(t *testing.T, l launcher) {
+	t.Helper()
+	if l == torchrun && torchMajor() < 2 {
+		t.Skipf("torchrun %s has no such flag (2.x's)", torchVersion)
+	}
+}
+
+// TestDuplicateFilters: torchrun 2.x's --duplicate-stdout-filters and
+// --duplicate-stderr-filters (multiprocessing's duplicate filters): the
+// teed lines that hold a filter, prefixed as on the console, in
+// attempt_0/filtered_stdout.log and filtered_stderr.log, one file for all
+// ranks; only the ranks --local-ranks-filter shows; ",," is a comma.
+func TestDuplicateFilters(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, l launcher) {
+		torch2Only(t, l)
+		id, base := runID(), t.TempDir()
+		o := l.launch(t, job{args: []string{"--nproc-per-node=3", "--rdzv-id=" + id, "--tee=3", "--log-dir=" + base,
+			"--local-ranks-filter=0,2", "--duplicate-stdout-filters=from 0,from 1,,x,from 2", "--duplicate-stderr-filters=stderr from 2"},
+			script: []string{script("compat_worker.py"), "echo", "unused"}})
+		if o.code != 0 {
+			t.Fatalf("exit %d; want 0\n%s", o.code, o)
+		}
+		run := runFolder(t, base, id, o)
+		lines := func(name string) []string {
+			data, err := os.ReadFile(filepath.Join(run, "attempt_0", name))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, o)
+			}
+			got := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+			slices.Sort(got)
+			return got
+		}
+		if got, want := lines("filtered_stdout.log"), []string{"[default0]:hello stdout from 0", "[default2]:hello stdout from 2"}; !slices.Equal(got, want) {
+			t.Errorf("filtered_stdout.log: %q; want %q", got, want)
+		}
+		if got, want := lines("filtered_stderr.log"), []string{"[default2]:hello stderr from 2"}; !slices.Equal(got, want) {
+			t.Errorf("filtered_stderr.log: %q; want %q", got, want)
+		}
+	})
+}
+
+// TestVirtualLocalRank: torchrun 2.x's --virtual-local-rank
+// (local_elastic_agent's virtual local rank mode): every worker has
+// LOCAL_RANK=0 and only its own GPU, the local rank's entry of the
+// launcher's CUDA_VISIBLE_DEVICES; with too few entries gorun refuses the
+// launch before any worker starts (exit 2) and torchrun fails it.
+func TestVirtualLocalRank(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, l launcher) {
+		torch2Only(t, l)
+		dir := t.TempDir()
+		o := l.launch(t, job{args: []string{"--nproc-per-node=2", "--virtual-local-rank"}, env: []string{"CUDA_VISIBLE_DEVICES=3,5"},
+			script: []string{script("compat_worker.py"), "env", dir}})
+		if o.code != 0 {
+			t.Fatalf("exit %d; want 0\n%s", o.code, o)
+		}
+		recs := dumps(t, dir)
+		for r, gpu := range []string{"3", "5"} {
+			rec := recs["a0.r"+strconv.Itoa(r)+".json"]
+			if rec["LOCAL_RANK"] != "0" || rec["CUDA_VISIBLE_DEVICES"] != gpu || rec["RANK"] != strconv.Itoa(r) {
+				t.Errorf("rank %d: LOCAL_RANK=%q CUDA_VISIBLE_DEVICES=%q RANK=%q; want 0, %s, %d", r, rec["LOCAL_RANK"], rec["CUDA_VISIBLE_DEVICES"], rec["RANK"], gpu, r)
+			}
+		}
+
+		o = l.launch(t, job{args: []string{"--nproc-per-node=2", "--virtual-local-rank"}, env: []string{"CUDA_VISIBLE_DEVICES=3"},
+			script: []string{script("compat_worker.py"), "env", t.TempDir()}})
+		if l == gorun {
+			if o.code != 2 || !strings.Contains(o.stderr, `local rank 1 has no GPU in CUDA_VISIBLE_DEVICES="3"`) {
+				t.Errorf("exit %d; want 2 naming the variable\n%s", o.code, o)
+			}
+		} else if o.code == 0 || !strings.Contains(o.stderr, "local_rank 1 exceeds available GPUs in CUDA_VISIBLE_DEVICES=3") {
+			t.Errorf("exit %d; want a failure naming the variable\n%s", o.code, o)
+		}
+	})
+}
+
+// TestShutdownTimeout: torchrun 2.x's --shutdown-timeout (gorun's
+// --stop-timeout under torchrun's name): a worker that ignores the stop
+// signal gets SIGKILL that many seconds after the launcher stops the
+// workers, not after the default 30 s. torchrun 2.x applies it when the
+// launcher itself is stopped by a signal (here SIGINT); when a worker
+// fails it still waits 30 s (its multiprocessing closes with the
+// default), gorun the flag's time (docs/launcher.md).
+func TestShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	t.Run("launcher_signalled", func(t *testing.T) {
+		t.Parallel()
+		both(t, func(t *testing.T, l launcher) {
+			torch2Only(t, l)
+			dir := t.TempDir()
+			r := l.start(t, job{args: []string{"--nproc-per-node=2", "--shutdown-timeout=1"},
+				script: []string{script("compat_worker.py"), "stubborn", dir, "sleep"}})
+			waitFile(t, r, filepath.Join(dir, "ready"))
+			sent := time.Now()
+			if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			o := r.wait(t)
+			// 1 s of grace, then SIGKILL; 30 s would be the default's.
+			if took := time.Since(sent); took > 15*time.Second {
+				t.Errorf("the launcher ended %v after SIGINT; want about 1 s (--shutdown-timeout=1)\n%s", took, o)
+			}
+		})
+	})
+	t.Run("worker_failed", func(t *testing.T) {
+		t.Parallel()
+		both(t, func(t *testing.T, l launcher) {
+			if l == torchrun {
+				t.Skip("torchrun 2.x stops the other workers of a failed one with its default 30 s, whatever --shutdown-timeout says")
+			}
+			dir := t.TempDir()
+			o := l.launch(t, job{args: []string{"--nproc-per-node=2", "--shutdown-timeout=1"},
+				script: []string{script("compat_worker.py"), "stubborn", dir, "fail"}})
+			end := time.Now()
+			if o.code != l.failureCode(1) {
+				t.Fatalf("exit %d; want %d\n%s", o.code, l.failureCode(1), o)
+			}
+			data, err := os.ReadFile(filepath.Join(dir, "failed_at"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			at, err := strconv.ParseFloat(string(data), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := end.Sub(time.UnixMicro(int64(at * 1e6))); took > 15*time.Second {
+				t.Errorf("the launcher ended %v after the failure; want about 1 s (--shutdown-timeout=1)\n%s", took, o)
+			}
+		})
+	})
+}
+
+// waitFile waits for path to appear while the launch r runs.
+func waitFile(t *testing.T, r *running, path string) {
+	t.Helper()
+	deadline := time.Now().Add(launchTimeout)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("%s ended before %s appeared\n%s", r.description, path, r.result)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear in %v", path, launchTimeout)
+		}
+	}
+}
