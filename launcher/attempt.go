@@ -159,7 +159,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		}
 		in, fg := att.stdin.forRank(spec.LocalRank)
 		files := procFiles{stdin: in, stdout: childEnds[i][0], stderr: childEnds[i][1], inGorunsGroup: fg}
-		procs[i], starts[i] = startProcessIn(ignoringSignals(spec.Argv, ignored), spec.Env, files, att.exited, 0, group.cgroupFD())
+		procs[i], starts[i] = startProcessIn(ignoringSignals(spec.Argv, ignored), spec.Env, files, att.exited, 0, group.cgroupFD(), cfg.cpusOf(spec.LocalRank))
 	}
 	var startErr error
 	for i, w := range att.workers {

@@ -163,6 +163,9 @@ type Config struct {
 	// the local rank's entry of the launcher's CUDA_VISIBLE_DEVICES (or
 	// HIP_VISIBLE_DEVICES, then set too), or the local rank itself.
 	VirtualLocalRank bool
+	// NUMACPUs, when not nil, binds each local rank's worker to its CPUs
+	// (torchrun 2.x's --numa-binding; NUMAProbe.Bind chooses them).
+	NUMACPUs [][]int
 
 	// MemoryDefaults adds SEEDS.md's allocator defaults to the worker
 	// environment unless the user set them.
@@ -274,6 +277,14 @@ func (c *Config) Validate() error {
 		if r < 0 || r >= c.NprocPerNode {
 			return fmt.Errorf("--local-ranks-filter: local rank %d outside 0..%d (--nproc-per-node=%d)", r, c.NprocPerNode-1, c.NprocPerNode)
 		}
+	}
+	return nil
+}
+
+// cpusOf is the CPUs local rank lr is bound to; nil: not bound.
+func (cfg *Config) cpusOf(lr int) []int {
+	if lr < len(cfg.NUMACPUs) {
+		return cfg.NUMACPUs[lr]
 	}
 	return nil
 }

@@ -67,7 +67,7 @@ func (p *process) status() exitStatus { return statusOf(p.State()) }
 // exits, it is sent on exited (which must have room: the agent sizes it
 // to the worker count). A nice above 0 lowers its CPU priority.
 func startProcess(argv, env []string, stdout, stderr *os.File, exited chan<- *process, nice int) (*process, <-chan error) {
-	return startProcessIn(argv, env, procFiles{stdout: stdout, stderr: stderr}, exited, nice, -1)
+	return startProcessIn(argv, env, procFiles{stdout: stdout, stderr: stderr}, exited, nice, -1, nil)
 }
 
 // procFiles are a process's standard files (stdin nil: /dev/null) and
@@ -82,10 +82,10 @@ type procFiles struct {
 }
 
 // startProcessIn is startProcess with the process cloned into the cgroup
-// whose directory is open as cgroupFD (-1: this process's own). If the
-// clone into the cgroup fails, the process is started outside it and
-// p.CgroupErr says why.
-func startProcessIn(argv, env []string, files procFiles, exited chan<- *process, nice, cgroupFD int) (*process, <-chan error) {
+// whose directory is open as cgroupFD (-1: this process's own) and bound
+// to cpus where not empty (--numa-binding). If the clone into the cgroup
+// fails, the process is started outside it and p.CgroupErr says why.
+func startProcessIn(argv, env []string, files procFiles, exited chan<- *process, nice, cgroupFD int, cpus []int) (*process, <-chan error) {
 	command := func() *exec.Cmd {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = env
@@ -104,7 +104,7 @@ func startProcessIn(argv, env []string, files procFiles, exited chan<- *process,
 		// why). The worker in gorun's own group keeps that window: it
 		// stops with gorun on the same Ctrl-Z, and only a restart of it
 		// in the instant of the key press can catch it.
-		Setsid: !files.inGorunsGroup, Nice: nice, CgroupFD: cgroupFD,
+		Setsid: !files.inGorunsGroup, Nice: nice, CgroupFD: cgroupFD, CPUs: cpus,
 		Exited: func(*proc.Process) { exited <- p },
 	})
 	return p, started

@@ -209,7 +209,7 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 		s.out[i], childEnds[i] = r, w
 	}
 	files := procFiles{stdin: stdin, stdout: childEnds[0], stderr: childEnds[1], extra: []*os.File{theirs}}
-	p, started := startProcessIn(argv, env, files, s.exited, 0, wp.group.cgroupFD())
+	p, started := startProcessIn(argv, env, files, s.exited, 0, wp.group.cgroupFD(), wp.cfg.cpusOf(lr))
 	err = <-started
 	closeAll(childEnds[:])
 	if err != nil {

@@ -200,7 +200,7 @@ func launchFlags() []cli.Flag {
 		boolean(catWorkers, fRunPath, "run SCRIPT with runpy.run_path, as torchrun --run-path", true),
 		python,
 		str(catWorkers, fStartMethod, "spawn", "spawn, fork or forkserver; accepted for torchrun compatibility (every worker is a fresh process)", true),
-		str(catWorkers, fNumaBinding, "", "torchrun's NUMA binding of GPU workers: node, socket, exclusive or core-complex (not applied yet: gorun warns)", false),
+		str(catWorkers, fNumaBinding, "", "bind each worker to CPUs near the GPU of its local rank, as torchrun 2.x: node (its NUMA node's CPUs), socket (its socket's), exclusive (an equal share of its node's cores per GPU there) or core-complex (one last-level cache's CPUs per GPU)", false),
 		boolean(catWorkers, fVirtualRank, "every worker gets LOCAL_RANK=0 and sees only its own GPU, as device 0 (CUDA_VISIBLE_DEVICES: the local rank's entry of yours, or the local rank)", true),
 		boolean(catWorkers, fWarmStart, "keep one Python interpreter per local rank started, with --warm-imports imported, and start each (re)started worker in it: a restart does not pay the interpreter's start and imports again", false),
 		str(catWorkers, fWarmImports, "", "modules --warm-start's interpreters import before their round, e.g. torch,numpy (default: torch)", false),

@@ -240,6 +240,18 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 			return cfg, err
 		}
 	}
+	if mode := c.String(fNumaBinding); mode != "" {
+		// As torchrun 2.x: each local rank near the GPU of its index.
+		// What cannot be bound is said before anything starts.
+		cpus, notes, err := launcher.NewNUMAProbe().Bind(c.Context, mode, n)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.NUMACPUs = cpus
+		for _, note := range notes {
+			log.Info(note)
+		}
+	}
 	cfg.Role = c.String(fRole)
 	cfg.WarmStart = c.Bool(fWarmStart)
 	if v := c.String(fWarmImports); v != "" {
@@ -346,13 +358,6 @@ func checkTorchrunOnlyFlags(c *cli.Context, log *logrus.Logger) error {
 	}
 	if v := c.Float64(fMonitorInterval); v <= 0 {
 		return fmt.Errorf("--monitor-interval=%v: want a positive number of seconds", v)
-	}
-	switch v := c.String(fNumaBinding); v {
-	case "":
-	case "node", "socket", "exclusive", "core-complex":
-		log.Warnf("--numa-binding=%s is not applied: this gorun does not bind workers to NUMA nodes yet", v)
-	default:
-		return fmt.Errorf("--numa-binding=%q: want node, socket, exclusive or core-complex", v)
 	}
 	return nil
 }

@@ -36,6 +36,11 @@ type Options struct {
 	// itself, the process is started outside it and Process.CgroupErr
 	// says why.
 	CgroupFD int
+	// CPUs, when not empty, binds the process to these CPUs (its
+	// affinity, as numactl --physcpubind): set on the forking thread,
+	// which the child inherits from its first instruction, so no thread
+	// it starts escapes it. A binding the kernel refuses fails the start.
+	CPUs []int
 	// Exited, when set, is called once the process has been reaped (after
 	// Done is closed).
 	Exited func(*Process)
@@ -83,6 +88,12 @@ func Start(command func() *exec.Cmd, o Options) (*Process, <-chan error) {
 		if o.Nice > 0 {
 			// This thread is the child's alone and ends with it.
 			_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, o.Nice)
+		}
+		if len(o.CPUs) > 0 {
+			if err := setThreadAffinity(o.CPUs); err != nil {
+				started <- err
+				return
+			}
 		}
 		cmd := build(o.CgroupFD)
 		err := cmd.Start()
