@@ -12,7 +12,7 @@ PYTHON   ?= $(TORCH2_PYTHON)
 TORCH1_PYTHON ?= /usr/bin/python3
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build torch2-python test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-leases bench-recovery bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
+.PHONY: all build torch2-python rivals-python test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-leases bench-recovery bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
 
 all: build
 
@@ -32,6 +32,9 @@ build: bin/gorun bin/gorun-etcd bin/hello bin/ddp ## build bin/gorun, bin/gorun-
 
 torch2-python: ## make PyTorch 2.x's virtual environment if it is missing; the last line is its interpreter
 	@tests/torch2/venv.sh
+
+rivals-python: ## make the benchmarks' environment (PyTorch 2.x, NVIDIA's ft_launcher, torchft) if it is missing; the last line is its interpreter
+	@tests/torch2/venv.sh rivals.txt
 
 test: build ## unit and integration tests, with the race detector; the PyTorch tests on 2.x (made first), then the launcher's on 1.13
 	@py=$$(tests/torch2/venv.sh | tail -n 1) || { echo "!!!!!!!! NO PYTORCH 2.x ENVIRONMENT (tests/torch2/venv.sh failed): the PyTorch tests fall back to Debian's 1.13 or skip" >&2; py=; }; \

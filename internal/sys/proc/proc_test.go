@@ -166,9 +166,11 @@ func TestSignalGroupReachesTheGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-p.Pid, syscall.SIGKILL) })
-	// Wait until the shell has started its child: the group has two
-	// members.
-	proctest.WaitFor(t, "the shell's child", 10*time.Second, func() bool { return groupSize(t, p.Pid) >= 2 })
+	// Wait until the shell's child runs sleep: the group has a member
+	// that is sleep. (Two members is too early: the child forked, not yet
+	// exec'd, may still hold the shell's trap, take the SIGTERM, and the
+	// shell then reports the sleep's 0 a minute later; seen under load.)
+	proctest.WaitFor(t, "the shell's child", 10*time.Second, func() bool { return groupHas(t, p.Pid, "sleep") })
 	if err := p.SignalGroup(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -182,22 +184,27 @@ func TestSignalGroupReachesTheGroup(t *testing.T) {
 }
 
 // groupSize counts the processes of process group pgid.
-func groupSize(t *testing.T, pgid int) int {
+// groupHas says whether a process of group pgid runs the program comm
+// (its /proc/PID/comm).
+func groupHas(t *testing.T, pgid int, comm string) bool {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && len(b) > 0 && statFieldOf(b, 5) == strconv.Itoa(pgid) {
-			n++
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil || len(b) == 0 || statFieldOf(b, 5) != strconv.Itoa(pgid) {
+			continue
+		}
+		if c, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(c)) == comm {
+			return true
 		}
 	}
-	return n
+	return false
 }
 
 // TestParentDeathKillsTheChild runs a helper (this test binary) that
