@@ -77,8 +77,11 @@ bench-rendezvous: build ## N agents through the etcd rendezvous vs the etcd floo
 bench-leases: build ## the store's cost of N nodes' leases at each TTL vs how fast a silent node is dropped; writes docs/benchmarks.md
 	bin/gorun bench leases --nodes 1024,4096 --ttl 2s,3s,4s,5s,10s --format text --write docs/benchmarks.md
 
-bench-recovery: build ## fault -> training again, gorun vs torchrun (3 local agents, PyTorch gloo); writes docs/benchmarks.md
-	bin/gorun bench recovery --python $(PYTHON) --runs 3 --write docs/benchmarks.md
+# The benchmarks' environment: PyTorch 2.x with NVIDIA's ft_launcher and torchft.
+RIVALS_PYTHON = $(shell tests/torch2/venv.sh rivals.txt | tail -n 1)
+
+bench-recovery: build ## fault -> training again, gorun vs torchrun and NVIDIA's ft_launcher (3 local agents, PyTorch 2.x gloo; make rivals-python first); writes docs/benchmarks.md
+	bin/gorun bench recovery --python $(RIVALS_PYTHON) --runs 3 --write docs/benchmarks.md
 
 bench-spare: build ## node loss -> training again: a hot spare vs a shrinking job (3 and 2 local agents); writes docs/benchmarks.md
 	bin/gorun bench spare --runs 5 --write docs/benchmarks.md

@@ -375,3 +375,16 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// ftLauncherVersion describes NVIDIA's ft_launcher at path: the version of
+// nvidia-resiliency-ext that python has.
+func ftLauncherVersion(ctx context.Context, python, path string) (string, error) {
+	if _, err := exec.LookPath(path); err != nil {
+		return "", fmt.Errorf("--ft-launcher=%s: %w (make rivals-python installs it)", path, err)
+	}
+	out, err := exec.CommandContext(ctx, python, "-c", "import importlib.metadata as m; print(m.version('nvidia-resiliency-ext'))").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s has no nvidia-resiliency-ext beside ft_launcher %s: %v", python, path, err)
+	}
+	return "ft_launcher of nvidia-resiliency-ext " + strings.TrimSpace(string(out)), nil
+}

@@ -90,12 +90,20 @@ func (l *agentLog) trained() bool {
 // argv is the launcher's command line for agent a (its --local-addr and
 // --log-dir), with the store at ep.
 func (r *recoveryRun) argv(a int, ep, id string) []string {
-	if r.launcher == torchrunName {
+	switch r.launcher {
+	case torchrunName:
 		return []string{r.cfg.Python, "-c", torchrunMain, "--nnodes=2:3", "--nproc_per_node=1", "--max_restarts=3", "--rdzv_backend=c10d",
 			"--rdzv_endpoint=" + ep, "--rdzv_id=" + id, "--monitor_interval=0.1", r.script}
+	case ftLauncherName:
+		// Its defaults otherwise: NVIDIA's recommended settings.
+		return []string{r.cfg.FTLauncher, "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-backend=c10d",
+			"--rdzv-endpoint=" + ep, "--rdzv-id=" + id, r.script}
 	}
 	argv := []string{r.cfg.Gorun, "--log-dir=" + r.logDir(a), "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=3",
 		"--rdzv-backend=c10d", "--rdzv-endpoint=" + ep, "--rdzv-id=" + id}
+	if r.fault.hang {
+		argv = append(argv, "--hang-timeout="+hangTimeout)
+	}
 	if r.hosts != nil {
 		argv = append(argv, "--local-addr="+r.hosts.Addr(a))
 	}
@@ -159,7 +167,11 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		return 0, nil, 0, err
 	}
 	var last float64
-	err = waitUntil(ctx, recoveryLimit, func() bool {
+	limit := recoveryLimit
+	if r.fault.hang && rival(r.launcher) {
+		limit = rivalHangLimit
+	}
+	err = waitUntil(ctx, limit, func() bool {
 		last = 0
 		for _, a := range survivors {
 			t, ok := ag.logs[a].first(t0, newWorld)
@@ -173,7 +185,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("never trained again: %w", err)
 	}
-	if r.launcher == torchrunName {
+	if rival(r.launcher) {
 		return time.Duration((last - t0) * 1e9), nil, 0, nil
 	}
 	startups, lost, err := r.startupsAndLoss(ag, survivors, t0)
@@ -265,15 +277,24 @@ func (r *recoveryRun) injectFault(ag *recoveryAgents, survivors []int) (func([4]
 		if err := r.hosts.Cut(victim); err != nil {
 			return nil, nil, err
 		}
-	case "worker-kill", "node-kill-spare":
-		if r.fault.name == "worker-kill" {
+	case "worker-kill", "worker-hang", "node-kill-spare":
+		if r.fault.name != "node-kill-spare" {
 			ag.logs[victim].mu.Lock()
 			pids := ag.logs[victim].pids
 			ag.logs[victim].mu.Unlock()
 			if len(pids) == 0 {
 				return nil, nil, fmt.Errorf("agent %d's worker never said its pid", victim)
 			}
-			_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
+			pid := pids[len(pids)-1]
+			if r.fault.hang {
+				// The worker sees the file at its next step and stops
+				// there.
+				if err := os.WriteFile(filepath.Join(filepath.Dir(r.script), fmt.Sprintf("hang.%d", pid)), nil, 0o644); err != nil {
+					return nil, nil, err
+				}
+			} else {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 			survivors = append(survivors, victim)
 		} else {
 			_ = syscall.Kill(-ag.cmds[victim].Process.Pid, syscall.SIGKILL)

@@ -15,12 +15,16 @@ import (
 )
 
 // RecoveryConfig configures `gorun bench recovery`: how long an elastic
-// job stands still after a fault, gorun and torchrun in the same run, with
-// the same PyTorch workers: local agents (--nnodes=2:3, one gloo DDP
-// worker each, 0.1-s steps) over c10d, default settings.
+// job stands still after a fault, gorun, torchrun and NVIDIA's ft_launcher
+// in the same run, with the same PyTorch workers: local agents
+// (--nnodes=2:3, one gloo DDP worker each, 0.1-s steps) over c10d, each
+// launcher's recommended settings.
 type RecoveryConfig struct {
 	// Gorun is the gorun binary; Python runs the workers and torchrun.
 	Gorun, Python string
+	// FTLauncher is NVIDIA's ft_launcher (nvidia-resiliency-ext), run with
+	// the same Python; "" measures without it.
+	FTLauncher string
 	// Runs is the number of measured faults per launcher and fault.
 	Runs int
 	// SkipTorchrun measures gorun alone.
@@ -36,6 +40,8 @@ type RecoveryConfig struct {
 type RecoveryResult struct {
 	Machine  Machine                     `json:"machine"`
 	Torchrun string                      `json:"torchrun"`
+	// FTLauncher names the ft_launcher measured, or why none was.
+	FTLauncher string `json:"ft_launcher"`
 	Recovery map[string]map[string]Stats `json:"recovery"`
 	Startup  map[string]Stats            `json:"startup"`
 	// Lost is what gorun's own goodput report (events.jsonl) counts as
@@ -51,10 +57,21 @@ type RecoveryResult struct {
 
 // The launchers measured.
 const (
-	torchrunName = "torchrun"
-	gorunName    = "gorun"
-	gorunWarm    = "gorun --warm-start"
+	torchrunName   = "torchrun"
+	ftLauncherName = "ft_launcher"
+	gorunName      = "gorun"
+	gorunWarm      = "gorun --warm-start"
 )
+
+// rival says whether launcher l is another than gorun.
+func rival(l string) bool { return l == torchrunName || l == ftLauncherName }
+
+// hangTimeout is gorun's --hang-timeout in the hang fault's jobs.
+const hangTimeout = "5s"
+
+// rivalHangLimit bounds the wait for a rival to recover from a hang: it
+// has no hang detection for a script that does not report to it.
+const rivalHangLimit = time.Minute
 
 // A fault of the benchmark.
 type fault struct {
@@ -63,14 +80,18 @@ type fault struct {
 	// cut runs them on hosts of their own (network namespaces).
 	agents int
 	cut    bool
-	// torchrun: measured for torchrun too.
-	torchrun bool
+	// hang: the victim's worker stops making progress (it sleeps in the
+	// middle of a step, as in a stuck collective) instead of dying.
+	hang bool
+	// rivals: measured for torchrun and ft_launcher too.
+	rivals bool
 }
 
 // recoveryFaults are the faults, in the report's order.
 var recoveryFaults = []fault{
-	{name: "node-kill", what: "node kill (agent and worker, SIGKILL) -> both survivors' first step in a world of 2", agents: 3, torchrun: true},
-	{name: "worker-kill", what: "worker kill (SIGKILL) -> every worker's first step of the next attempt", agents: 3, torchrun: true},
+	{name: "node-kill", what: "node kill (agent and worker, SIGKILL) -> both survivors' first step in a world of 2", agents: 3, rivals: true},
+	{name: "worker-kill", what: "worker kill (SIGKILL) -> every worker's first step of the next attempt", agents: 3, rivals: true},
+	{name: "worker-hang", what: "worker hang (it sleeps mid-step; the others wait in their all-reduce) -> every worker's first step of the next attempt (gorun: `--hang-timeout=" + hangTimeout + "`)", agents: 3, hang: true, rivals: true},
 	{name: "node-kill-spare", what: "node kill with a hot spare (4 agents, 3 train) -> the survivors' and the spare's first step in the new world of 3", agents: 4},
 	{name: "node-cut", what: "node cut (its network, namespaces) -> both survivors' first step in a world of 2", agents: 3, cut: true},
 }
@@ -78,15 +99,18 @@ var recoveryFaults = []fault{
 // recoveryWorker trains a tiny all-reduce loop and prints each step with
 // its time, world size and attempt; its first statement after its
 // imports prints the time.
-const recoveryWorker = `import os, time, torch, torch.distributed as dist
+const recoveryWorker = `import os, sys, time, torch, torch.distributed as dist
 print(f"imported={time.time():.6f}", flush=True)
 dist.init_process_group("gloo")
 w, r, a = dist.get_world_size(), dist.get_rank(), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 print(f"pid={os.getpid()} rank={r}", flush=True)
 progress, first = os.environ.get("GORUN_PROGRESS_FILE"), None
+hang = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), f"hang.{os.getpid()}")
 t = torch.ones(1000)
 step = 0
 while True:
+    if os.path.exists(hang):  # the hang fault: stuck mid-step
+        time.sleep(3600)
     dist.all_reduce(t)
     print(f"t={time.time():.6f} step={step} world={w} attempt={a} rank={r}", flush=True)
     if progress:  # gorun's goodput report
@@ -119,9 +143,16 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 		return res, err
 	}
 	launchers := []string{gorunName, gorunWarm}
+	res.FTLauncher = "ft_launcher not measured (no --ft-launcher)"
 	if !cfg.SkipTorchrun {
 		if res.Torchrun, err = torchrunVersion(ctx, cfg.Python); err != nil {
 			return res, err
+		}
+		if cfg.FTLauncher != "" {
+			if res.FTLauncher, err = ftLauncherVersion(ctx, cfg.Python, cfg.FTLauncher); err != nil {
+				return res, err
+			}
+			launchers = append([]string{ftLauncherName}, launchers...)
 		}
 		launchers = append([]string{torchrunName}, launchers...)
 	}
@@ -147,7 +178,7 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 				continue
 			}
 			for _, l := range launchers {
-				if l == torchrunName && !f.torchrun {
+				if rival(l) && !f.rivals {
 					continue
 				}
 				run := recoveryRun{cfg: cfg, launcher: l, fault: f, script: script, dir: dir, n: i}
@@ -193,19 +224,29 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 func (r RecoveryResult) Markdown(when time.Time, runs int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Recovery (`gorun bench recovery`)\n\n")
-	fmt.Fprintf(&b, "Measured %s on %s; %s. The same job under each launcher, alternating run by run: local agents (`--nnodes=2:3`, one PyTorch gloo DDP worker each, an all-reduce every 0.1 s) over c10d, default settings (gorun: lease 4 s; torchrun: its own); `gorun --warm-start --warm-imports=torch,torch.distributed` beside plain gorun. %d runs per case; median [min-max]. The store's host (the first agent) is never the one lost; the cut runs each agent in a network namespace of its own and gorun alone (torchrun 1.13's agents advertise the machine's host name, which every namespace shares).\n\n",
-		when.UTC().Format("2006-01-02 15:04 MST"), r.Machine, r.Torchrun, runs)
-	b.WriteString("| fault -> training again | torchrun | gorun | gorun --warm-start | torchrun / gorun | gorun / warm |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "Measured %s on %s; %s; %s. The same job under each launcher, alternating run by run: local agents (`--nnodes=2:3`, one PyTorch gloo DDP worker each, an all-reduce every 0.1 s; a script that knows nothing of any launcher) over c10d, each launcher's recommended settings (gorun: its defaults, lease 4 s; torchrun: `--monitor-interval=0.1`; ft_launcher: its defaults, the any-failed restart policy); `gorun --warm-start --warm-imports=torch,torch.distributed` beside plain gorun. %d runs per case; median [min-max]. The store's host (the first agent) is never the one lost; the cut runs each agent in a network namespace of its own and gorun alone (torchrun's agents advertise the machine's host name, which every namespace shares). torchrun has no hang detection, nor has ft_launcher for a worker that sends it no heartbeats (its rank monitor client): each is given %v to recover from a hang.\n\n",
+		when.UTC().Format("2006-01-02 15:04 MST"), r.Machine, r.Torchrun, r.FTLauncher, runs, rivalHangLimit)
+	b.WriteString("| fault -> training again | torchrun | ft_launcher | gorun | gorun --warm-start | torchrun / gorun | ft_launcher / gorun | gorun / warm |\n|---|---|---|---|---|---|---|---|\n")
 	for _, f := range recoveryFaults {
 		s := r.Recovery[f.name]
 		what := f.what
 		if why, ok := r.NotMeasured[f.name]; ok {
 			what += " (not measured: " + why + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", what, secs(s[torchrunName]), secs(s[gorunName]), secs(s[gorunWarm]),
-			ratio(s[torchrunName], s[gorunName]), ratio(s[gorunName], s[gorunWarm]))
+		cell := func(l string) string {
+			if n := r.Failed[f.name+" "+l]; n > 0 && s[l].N == 0 {
+				limit := recoveryLimit
+				if f.hang && rival(l) {
+					limit = rivalHangLimit
+				}
+				return fmt.Sprintf("never within %v (%d runs)", limit, n)
+			}
+			return secs(s[l])
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", what, cell(torchrunName), cell(ftLauncherName), cell(gorunName), cell(gorunWarm),
+			ratio(s[torchrunName], s[gorunName]), ratio(s[ftLauncherName], s[gorunName]), ratio(s[gorunName], s[gorunWarm]))
 	}
-	fmt.Fprintf(&b, "| a round's close (the agent's spawn event) -> each restarted worker's first statement after `import torch`, every fault | n/a | %s | %s | | %s |\n",
+	fmt.Fprintf(&b, "| a round's close (the agent's spawn event) -> each restarted worker's first statement after `import torch`, every fault | n/a | n/a | %s | %s | | | %s |\n",
 		millis(r.Startup[gorunName]), millis(r.Startup[gorunWarm]), ratio(r.Startup[gorunName], r.Startup[gorunWarm]))
 	b.WriteString("\ngorun's own goodput report (`gorun report`, a survivor's events.jsonl) for the same runs: time lost to the fault, from the failed attempt's last reported step to the next spawn (the workers' start-up, above, comes after it):\n\n")
 	b.WriteString("| fault | gorun | gorun --warm-start |\n|---|---|---|\n")

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -103,9 +105,10 @@ func benchSpareCommand() *cli.Command {
 func benchRecoveryCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "recovery",
-		Usage: "fault -> training again, gorun and torchrun in the same run: node kill and worker kill of a 3-agent PyTorch job",
+		Usage: "fault -> training again, gorun, torchrun and NVIDIA's ft_launcher in the same run: node kill, worker kill and worker hang of a 3-agent PyTorch job",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "python", Value: defaultPython(), Usage: "interpreter for the workers and torchrun (it needs torch)"},
+			&cli.StringFlag{Name: "ft-launcher", Value: "auto", Usage: "NVIDIA's ft_launcher (nvidia-resiliency-ext; make rivals-python): a path, auto (the one beside --python, if there) or none"},
 			&cli.IntFlag{Name: "runs", Value: 3, Usage: "measured faults per launcher and fault"},
 			&cli.BoolFlag{Name: "skip-torchrun", Usage: "measure gorun only"},
 			&cli.StringFlag{Name: "write", Usage: "update this markdown file's recovery section (e.g. docs/benchmarks.md)"},
@@ -119,6 +122,17 @@ func benchRecoveryCommand() *cli.Command {
 				return cli.Exit(err.Error(), 1)
 			}
 			cfg := bench.RecoveryConfig{Gorun: self, Python: c.String("python"), Runs: c.Int("runs"), SkipTorchrun: c.Bool("skip-torchrun"), Progress: c.App.ErrWriter}
+			switch ft := c.String("ft-launcher"); ft {
+			case "none":
+			case "auto":
+				if py, err := exec.LookPath(cfg.Python); err == nil {
+					if p := filepath.Join(filepath.Dir(py), "ft_launcher"); fileExists(p) {
+						cfg.FTLauncher = p
+					}
+				}
+			default:
+				cfg.FTLauncher = ft
+			}
 			res, err := bench.RunRecovery(c.Context, cfg)
 			if err != nil {
 				return cli.Exit("bench recovery: "+err.Error(), 1)
@@ -170,4 +184,10 @@ func EmitBenchResult(c *cli.Context, format string, res any, text string) error 
 	}
 	fmt.Fprintln(c.App.Writer, text)
 	return nil
+}
+
+// fileExists says whether path names a file (or a link to one).
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
 }

@@ -286,7 +286,7 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 	if cfg.RestartBackoffMax, err = rendezvous.ParseSeconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
 		return err
 	}
-	if cfg.StopTimeout, err = rendezvous.ParseSeconds(fStopTimeout, c.String(fStopTimeout)); err != nil {
+	if cfg.StopTimeout, err = rendezvous.ParseSeconds(typedName(fStopTimeout, fShutdownTimeout), c.String(fStopTimeout)); err != nil {
 		return err
 	}
 	if cfg.HangTimeout, err = rendezvous.ParseSeconds(fHangTimeout, c.String(fHangTimeout)); err != nil {
@@ -317,6 +317,9 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 func parseOutput(c *cli.Context, cfg *launcher.Config) error {
 	var err error
 	cfg.LogDir = c.String(fLogDir)
+	if st, err := os.Stat(cfg.LogDir); err == nil && !st.IsDir() {
+		return fmt.Errorf("--log-dir=%q is a file; want a folder (made if missing)", cfg.LogDir)
+	}
 	if cfg.Redirects, err = launcher.ParseStdSpec(fRedirects, c.String(fRedirects)); err != nil {
 		return err
 	}
@@ -544,4 +547,26 @@ func parseWorkerSignal(v string) (syscall.Signal, error) {
 		return 0, fmt.Errorf("--%s=%q: want one signal a worker can handle (SIGTERM, SIGUSR1, ...) or none", fPreemptWorkerSig, v)
 	}
 	return sigs[0], nil
+}
+
+// typedName is the name of a flag as the command line spells it: alias
+// where an argument is --alias (either spelling, or a prefix of it of 3
+// letters or more), else name. An error then
+// names what the user typed (torchrun 2.x's --shutdown-timeout is gorun's
+// --stop-timeout).
+func typedName(name, alias string) string {
+	for _, a := range os.Args[1:] {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "--") {
+			continue // a value, or the script and its arguments
+		}
+		flag, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		flag = strings.ReplaceAll(flag, "_", "-")
+		if len(flag) > 2 && strings.HasPrefix(alias, flag) {
+			return alias
+		}
+	}
+	return name
 }

@@ -164,3 +164,57 @@ func waitFile(t *testing.T, r *running, path string) {
 		}
 	}
 }
+
+// TestBadFlagValues: run_test.test_min_max_nodes_parse and the other argument
+// errors of torchrun 2.x's config_from_args, StdTest.test_from_str_bad_input,
+// test_invalid_log_dir and shutdown_timeout_test's negative timeout: each
+// launch is refused before any worker runs, with a message that names the
+// flag. torchrun exits 1 (2 for argparse's choices), gorun 2, as for all
+// bad input (docs/launcher.md).
+func TestBadFlagValues(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		args    []string
+		torch2  bool   // a flag of torchrun 2.x only
+		gorun   string // gorun's message holds this
+		torchrn string // torchrun's holds this
+	}{
+		{"run_test.test_min_max_nodes_parse(2:20:30)", []string{"--nnodes=2:20:30"}, false, `--nnodes="2:20:30"`, "2:20:30"},
+		{"config_from_args(min>max)", []string{"--nnodes=3:2"}, false, `--nnodes="3:2"`, "min_nodes"},
+		{"config_from_args(max_restarts<0)", []string{"--max-restarts=-1"}, false, "--max-restarts", "max_restarts"},
+		{"config_from_args(local_ranks_filter)", []string{"--local-ranks-filter=a,b"}, true, "--local-ranks-filter", "local_ranks_filter"},
+		{"StdTest.test_from_str_bad_input(redirects)", []string{"--redirects=0:1,1"}, false, "--redirects", "0:1,1"},
+		{"StdTest.test_from_str_bad_input(tee)", []string{"--tee=5"}, false, "--tee", "5"},
+		{"test_invalid_log_dir", []string{"--log-dir=" + file}, false, "--log-dir", "is a file"},
+		{"shutdown_timeout_test(negative)", []string{"--shutdown-timeout=-1"}, true, `--shutdown-timeout="-1"`, "shutdown_timeout must be non-negative"},
+		{"numa_binding(choices)", []string{"--numa-binding=bogus"}, true, `--numa-binding="bogus"`, "invalid choice: 'bogus'"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			both(t, func(t *testing.T, l launcher) {
+				if tt.torch2 {
+					torch2Only(t, l)
+				}
+				dir := t.TempDir()
+				o := l.launch(t, job{args: append([]string{"--nproc-per-node=2"}, tt.args...),
+					script: []string{script("compat_worker.py"), "touch", dir}})
+				want, text := 2, tt.gorun
+				if l == torchrun {
+					want, text = 1, tt.torchrn
+					if strings.Contains(tt.torchrn, "invalid choice") {
+						want = 2
+					}
+				}
+				if o.code != want || !strings.Contains(o.stderr, text) {
+					t.Errorf("exit %d; want %d with %q\n%s", o.code, want, text, o)
+				}
+				wantTouched(t, dir, 0, o)
+			})
+		})
+	}
+}
