@@ -46,7 +46,7 @@ func TestWorkerEnvironment(t *testing.T) {
 				"TORCHELASTIC_RUN_ID": "job1", "TORCHELASTIC_USE_AGENT_STORE": "False",
 				"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_ASYNC_ERROR_HANDLING": "<unset>", "OMP_NUM_THREADS": "1",
 				"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
-				"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "MULTI_STREAM_MEMORY_REUSE": "2",
+				"PYTORCH_CUDA_ALLOC_CONF":        "expandable_segments:True", "MULTI_STREAM_MEMORY_REUSE": "2",
 			},
 			warn: "OMP_NUM_THREADS=1",
 		},
@@ -57,7 +57,7 @@ func TestWorkerEnvironment(t *testing.T) {
 			want: map[string]string{
 				"ROLE_NAME": "trainer", "OMP_NUM_THREADS": "4", "NCCL_ASYNC_ERROR_HANDLING": "0",
 				"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGUSR1",
-				"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "MULTI_STREAM_MEMORY_REUSE": "1",
+				"PYTORCH_CUDA_ALLOC_CONF":        "max_split_size_mb:64", "MULTI_STREAM_MEMORY_REUSE": "1",
 			},
 		},
 		{

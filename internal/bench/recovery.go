@@ -38,12 +38,12 @@ type RecoveryConfig struct {
 // launcher (a round's close to each restarted worker's first statement
 // after its imports, gorun's only).
 type RecoveryResult struct {
-	Machine  Machine                     `json:"machine"`
-	Torchrun string                      `json:"torchrun"`
+	Machine  Machine `json:"machine"`
+	Torchrun string  `json:"torchrun"`
 	// FTLauncher names the ft_launcher measured, or why none was.
-	FTLauncher string `json:"ft_launcher"`
-	Recovery map[string]map[string]Stats `json:"recovery"`
-	Startup  map[string]Stats            `json:"startup"`
+	FTLauncher string                      `json:"ft_launcher"`
+	Recovery   map[string]map[string]Stats `json:"recovery"`
+	Startup    map[string]Stats            `json:"startup"`
 	// Lost is what gorun's own goodput report (events.jsonl) counts as
 	// lost to the fault on a survivor, by fault then launcher: from the
 	// failed attempt's last reported step to the next spawn.

@@ -372,13 +372,18 @@ func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round
 		log.Warnf("--standalone runs a single node: ignoring --nnodes=%s", c.String(fNnodes))
 	}
 	local := rendezvous.LocalConfig{RunID: cfg.RunID, MaxRestarts: cfg.MaxRestarts}
-	if c.Bool(fStandalone) {
+	// torchrun 2.x runs a single-node static launch without an endpoint
+	// or a master port as --standalone does, under a fresh run id; a
+	// --rdzv-id given is kept here (torchrun 2.x replaces it).
+	fresh := c.String(fRdzvBackend) == "static" && !c.IsSet(fRdzvID) && !c.IsSet(fRdzvEndpoint) && !c.IsSet(fMasterPort)
+	if c.Bool(fStandalone) || fresh {
 		id, err := newRunID()
 		if err != nil {
 			return rendezvousPlan{}, err
 		}
 		cfg.RunID, local.RunID = id, id
-	} else {
+	}
+	if !c.Bool(fStandalone) {
 		if c.IsSet(fMasterAddr) {
 			local.MasterAddr = c.String(fMasterAddr)
 		} else if a := c.String(fLocalAddr); a != "" {

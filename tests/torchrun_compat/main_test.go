@@ -137,6 +137,7 @@ type job struct {
 	home   string // HOME, shared by the agents of one multi-node job; "" for a new one
 	tmp    string // TMPDIR; "" for a new one
 	asIs   bool   // give torchrun the flags exactly as written
+	bare   bool   // no PET_MASTER_PORT for torchrun: its own default rendezvous
 }
 
 // outcome is a finished launch.
@@ -231,7 +232,7 @@ func (l launcher) command(t *testing.T, j job) *exec.Cmd {
 		// bind 29500 (any other job here may hold it). The case's own
 		// flags and variables come after and win.
 		env = append(env, "PET_MONITOR_INTERVAL=0.1")
-		if !hasFlag(j.args, "rdzv-backend") && !hasFlag(j.args, "standalone") {
+		if !j.bare && !hasFlag(j.args, "rdzv-backend") && !hasFlag(j.args, "standalone") {
 			env = append(env, fmt.Sprintf("PET_MASTER_PORT=%d", freePort(t)))
 		}
 	}

@@ -3,6 +3,7 @@ package torchrun_compat
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,4 +218,42 @@ func TestBadFlagValues(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDefaultRunID: torchrun 2.x's run(): a single-node launch with the
+// static backend, no endpoint and no master port runs as --standalone
+// does, under a fresh run id (a UUID) for every launch; with --rdzv-id
+// gorun keeps the id given (torchrun 2.x replaces it; docs/launcher.md).
+func TestDefaultRunID(t *testing.T) {
+	t.Parallel()
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	both(t, func(t *testing.T, l launcher) {
+		torch2Only(t, l)
+		var ids []string
+		for range 2 {
+			dir := t.TempDir()
+			if o := l.launch(t, job{bare: true, args: []string{"--nproc-per-node=2"}, script: []string{script("compat_worker.py"), "env", dir}}); o.code != 0 {
+				t.Fatalf("exit %d\n%s", o.code, o)
+			}
+			recs := dumps(t, dir)
+			id := recs["a0.r0.json"]["TORCHELASTIC_RUN_ID"]
+			if !uuid.MatchString(id) || recs["a0.r1.json"]["TORCHELASTIC_RUN_ID"] != id {
+				t.Errorf("TORCHELASTIC_RUN_ID %q and %q; want one UUID for both ranks", id, recs["a0.r1.json"]["TORCHELASTIC_RUN_ID"])
+			}
+			ids = append(ids, id)
+		}
+		if ids[0] == ids[1] {
+			t.Errorf("two launches share the run id %s; want a fresh one each", ids[0])
+		}
+		if l == torchrun {
+			return
+		}
+		dir := t.TempDir()
+		if o := l.launch(t, job{bare: true, args: []string{"--nproc-per-node=1", "--rdzv-id=mine"}, script: []string{script("compat_worker.py"), "env", dir}}); o.code != 0 {
+			t.Fatalf("exit %d\n%s", o.code, o)
+		}
+		if id := dumps(t, dir)["a0.r0.json"]["TORCHELASTIC_RUN_ID"]; id != "mine" {
+			t.Errorf("with --rdzv-id=mine: TORCHELASTIC_RUN_ID=%q", id)
+		}
+	})
 }
