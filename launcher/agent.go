@@ -138,6 +138,11 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		return Result{ExitCode: 1}, err
 	}
 	defer func() {
+		// The plain-stop mark is for the workers, all gone by now: a kept
+		// run folder holds only the run's own files.
+		if err := layout.clearPlainStop(); err != nil {
+			cfg.Log.Warnf("remove the plain-stop mark: %v", err)
+		}
 		if err := layout.close(); err != nil {
 			cfg.Log.Warnf("remove %s: %v", layout.root, err)
 		}
@@ -493,7 +498,7 @@ func (a *Agent) interruptible(ctx context.Context, preemptible bool, fn func(con
 					}
 					continue
 				}
-				if sig, ok := s.(syscall.Signal); ok && slices.Contains(a.cfg.StopSignals, sig) {
+				if sig, ok := s.(syscall.Signal); ok && a.cfg.stops(sig) {
 					got = sig
 					a.cfg.Log.Warnf("received %s: stopping", SignalName(sig))
 					cancel()

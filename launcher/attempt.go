@@ -487,7 +487,7 @@ func (m *monitoring) signalled(s os.Signal) {
 		att.pre.fromSignal(sig)
 		return
 	}
-	if !slices.Contains(cfg.StopSignals, sig) {
+	if !cfg.stops(sig) {
 		att.signalRunning(sig)
 		return
 	}

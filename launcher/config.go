@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -175,6 +176,11 @@ type Config struct {
 	// ForwardSignals are only forwarded.
 	StopSignals    []syscall.Signal
 	ForwardSignals []syscall.Signal
+	// QuitSignals also stop the workers as StopSignals do, though the
+	// user's --signals-to-handle leaves them out: SIGQUIT, whose default
+	// in a Go program is a dump of every goroutine and exit 2, where a
+	// user who sends it wants the job to quit.
+	QuitSignals []syscall.Signal
 	// PreemptSignals ask the whole job to stop cleanly (a preemption, see
 	// preempt.go) when PreemptGrace is above 0; they take precedence over
 	// StopSignals and ForwardSignals. A second one stops at once.
@@ -273,9 +279,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--warm-imports: %q is not a module name: want names such as torch,numpy,torch.distributed, separated by commas", m)
 		}
 	}
+	// A local rank beyond this node's workers is taken, as torchrun
+	// takes it: one launch line serves nodes of different sizes.
 	for _, r := range c.LocalRanksFilter {
-		if r < 0 || r >= c.NprocPerNode {
-			return fmt.Errorf("--local-ranks-filter: local rank %d outside 0..%d (--nproc-per-node=%d)", r, c.NprocPerNode-1, c.NprocPerNode)
+		if r < 0 {
+			return fmt.Errorf("--local-ranks-filter: local rank %d; want local ranks from 0", r)
 		}
 	}
 	return nil
@@ -287,4 +295,9 @@ func (cfg *Config) cpusOf(lr int) []int {
 		return cfg.NUMACPUs[lr]
 	}
 	return nil
+}
+
+// stops says whether sig stops the workers (StopSignals, QuitSignals).
+func (cfg *Config) stops(sig syscall.Signal) bool {
+	return slices.Contains(cfg.StopSignals, sig) || slices.Contains(cfg.QuitSignals, sig)
 }

@@ -16,6 +16,9 @@ import (
 const (
 	// EnvAllocConf is PyTorch's CUDA caching allocator configuration.
 	EnvAllocConf = "PYTORCH_CUDA_ALLOC_CONF"
+	// EnvAllocConfAny is its name for every accelerator since torch 2.9;
+	// where both are set, torch reads EnvAllocConf.
+	EnvAllocConfAny = "PYTORCH_ALLOC_CONF"
 	// EnvReuseMode selects the multi-stream memory reuse mode, 0..3.
 	EnvReuseMode = memory.ReuseEnv
 	// DefaultReuseMode is the reuse mode gorun sets when unset.
@@ -145,7 +148,14 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	if !cfg.MemoryDefaults {
 		return vars, warnings
 	}
-	cur, set := lookupEnv(cfg.Environ, EnvAllocConf)
+	// The user's configuration, under either name: the CUDA name wins
+	// where both are set, as in torch.
+	name := EnvAllocConf
+	cur, set := lookupEnv(cfg.Environ, name)
+	if !set {
+		name = EnvAllocConfAny
+		cur, set = lookupEnv(cfg.Environ, name)
+	}
 	switch {
 	case slices.Contains(cfg.Entrypoint.Args, ncclUBFlag):
 		warnings = append(warnings, "not adding expandable_segments:True to "+EnvAllocConf+": the script's "+ncclUBFlag+" (NCCL user buffer registration) does not work with expandable segments")
@@ -156,7 +166,7 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 		// expandable segments: nothing to advise.
 	case !choosesExpandable(cur):
 		// The user's value is kept as it is.
-		warnings = append(warnings, fmt.Sprintf("keeping your %s=%s as it is; gorun's default would add %s (less fragmentation), which you may add yourself", EnvAllocConf, cur, expandableSegments))
+		warnings = append(warnings, fmt.Sprintf("keeping your %s=%s as it is; gorun's default would add %s (less fragmentation), which you may add yourself", name, cur, expandableSegments))
 	}
 	if _, set := lookupEnv(cfg.Environ, EnvReuseMode); !set {
 		vars = append(vars, EnvVar{EnvReuseMode, DefaultReuseMode})

@@ -36,6 +36,13 @@ func TestSharedEnvMemoryDefaults(t *testing.T) {
 		{name: "user chose expandable segments", environ: []string{"PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6, expandable_segments:False"},
 			wantReuse: "2"},
 		{name: "user reuse mode wins", environ: []string{"MULTI_STREAM_MEMORY_REUSE=0"}, wantAlloc: "expandable_segments:True"},
+		// torch 2.9's name for every accelerator: the user's value, which
+		// PYTORCH_CUDA_ALLOC_CONF would override, is kept.
+		{name: "user value under the generic name", environ: []string{"PYTORCH_ALLOC_CONF=max_split_size_mb:512"},
+			wantReuse: "2", wantWarn: "keeping your PYTORCH_ALLOC_CONF=max_split_size_mb:512 as it is"},
+		{name: "opted out under the generic name", environ: []string{"PYTORCH_ALLOC_CONF=expandable_segments:False"}, wantReuse: "2"},
+		{name: "the CUDA name wins over the generic one", environ: []string{"PYTORCH_ALLOC_CONF=expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64"},
+			wantReuse: "2", wantWarn: "keeping your PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64"},
 		{name: "nccl user buffers", args: []string{"--lr", "1", "--use-nccl-ub"}, wantReuse: "2", wantWarn: "--use-nccl-ub"},
 		{name: "disabled", noDefault: true},
 	}

@@ -170,7 +170,7 @@ func TestUsageErrors(t *testing.T) {
 		{"max restarts", nil, []string{"--max-restarts=-1", "x.py"}, "--max-restarts"},
 		{"max restarts env", []string{"PET_MAX_RESTARTS=lots"}, []string{"x.py"}, "PET_MAX_RESTARTS"},
 		{"module and no-python", nil, []string{"-m", "--no-python", "x"}, "--no-python"},
-		{"local ranks filter", nil, []string{"--nproc-per-node=2", "--local-ranks-filter=0,5", "x.py"}, "--local-ranks-filter"},
+		{"local ranks filter", nil, []string{"--nproc-per-node=2", "--local-ranks-filter=0,-1", "x.py"}, "--local-ranks-filter"},
 		{"exit codes", nil, []string{"--no-restart-on-exit-codes=300", "x.py"}, "--no-restart-on-exit-codes"},
 		{"stop timeout", nil, []string{"--stop-timeout=soon", "x.py"}, "--stop-timeout"},
 		{"signals", nil, []string{"--signals-to-handle=SIGKILL", "x.py"}, "--signals-to-handle"},

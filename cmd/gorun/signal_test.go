@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -228,5 +229,54 @@ func TestStartErrorExitCode(t *testing.T) {
 	r := runGorun(t, testEnv(), "--max-restarts=3", "--no-python", filepath.Join(t.TempDir(), "missing"))
 	if r.code != 127 || !strings.Contains(r.stderr, "missing") || strings.Contains(r.stderr, "restart") {
 		t.Errorf("exit %d stderr %q; want 127 naming the program, no restart", r.code, r.stderr)
+	}
+}
+
+// TestQuitOutsideSignalsToHandle: SIGQUIT (Ctrl-\) that --signals-to-handle
+// leaves out still stops the job as a stop signal does, exit 131 and no
+// worker left; not Go's default for it, a dump of every goroutine and
+// exit 2 (a probe saw that).
+func TestQuitOutsideSignalsToHandle(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	worker := writeScript(t, `touch "$1/ready.$RANK"; exec sleep 60`+"\n")
+	cmd, _, stderr := startGorun(t, testEnv(), "--nproc-per-node=2", "--signals-to-handle=SIGTERM", "--no-python", worker, dir)
+	waitFor(t, "both workers", func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "ready.*"))
+		return len(m) == 2
+	})
+	if err := cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 128+int(syscall.SIGQUIT) {
+		t.Errorf("exit %d; want %d\n%s", code, 128+int(syscall.SIGQUIT), stderr)
+	}
+	if s := stderr.String(); !strings.Contains(s, "received SIGQUIT") || strings.Contains(s, "goroutine ") {
+		t.Errorf("stderr does not say it stopped on SIGQUIT, or holds a goroutine dump:\n%s", s)
+	}
+}
+
+// TestRunFolderAfterAFailure: what a failed run leaves in its --log-dir
+// run folder is the run's own: its attempts and its timeline, not the
+// plain-stop mark gorun made for the workers it stopped (a probe found
+// stop.plain left behind).
+func TestRunFolderAfterAFailure(t *testing.T) {
+	t.Parallel()
+	logDir := t.TempDir()
+	worker := writeScript(t, `[ "$RANK" = 0 ] && exit 3; exec sleep 60`+"\n")
+	r := runGorun(t, testEnv(), "--log-dir", logDir, "--rdzv-id=fail", "--nproc-per-node=2", "--no-python", worker)
+	if r.code != 3 {
+		t.Fatalf("exit %d; want 3\n%s", r.code, r.stderr)
+	}
+	entries, err := os.ReadDir(runFolder(t, logDir, "fail"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"attempt_0", "events.jsonl"}; !slices.Equal(names, want) {
+		t.Errorf("run folder holds %q; want %q", names, want)
 	}
 }

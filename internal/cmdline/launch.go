@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -164,6 +165,9 @@ func runAgent(ctx context.Context, cfg launcher.Config, rdzv launcher.Rendezvous
 	for _, s := range cfg.ForwardSignals {
 		subscribed = append(subscribed, s)
 	}
+	for _, s := range cfg.QuitSignals {
+		subscribed = append(subscribed, s)
+	}
 	if cfg.PreemptGrace > 0 {
 		for _, s := range cfg.PreemptSignals {
 			subscribed = append(subscribed, s)
@@ -263,7 +267,7 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 		return cfg, err
 	}
 	cfg.ReportFile = c.String(fReport)
-	if err := parseOutput(c, &cfg); err != nil {
+	if err := parseOutput(c, &cfg, log); err != nil {
 		return cfg, err
 	}
 	if err := checkTorchrunOnlyFlags(c, log); err != nil {
@@ -301,6 +305,10 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 			cfg.ForwardSignals = append(cfg.ForwardSignals, s)
 		}
 	}
+	cfg.QuitSignals = nil
+	if !slices.Contains(cfg.StopSignals, syscall.SIGQUIT) {
+		cfg.QuitSignals = []syscall.Signal{syscall.SIGQUIT}
+	}
 	if cfg.PreemptGrace, err = rendezvous.ParseSeconds(fPreemptGrace, c.String(fPreemptGrace)); err != nil {
 		return err
 	}
@@ -314,7 +322,7 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 }
 
 // parseOutput reads where the workers' output goes and how it is shown.
-func parseOutput(c *cli.Context, cfg *launcher.Config) error {
+func parseOutput(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) error {
 	var err error
 	cfg.LogDir = c.String(fLogDir)
 	if st, err := os.Stat(cfg.LogDir); err == nil && !st.IsDir() {
@@ -328,6 +336,15 @@ func parseOutput(c *cli.Context, cfg *launcher.Config) error {
 	}
 	if cfg.LocalRanksFilter, err = launcher.ParseIntList(fLocalRanks, c.String(fLocalRanks)); err != nil {
 		return err
+	}
+	var absent []string
+	for _, r := range cfg.LocalRanksFilter {
+		if r >= cfg.NprocPerNode {
+			absent = append(absent, strconv.Itoa(r))
+		}
+	}
+	if len(absent) > 0 {
+		log.Infof("--local-ranks-filter: local ranks %s are not on this node (%d workers); the others are shown", strings.Join(absent, ","), cfg.NprocPerNode)
 	}
 	cfg.PrefixTemplate = c.String(fPrefixTemplate)
 	cfg.NoPrefix = c.Bool(fNoPrefix)

@@ -257,3 +257,19 @@ func TestDefaultRunID(t *testing.T) {
 		}
 	})
 }
+
+// TestLocalRanksFilterBeyondTheNode: run.py's --local-ranks-filter takes
+// local ranks this node does not have (one launch line serves nodes of
+// different sizes): the launch runs, and shows only the ranks it has.
+func TestLocalRanksFilterBeyondTheNode(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, l launcher) {
+		o := l.launch(t, job{args: []string{"--nproc-per-node=2", "--local-ranks-filter=1,5"}, script: []string{script("compat_worker.py"), "echo", "unused"}})
+		if o.code != 0 {
+			t.Fatalf("exit %d; want 0\n%s", o.code, o)
+		}
+		if !strings.Contains(o.stdout, "hello stdout from 1") || strings.Contains(o.stdout, "hello stdout from 0") {
+			t.Errorf("want local rank 1's output alone on the console\n%s", o)
+		}
+	})
+}
