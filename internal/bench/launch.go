@@ -382,9 +382,18 @@ func ftLauncherVersion(ctx context.Context, python, path string) (string, error)
 	if _, err := exec.LookPath(path); err != nil {
 		return "", fmt.Errorf("--ft-launcher=%s: %w (make rivals-python installs it)", path, err)
 	}
-	out, err := exec.CommandContext(ctx, python, "-c", "import importlib.metadata as m; print(m.version('nvidia-resiliency-ext'))").Output()
+	v, err := packageVersion(ctx, python, "nvidia-resiliency-ext")
 	if err != nil {
-		return "", fmt.Errorf("%s has no nvidia-resiliency-ext beside ft_launcher %s: %v", python, path, err)
+		return "", err
 	}
-	return "ft_launcher of nvidia-resiliency-ext " + strings.TrimSpace(string(out)), nil
+	return "ft_launcher of " + v, nil
+}
+
+// packageVersion is "NAME VERSION" of a package python has.
+func packageVersion(ctx context.Context, python, name string) (string, error) {
+	out, err := exec.CommandContext(ctx, python, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))", name).Output()
+	if err != nil {
+		return "", fmt.Errorf("%s has no %s (make rivals-python installs it): %v", python, name, err)
+	}
+	return name + " " + strings.TrimSpace(string(out)), nil
 }

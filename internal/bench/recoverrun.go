@@ -94,6 +94,10 @@ func (r *recoveryRun) argv(a int, ep, id string) []string {
 	case torchrunName:
 		return []string{r.cfg.Python, "-c", torchrunMain, "--nnodes=2:3", "--nproc_per_node=1", "--max_restarts=3", "--rdzv_backend=c10d",
 			"--rdzv_endpoint=" + ep, "--rdzv_id=" + id, "--monitor_interval=0.1", r.script}
+	case torchftName:
+		// One replica group per agent, each its own single-node job.
+		return []string{r.cfg.Python, "-c", torchrunMain, "--standalone", "--nproc_per_node=1", "--max_restarts=3",
+			"--monitor_interval=0.1", r.torchftScript()}
 	case ftLauncherName:
 		// Its defaults otherwise: NVIDIA's recommended settings.
 		return []string{r.cfg.FTLauncher, "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-backend=c10d",
@@ -138,6 +142,15 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 	ep, id := net.JoinHostPort(host, strconv.Itoa(port)), fmt.Sprintf("recovery-%d-%d-%s", os.Getpid(), r.n, r.fault.name)
 	ag := &recoveryAgents{hosts: r.hosts, victim: -1, logs: make([]*agentLog, r.fault.agents), cmds: make([]*exec.Cmd, r.fault.agents)}
 	defer ag.stop()
+	if r.launcher == torchftName {
+		// torchft's replica groups meet at its lighthouse, not at a
+		// rendezvous: ep is the lighthouse's address.
+		lh, err := startLighthouse(ctx, r.cfg.Lighthouse, ep)
+		if err != nil {
+			return 0, nil, 0, err
+		}
+		defer stopProcess(lh)
+	}
 	if err := r.startAgents(ctx, ag, ep, id); err != nil {
 		return 0, nil, 0, err
 	}
@@ -227,6 +240,9 @@ func (r *recoveryRun) startAgents(ctx context.Context, ag *recoveryAgents, ep, i
 		argv := r.argv(a, ep, id)
 		var c *exec.Cmd
 		env := append(os.Environ(), "PATH="+filepath.Dir(r.cfg.Python)+":"+os.Getenv("PATH"))
+		if r.launcher == torchftName {
+			env = append(env, "REPLICA_GROUP_ID="+strconv.Itoa(a), "TORCHFT_LIGHTHOUSE=http://"+ep)
+		}
 		if r.hosts != nil {
 			// Gloo takes the address of the host's name, which every
 			// namespace shares: its own interface instead.
@@ -246,7 +262,7 @@ func (r *recoveryRun) startAgents(ctx context.Context, ag *recoveryAgents, ep, i
 		}
 		ag.cmds[a], ag.logs[a] = c, &agentLog{}
 		ag.readers.Go(func() { ag.logs[a].read(out) })
-		if a == 0 {
+		if a == 0 && r.launcher != torchftName {
 			// The first agent hosts the store (gorun's embedded etcd,
 			// torchrun's TCPStore) once it listens: the agent lost is
 			// another (a host's loss ends either job: its store goes).
@@ -270,9 +286,18 @@ func (r *recoveryRun) startAgents(ctx context.Context, ag *recoveryAgents, ep, i
 func (r *recoveryRun) injectFault(ag *recoveryAgents, survivors []int) (func([4]float64) bool, []int, error) {
 	victim := ag.victim
 	newWorld := func(v [4]float64) bool { return v[2] == 2 }
+	if r.launcher == torchftName {
+		// torchft's survivors do not restart: training again is their
+		// first committed step without the lost replica, whatever the
+		// fault.
+		if err := r.hitReplica(ag); err != nil {
+			return nil, nil, err
+		}
+		return newWorld, survivors, nil
+	}
 	switch r.fault.name {
 	case "node-kill":
-		_ = syscall.Kill(-ag.cmds[victim].Process.Pid, syscall.SIGKILL)
+		ag.killNode(victim)
 	case "node-cut":
 		if err := r.hosts.Cut(victim); err != nil {
 			return nil, nil, err
@@ -297,7 +322,7 @@ func (r *recoveryRun) injectFault(ag *recoveryAgents, survivors []int) (func([4]
 			}
 			survivors = append(survivors, victim)
 		} else {
-			_ = syscall.Kill(-ag.cmds[victim].Process.Pid, syscall.SIGKILL)
+			ag.killNode(victim)
 		}
 		// A new worker: its steps count from 0 again (torchrun restarts
 		// the others' workers without counting a restart for them, so
@@ -400,4 +425,19 @@ func waitUntil(ctx context.Context, limit time.Duration, cond func() bool) error
 		}
 	}
 	return nil
+}
+
+// killNode kills agent a as a node's loss would: its process group and
+// its workers, which torchrun 2.x starts in sessions of their own (they
+// would live on as orphans, and torchft's would go on training).
+func (ag *recoveryAgents) killNode(a int) {
+	_ = syscall.Kill(-ag.cmds[a].Process.Pid, syscall.SIGKILL)
+	// Its current worker only: an earlier one's pid may be another
+	// process's by now.
+	ag.logs[a].mu.Lock()
+	pids := ag.logs[a].pids
+	ag.logs[a].mu.Unlock()
+	if len(pids) > 0 {
+		_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
+	}
 }

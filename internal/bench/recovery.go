@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,10 +26,17 @@ type RecoveryConfig struct {
 	// FTLauncher is NVIDIA's ft_launcher (nvidia-resiliency-ext), run with
 	// the same Python; "" measures without it.
 	FTLauncher string
+	// Lighthouse is torchft's torchft_lighthouse: with it, the faults are
+	// also measured on the job written for torchft (torchft.go); ""
+	// measures without it.
+	Lighthouse string
 	// Runs is the number of measured faults per launcher and fault.
 	Runs int
 	// SkipTorchrun measures gorun alone.
 	SkipTorchrun bool
+	// Only, when not empty, names the launchers and faults measured (a
+	// run for one of them); the rest are left out.
+	Only []string
 	// Progress receives a line per run.
 	Progress io.Writer
 }
@@ -41,9 +49,11 @@ type RecoveryResult struct {
 	Machine  Machine `json:"machine"`
 	Torchrun string  `json:"torchrun"`
 	// FTLauncher names the ft_launcher measured, or why none was.
-	FTLauncher string                      `json:"ft_launcher"`
-	Recovery   map[string]map[string]Stats `json:"recovery"`
-	Startup    map[string]Stats            `json:"startup"`
+	FTLauncher string `json:"ft_launcher"`
+	// TorchFT names the torchft measured, or why none was.
+	TorchFT  string                      `json:"torchft"`
+	Recovery map[string]map[string]Stats `json:"recovery"`
+	Startup  map[string]Stats            `json:"startup"`
 	// Lost is what gorun's own goodput report (events.jsonl) counts as
 	// lost to the fault on a survivor, by fault then launcher: from the
 	// failed attempt's last reported step to the next spawn.
@@ -64,7 +74,7 @@ const (
 )
 
 // rival says whether launcher l is another than gorun.
-func rival(l string) bool { return l == torchrunName || l == ftLauncherName }
+func rival(l string) bool { return l == torchrunName || l == ftLauncherName || l == torchftName }
 
 // hangTimeout is gorun's --hang-timeout in the hang fault's jobs.
 const hangTimeout = "5s"
@@ -154,6 +164,14 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 			}
 			launchers = append([]string{ftLauncherName}, launchers...)
 		}
+		res.TorchFT = "torchft not measured (no --lighthouse)"
+		if cfg.Lighthouse != "" {
+			if res.TorchFT, err = packageVersion(ctx, cfg.Python, "torchft"); err != nil {
+				return res, err
+			}
+			res.TorchFT = fmt.Sprintf("%s (Manager timeout %d s, as its example; lighthouse: min 1 replica, 100-ms tick)", res.TorchFT, torchftTimeout)
+			launchers = append([]string{torchftName}, launchers...)
+		}
 		launchers = append([]string{torchrunName}, launchers...)
 	}
 	hosts, err := netns.New(3)
@@ -178,7 +196,7 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 				continue
 			}
 			for _, l := range launchers {
-				if rival(l) && !f.rivals {
+				if rival(l) && !f.rivals || !cfg.measures(l, f.name) {
 					continue
 				}
 				run := recoveryRun{cfg: cfg, launcher: l, fault: f, script: script, dir: dir, n: i}
@@ -224,9 +242,9 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 func (r RecoveryResult) Markdown(when time.Time, runs int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Recovery (`gorun bench recovery`)\n\n")
-	fmt.Fprintf(&b, "Measured %s on %s; %s; %s. The same job under each launcher, alternating run by run: local agents (`--nnodes=2:3`, one PyTorch gloo DDP worker each, an all-reduce every 0.1 s; a script that knows nothing of any launcher) over c10d, each launcher's recommended settings (gorun: its defaults, lease 4 s; torchrun: `--monitor-interval=0.1`; ft_launcher: its defaults, the any-failed restart policy); `gorun --warm-start --warm-imports=torch,torch.distributed` beside plain gorun. %d runs per case; median [min-max]. The store's host (the first agent) is never the one lost; the cut runs each agent in a network namespace of its own and gorun alone (torchrun's agents advertise the machine's host name, which every namespace shares). torchrun has no hang detection, nor has ft_launcher for a worker that sends it no heartbeats (its rank monitor client): each is given %v to recover from a hang.\n\n",
-		when.UTC().Format("2006-01-02 15:04 MST"), r.Machine, r.Torchrun, r.FTLauncher, runs, rivalHangLimit)
-	b.WriteString("| fault -> training again | torchrun | ft_launcher | gorun | gorun --warm-start | torchrun / gorun | ft_launcher / gorun | gorun / warm |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "Measured %s on %s; %s; %s; %s. The same job under each launcher, alternating run by run: local agents (`--nnodes=2:3`, one PyTorch gloo DDP worker each, an all-reduce every 0.1 s; a script that knows nothing of any launcher) over c10d, each launcher's recommended settings (gorun: its defaults, lease 4 s; torchrun: `--monitor-interval=0.1`; ft_launcher: its defaults, the any-failed restart policy); `gorun --warm-start --warm-imports=torch,torch.distributed` beside plain gorun. %d runs per case; median [min-max]. The store's host (the first agent) is never the one lost; the cut runs each agent in a network namespace of its own and gorun alone (torchrun's agents advertise the machine's host name, which every namespace shares). torchrun has no hang detection, nor has ft_launcher for a worker that sends it no heartbeats (its rank monitor client): each is given %v to recover from a hang. torchft runs the same loop written for it (its Manager, DDP and optimizer wrappers; one single-node torchrun per agent, a replica group each, meeting at its lighthouse): its survivors do not restart, so its figure is the time to the survivors' first committed step without the lost replica, whatever the fault, not every worker's first step.\n\n",
+		when.UTC().Format("2006-01-02 15:04 MST"), r.Machine, r.Torchrun, r.FTLauncher, r.TorchFT, runs, rivalHangLimit)
+	b.WriteString("| fault -> training again | torchrun | ft_launcher | torchft (survivors go on) | gorun | gorun --warm-start | torchrun / gorun | ft_launcher / gorun | gorun / warm |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range recoveryFaults {
 		s := r.Recovery[f.name]
 		what := f.what
@@ -243,10 +261,10 @@ func (r RecoveryResult) Markdown(when time.Time, runs int) string {
 			}
 			return secs(s[l])
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", what, cell(torchrunName), cell(ftLauncherName), cell(gorunName), cell(gorunWarm),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", what, cell(torchrunName), cell(ftLauncherName), cell(torchftName), cell(gorunName), cell(gorunWarm),
 			ratio(s[torchrunName], s[gorunName]), ratio(s[ftLauncherName], s[gorunName]), ratio(s[gorunName], s[gorunWarm]))
 	}
-	fmt.Fprintf(&b, "| a round's close (the agent's spawn event) -> each restarted worker's first statement after `import torch`, every fault | n/a | n/a | %s | %s | | | %s |\n",
+	fmt.Fprintf(&b, "| a round's close (the agent's spawn event) -> each restarted worker's first statement after `import torch`, every fault | n/a | n/a | n/a | %s | %s | | | %s |\n",
 		millis(r.Startup[gorunName]), millis(r.Startup[gorunWarm]), ratio(r.Startup[gorunName], r.Startup[gorunWarm]))
 	b.WriteString("\ngorun's own goodput report (`gorun report`, a survivor's events.jsonl) for the same runs: time lost to the fault, from the failed attempt's last reported step to the next spawn (the workers' start-up, above, comes after it):\n\n")
 	b.WriteString("| fault | gorun | gorun --warm-start |\n|---|---|---|\n")
@@ -274,4 +292,17 @@ func secs(st Stats) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f s [%.2f-%.2f]", st.Median.Seconds(), st.Min.Seconds(), st.Max.Seconds())
+}
+
+// measures says whether Only leaves launcher l and fault f in.
+func (cfg RecoveryConfig) measures(l, f string) bool {
+	if len(cfg.Only) == 0 {
+		return true
+	}
+	return slices.Contains(cfg.Only, l) && (slices.Contains(cfg.Only, f) || !slices.ContainsFunc(cfg.Only, isFault))
+}
+
+// isFault says whether name is a fault's.
+func isFault(name string) bool {
+	return slices.ContainsFunc(recoveryFaults, func(f fault) bool { return f.name == name })
 }

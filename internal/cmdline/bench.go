@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -108,6 +109,8 @@ func benchRecoveryCommand() *cli.Command {
 		Usage: "fault -> training again, gorun, torchrun and NVIDIA's ft_launcher in the same run: node kill, worker kill and worker hang of a 3-agent PyTorch job",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "python", Value: defaultPython(), Usage: "interpreter for the workers and torchrun (it needs torch)"},
+			&cli.StringFlag{Name: "lighthouse", Value: "auto", Usage: "torchft's torchft_lighthouse (make rivals-python): a path, auto (the one beside --python, if there) or none"},
+			&cli.StringFlag{Name: "only", Usage: "measure only these launchers (torchrun, ft_launcher, torchft, gorun, \"gorun --warm-start\") and faults (node-kill, worker-kill, worker-hang, node-kill-spare, node-cut), comma-separated"},
 			&cli.StringFlag{Name: "ft-launcher", Value: "auto", Usage: "NVIDIA's ft_launcher (nvidia-resiliency-ext; make rivals-python): a path, auto (the one beside --python, if there) or none"},
 			&cli.IntFlag{Name: "runs", Value: 3, Usage: "measured faults per launcher and fault"},
 			&cli.BoolFlag{Name: "skip-torchrun", Usage: "measure gorun only"},
@@ -122,16 +125,10 @@ func benchRecoveryCommand() *cli.Command {
 				return cli.Exit(err.Error(), 1)
 			}
 			cfg := bench.RecoveryConfig{Gorun: self, Python: c.String("python"), Runs: c.Int("runs"), SkipTorchrun: c.Bool("skip-torchrun"), Progress: c.App.ErrWriter}
-			switch ft := c.String("ft-launcher"); ft {
-			case "none":
-			case "auto":
-				if py, err := exec.LookPath(cfg.Python); err == nil {
-					if p := filepath.Join(filepath.Dir(py), "ft_launcher"); fileExists(p) {
-						cfg.FTLauncher = p
-					}
-				}
-			default:
-				cfg.FTLauncher = ft
+			cfg.FTLauncher = besidePython(c.String("ft-launcher"), cfg.Python, "ft_launcher")
+			cfg.Lighthouse = besidePython(c.String("lighthouse"), cfg.Python, "torchft_lighthouse")
+			if v := c.String("only"); v != "" {
+				cfg.Only = strings.Split(v, ",")
 			}
 			res, err := bench.RunRecovery(c.Context, cfg)
 			if err != nil {
@@ -190,4 +187,21 @@ func EmitBenchResult(c *cli.Context, format string, res any, text string) error 
 func fileExists(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && !st.IsDir()
+}
+
+// besidePython resolves a rival's program flag: none, auto (name beside
+// the interpreter python, where it is), or a path.
+func besidePython(flag, python, name string) string {
+	switch flag {
+	case "none":
+		return ""
+	case "auto":
+		if py, err := exec.LookPath(python); err == nil {
+			if p := filepath.Join(filepath.Dir(py), name); fileExists(p) {
+				return p
+			}
+		}
+		return ""
+	}
+	return flag
 }

@@ -204,11 +204,6 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
 // torchrunWord is the command's name in a line.
 var torchrunWord = regexp.MustCompile(`(^|[\s;])torchrun\s`)
 
