@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -42,7 +43,8 @@ func TestTorchFSDP(t *testing.T) {
 	train := func(nproc int, extra ...string) []string {
 		return append([]string{"--nproc-per-node=" + strconv.Itoa(nproc), "--python", py, fsdpExample, "--steps", "16"}, extra...)
 	}
-	wantLoss, wantSum, _ := fsdpFinal(t, runGorun(t, testEnv(), train(2)...))
+	ref := func() result { return runGorun(t, testEnv(), train(2)...) }
+	wantLoss, wantSum, _ := fsdpFinal(t, againIfTorchAborted(t, ref(), ref))
 	same := func(t *testing.T, r result, world int) {
 		t.Helper()
 		loss, sum, w := fsdpFinal(t, r)
@@ -55,8 +57,12 @@ func TestTorchFSDP(t *testing.T) {
 	// Sequential: they share the 2 CPUs of small CI machines.
 	t.Run("restart", func(t *testing.T) {
 		ckpt := filepath.Join(t.TempDir(), "ckpt")
-		r := runGorun(t, testEnv(), append([]string{"--max-restarts=1", "--warm-start", "--log-level=debug"},
-			train(2, "--checkpoint", ckpt, "--save-every", "4", "--fail-rank", "1", "--fail-step", "6")...)...)
+		run := func() result {
+			os.RemoveAll(ckpt)
+			return runGorun(t, testEnv(), append([]string{"--max-restarts=1", "--warm-start", "--log-level=debug"},
+				train(2, "--checkpoint", ckpt, "--save-every", "4", "--fail-rank", "1", "--fail-step", "6")...)...)
+		}
+		r := againIfTorchAborted(t, run(), run)
 		for _, want := range []string{"RuntimeError: deliberate failure on rank 1 at step 6", "[default0]:world 2 attempt 1 resumed at step 4"} {
 			if !strings.Contains(r.stdout+r.stderr, want) {
 				t.Errorf("output lacks %q\nstdout:\n%s\nstderr:\n%s", want, r.stdout, r.stderr)
@@ -82,7 +88,8 @@ func TestTorchFSDP(t *testing.T) {
 			t.Fatalf("no checkpoint saved:\n%s", stdout)
 		}
 		next, _, _ := strings.Cut(saved[0], " ")
-		r := runGorun(t, testEnv(), train(2, "--checkpoint", ckpt)...)
+		run := func() result { return runGorun(t, testEnv(), train(2, "--checkpoint", ckpt)...) }
+		r := againIfTorchAborted(t, run(), run)
 		if want := "[default0]:world 2 attempt 0 resumed at step " + next + "\n"; !strings.Contains(r.stdout, want) {
 			t.Errorf("the resumed run lacks %q:\n%s", want, r.stdout)
 		}

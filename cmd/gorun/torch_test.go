@@ -4,16 +4,41 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
 // ddpExample is the PyTorch example, run unchanged.
 var ddpExample, _ = filepath.Abs("../../examples/pytorch/train_ddp.py")
 
+// torchExitAbort says whether a run failed only through a PyTorch 2.15
+// bug: a worker that had finished its work aborted in C++ at its exit
+// ("terminate called without an active exception", SIGABRT, exit 134).
+// It happens under torchrun 2.15 too (1 in 16 FSDP jobs on a loaded
+// 2-core machine; a probe saw it after sys.exit(3)); gorun reports it
+// truthfully as the worker's failure.
+func torchExitAbort(r result) bool {
+	return r.code == 128+int(syscall.SIGABRT) && strings.Contains(r.stderr, "terminate called without an active exception")
+}
+
+// againIfTorchAborted runs the job once more where its run r failed only
+// through torchExitAbort, saying so loudly; otherwise it returns r.
+func againIfTorchAborted(t *testing.T, r result, run func() result) result {
+	t.Helper()
+	if !torchExitAbort(r) {
+		return r
+	}
+	t.Logf("!!!!!!!! a worker aborted at its exit (PyTorch 2.15's bug, under torchrun too): running the job once more\n%s", r.stderr)
+	return run()
+}
+
 func TestTorchDDPGloo(t *testing.T) {
 	t.Parallel()
 	py := torchPython(t)
-	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--python", py, ddpExample, "--steps", "5")
+	run := func() result {
+		return runGorun(t, testEnv(), "--nproc-per-node=3", "--python", py, ddpExample, "--steps", "5")
+	}
+	r := againIfTorchAborted(t, run(), run)
 	if r.code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -210,6 +210,9 @@ func TestBadFlagValues(t *testing.T) {
 					if strings.Contains(tt.torchrn, "invalid choice") {
 						want = 2
 					}
+					if torchMajor() < 2 {
+						text = "" // 1.13's words differ; its refusal is the point
+					}
 				}
 				if o.code != want || !strings.Contains(o.stderr, text) {
 					t.Errorf("exit %d; want %d with %q\n%s", o.code, want, text, o)
@@ -264,6 +267,7 @@ func TestDefaultRunID(t *testing.T) {
 func TestLocalRanksFilterBeyondTheNode(t *testing.T) {
 	t.Parallel()
 	both(t, func(t *testing.T, l launcher) {
+		torch2Only(t, l)
 		o := l.launch(t, job{args: []string{"--nproc-per-node=2", "--local-ranks-filter=1,5"}, script: []string{script("compat_worker.py"), "echo", "unused"}})
 		if o.code != 0 {
 			t.Fatalf("exit %d; want 0\n%s", o.code, o)
