@@ -140,7 +140,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		host = r.hosts.Addr(0)
 	}
 	ep, id := net.JoinHostPort(host, strconv.Itoa(port)), fmt.Sprintf("recovery-%d-%d-%s", os.Getpid(), r.n, r.fault.name)
-	ag := &recoveryAgents{hosts: r.hosts, victim: -1, logs: make([]*agentLog, r.fault.agents), cmds: make([]*exec.Cmd, r.fault.agents)}
+	ag := &recoveryAgents{script: filepath.Dir(r.script), hosts: r.hosts, victim: -1, logs: make([]*agentLog, r.fault.agents), cmds: make([]*exec.Cmd, r.fault.agents)}
 	defer ag.stop()
 	if r.launcher == torchftName {
 		// torchft's replica groups meet at its lighthouse, not at a
@@ -196,7 +196,7 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 		return true
 	})
 	if err != nil {
-		return 0, nil, 0, fmt.Errorf("never trained again: %w", err)
+		return 0, nil, 0, fmt.Errorf("never trained again: %w; a survivor's launcher said at the end: %s", err, tailOf(r.stderrFile(survivors[0]), 3))
 	}
 	if rival(r.launcher) {
 		return time.Duration((last - t0) * 1e9), nil, 0, nil
@@ -208,6 +208,9 @@ func (r *recoveryRun) measure(ctx context.Context) (time.Duration, []time.Durati
 // recoveryAgents are one measurement's agents: their processes, the
 // readers of their output, and the agent the fault hit (-1: none yet).
 type recoveryAgents struct {
+	// script is the workers' folder: a process whose command line holds
+	// it is one of theirs.
+	script  string
 	hosts   *netns.Hosts
 	cmds    []*exec.Cmd
 	logs    []*agentLog
@@ -223,6 +226,22 @@ func (ag *recoveryAgents) stop() {
 	for _, c := range ag.cmds {
 		if c != nil && c.Process != nil {
 			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	// torchrun 2.x's workers, in sessions of their own, outlive their
+	// agent's group (and hold its output open): every one the run
+	// started, while its command line is still the benchmark's.
+	for _, l := range ag.logs {
+		if l == nil {
+			continue
+		}
+		l.mu.Lock()
+		pids := slices.Clone(l.pids)
+		l.mu.Unlock()
+		for _, pid := range pids {
+			if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), ag.script) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 	}
 	ag.readers.Wait()
@@ -256,7 +275,13 @@ func (r *recoveryRun) startAgents(ctx context.Context, ag *recoveryAgents, ep, i
 		if err != nil {
 			return err
 		}
-		c.Stderr = io.Discard
+		// Kept for a run that fails: its error quotes the end.
+		errLog, err := os.Create(r.stderrFile(a))
+		if err != nil {
+			return err
+		}
+		c.Stderr = errLog
+		defer errLog.Close() // the child has its own copy
 		if err := c.Start(); err != nil {
 			return err
 		}
@@ -440,4 +465,19 @@ func (ag *recoveryAgents) killNode(a int) {
 	if len(pids) > 0 {
 		_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
 	}
+}
+
+// stderrFile is where agent a's standard error goes.
+func (r *recoveryRun) stderrFile(a int) string {
+	return filepath.Join(r.dir, fmt.Sprintf("%s-%s-%d-agent%d.err", r.fault.name, strings.ReplaceAll(r.launcher, " ", ""), r.n, a))
+}
+
+// tailOf is the last n lines of a file, on one line.
+func tailOf(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }
