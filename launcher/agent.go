@@ -189,6 +189,12 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 	defer a.pre.wait()
 	shared, warnings := SharedEnv(cfg)
 	shared = append(shared, a.pre.env()...)
+	timer, timerEnv, err := startFileTimer(pctx, cfg.Environ, cfg.Log.Warnf)
+	if err != nil {
+		return Result{ExitCode: 2}, err
+	}
+	defer timer.close()
+	shared = append(shared, timerEnv...)
 	warnings = append(warnings, secretWarnings(cfg)...)
 	for _, w := range warnings {
 		cfg.Log.Warn(w)

@@ -277,3 +277,27 @@ func TestLocalRanksFilterBeyondTheNode(t *testing.T) {
 		}
 	})
 }
+
+// TestFileTimer: local_elastic_agent_test's run_agent_local_watchdog_setup
+// and the file timer it serves: with TORCHELASTIC_ENABLE_FILE_TIMER=1 the
+// workers get TORCHELASTIC_TIMER_FILE, and a worker whose
+// torch.distributed.elastic.timer scope overruns is reaped (SIGKILL) well
+// before it would have ended. torchrun 2.x then kills its own agent with
+// the same signal (exit 137, leaving rank 0 to end by itself); gorun
+// stops the other workers as for any failure and exits with the reaped
+// worker's code, 137, saying whose timer expired.
+func TestFileTimer(t *testing.T) {
+	t.Parallel()
+	needTorch(t)
+	both(t, func(t *testing.T, l launcher) {
+		torch2Only(t, l)
+		o := l.launch(t, job{args: []string{"--nproc-per-node=2"}, env: []string{"TORCHELASTIC_ENABLE_FILE_TIMER=1"},
+			script: []string{script("compat_worker.py"), "timer", "unused"}})
+		if o.code != 137 {
+			t.Errorf("exit %d; want 137 (SIGKILL)\n%s", o.code, o)
+		}
+		if l == gorun && !strings.Contains(o.stderr, `its timer "stuck" expired`) {
+			t.Errorf("gorun does not say whose timer expired\n%s", o)
+		}
+	})
+}

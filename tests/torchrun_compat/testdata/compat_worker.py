@@ -16,6 +16,8 @@ stubborn DIR HOW     rank 0 ignores SIGTERM and SIGINT and sleeps; rank 1 then
 echo DIR             prints "hello stdout from RANK" to stdout and
                      "hello stderr from RANK" to stderr (upstream's echo1.py)
 stdin DIR            prints "read: " and the first line of its stdin
+timer DIR            rank 1 overruns a torch.distributed.elastic.timer scope
+                     (TORCHELASTIC_TIMER_FILE); rank 0 sleeps 10 s and ends
 launched DIR         writes whether torch.distributed.is_torchelastic_launched()
                      would say True (TORCHELASTIC_RUN_ID is set)
 """
@@ -91,6 +93,15 @@ def main(argv):
         with open(os.path.join(out, "failed_at"), "w") as f:
             f.write(repr(time.time()))
         sys.exit(1)
+    elif mode == "timer":
+        # torch's worker watchdog client: rank 1 overruns its timer's
+        # scope and is reaped by the launcher; rank 0 ends on its own.
+        from torch.distributed.elastic.timer import FileTimerClient, configure, expires
+        configure(FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
+        with expires(after=1, scope="stuck" if rank == 1 else "fine"):
+            if rank == 1:
+                time.sleep(60)
+        time.sleep(10)
     elif mode == "echo":
         print("hello stdout from %d" % rank, flush=True)
         print("hello stderr from %d" % rank, file=sys.stderr, flush=True)
