@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -242,7 +243,7 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 func (r RecoveryResult) Markdown(when time.Time, runs int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Recovery (`gorun bench recovery`)\n\n")
-	fmt.Fprintf(&b, "Measured %s on %s; %s; %s; %s. The same job under each launcher, alternating run by run: local agents (`--nnodes=2:3`, one PyTorch gloo DDP worker each, an all-reduce every 0.1 s; a script that knows nothing of any launcher) over c10d, each launcher's recommended settings (gorun: its defaults, lease 4 s; torchrun: `--monitor-interval=0.1`; ft_launcher: its defaults, the any-failed restart policy); `gorun --warm-start --warm-imports=torch,torch.distributed` beside plain gorun. %d runs per case; median [min-max]. The store's host (the first agent) is never the one lost; the cut runs each agent in a network namespace of its own and gorun alone (torchrun's agents advertise the machine's host name, which every namespace shares). torchrun has no hang detection, nor has ft_launcher for a worker that sends it no heartbeats (its rank monitor client): each is given %v to recover from a hang. torchft runs the same loop written for it (its Manager, DDP and optimizer wrappers; one single-node torchrun per agent, a replica group each, meeting at its lighthouse): its survivors do not restart, so its figure is the time to the survivors' first committed step without the lost replica, whatever the fault, not every worker's first step.\n\n",
+	fmt.Fprintf(&b, "Measured %s on %s; %s; %s; %s. The same job under each launcher, alternating run by run: local agents (`--nnodes=2:3`, one PyTorch gloo DDP worker each, an all-reduce every 0.1 s; a script that knows nothing of any launcher) over c10d, each launcher's recommended settings (gorun: its defaults, lease 4 s; torchrun: `--monitor-interval=0.1`; ft_launcher: its defaults, the any-failed restart policy); `gorun --warm-start --warm-imports=torch,torch.distributed` beside plain gorun. %d runs per case; median [min-max]. The store's host (the first agent) is never the one lost; the cut runs each agent in a network namespace of its own and gorun alone (torchrun's agents advertise the machine's host name, which every namespace shares). torchrun has no hang detection, nor has ft_launcher for a worker that sends it no heartbeats (its rank monitor client): each is given %v to recover from a hang. torchft runs the same loop written for it (its Manager, whose allreduce averages the gradients as its DDP wrapper's hook does, and its optimizer wrapper: the DDP wrapper itself fails under torch 2.15 once an allreduce fails; one single-node torchrun per agent, a replica group each, meeting at its lighthouse): its survivors do not restart, so its figure is the time to the survivors' first committed step without the lost replica, whatever the fault, not every worker's first step.\n\n",
 		when.UTC().Format("2006-01-02 15:04 MST"), r.Machine, r.Torchrun, r.FTLauncher, r.TorchFT, runs, rivalHangLimit)
 	b.WriteString("| fault -> training again | torchrun | ft_launcher | torchft (survivors go on) | gorun | gorun --warm-start | torchrun / gorun | ft_launcher / gorun | gorun / warm |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range recoveryFaults {
@@ -252,14 +253,18 @@ func (r RecoveryResult) Markdown(when time.Time, runs int) string {
 			what += " (not measured: " + why + ")"
 		}
 		cell := func(l string) string {
-			if n := r.Failed[f.name+" "+l]; n > 0 && s[l].N == 0 {
-				limit := recoveryLimit
-				if f.hang && rival(l) {
-					limit = rivalHangLimit
-				}
+			n := r.Failed[f.name+" "+l]
+			if n == 0 {
+				return secs(s[l])
+			}
+			limit := recoveryLimit
+			if f.hang && rival(l) {
+				limit = rivalHangLimit
+			}
+			if s[l].N == 0 {
 				return fmt.Sprintf("never within %v (%d runs)", limit, n)
 			}
-			return secs(s[l])
+			return fmt.Sprintf("%s; %d more never within %v", secs(s[l]), n, limit)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", what, cell(torchrunName), cell(ftLauncherName), cell(torchftName), cell(gorunName), cell(gorunWarm),
 			ratio(s[torchrunName], s[gorunName]), ratio(s[ftLauncherName], s[gorunName]), ratio(s[gorunName], s[gorunWarm]))
@@ -272,7 +277,12 @@ func (r RecoveryResult) Markdown(when time.Time, runs int) string {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", f.name, secs(r.Lost[f.name][gorunName]), secs(r.Lost[f.name][gorunWarm]))
 	}
 	if len(r.Failed) > 0 {
-		fmt.Fprintf(&b, "\nRuns that never trained again within %v: %v.\n", recoveryLimit, r.Failed)
+		keys := slices.Sorted(maps.Keys(r.Failed))
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s: %d", k, r.Failed[k]))
+		}
+		fmt.Fprintf(&b, "\nRuns that never trained again (within %v, or %v for a rival's hang): %s.\n", recoveryLimit, rivalHangLimit, strings.Join(parts, ", "))
 	}
 	return b.String()
 }

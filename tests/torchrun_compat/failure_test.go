@@ -145,18 +145,23 @@ func startSleepers(t *testing.T, l launcher) (*running, []int) {
 	return r, pids
 }
 
-// TestSignals: SIGTERM or SIGINT to the launcher stops its workers
-// (launcher/api_test.test_rdzv_handler_shutdown_on_agent_signal: the
-// agent's SignalException for both signals; TORCHRUN.md 3.5). torchrun
+// TestSignals: SIGTERM, SIGINT, SIGHUP or SIGQUIT to the launcher stops
+// its workers (launcher/api_test.test_rdzv_handler_shutdown_on_agent_signal:
+// the agent's SignalException; TORCHRUN.md 3.5; 2.x's
+// multiprocessing test_no_zombie_process_binary for all four, the
+// default --signals-to-handle). torchrun
 // exits 1 (the uncaught SignalException), gorun 128+signal
 // (docs/launcher.md: the workers, stopped by SIGTERM, did not save and
 // exit 0, so no clean preemption's 75).
 func TestSignals(t *testing.T) {
 	t.Parallel()
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT} {
 		t.Run(fmt.Sprintf("launcher.api_test.test_rdzv_handler_shutdown_on_agent_signal(%s)", sigName(sig)), func(t *testing.T) {
 			t.Parallel()
 			both(t, func(t *testing.T, l launcher) {
+				if sig == syscall.SIGHUP || sig == syscall.SIGQUIT {
+					torch2Only(t, l)
+				}
 				r, pids := startSleepers(t, l)
 				if err := r.cmd.Process.Signal(sig); err != nil {
 					t.Fatal(err)
@@ -226,8 +231,5 @@ func isWorker(pid int) bool {
 }
 
 func sigName(sig syscall.Signal) string {
-	if sig == syscall.SIGTERM {
-		return "SIGTERM"
-	}
-	return "SIGINT"
+	return map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP", syscall.SIGQUIT: "SIGQUIT"}[sig]
 }
