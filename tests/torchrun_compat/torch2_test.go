@@ -301,3 +301,43 @@ func TestFileTimer(t *testing.T) {
 		}
 	})
 }
+
+// TestExitTogether: local_elastic_agent_test's workers_drift_success and
+// test_no_exit_barrier_on_failure, two agents of one c10d job. When one
+// node's workers finish 8 s before the other's, both agents end together
+// (torchrun 2.x: its exit barrier); when odd ranks fail, both agents end
+// at once with a failure, not after the even ranks' 20 s.
+func TestExitTogether(t *testing.T) {
+	t.Parallel()
+	t.Run("local_elastic_agent_test.workers_drift_success", func(t *testing.T) {
+		t.Parallel()
+		both(t, func(t *testing.T, l launcher) {
+			ep, id := strconv.Itoa(freePort(t)), runID()
+			j := job{args: c10dArgs("2", ep, id, "--nproc-per-node=1"), script: []string{script("compat_worker.py"), "drift", "unused"}}
+			start := time.Now()
+			outs := launchAgents(t, l, []job{j, j})
+			allExit(t, outs, 0)
+			// Each agent's end, from the common start.
+			var ends []time.Duration
+			for _, o := range outs {
+				ends = append(ends, o.elapsed)
+			}
+			if d := ends[0] - ends[1]; d > 3*time.Second || d < -3*time.Second || time.Since(start) < 8*time.Second {
+				t.Errorf("the agents ended %v and %v after their starts; want both after the slower node's 8 s, together", ends[0], ends[1])
+			}
+		})
+	})
+	t.Run("local_elastic_agent_test.test_no_exit_barrier_on_failure", func(t *testing.T) {
+		t.Parallel()
+		both(t, func(t *testing.T, l launcher) {
+			ep, id := strconv.Itoa(freePort(t)), runID()
+			j := job{args: c10dArgs("2", ep, id, "--nproc-per-node=2", "--max-restarts=0"), script: []string{script("compat_worker.py"), "oddfail", "unused"}}
+			outs := launchAgents(t, l, []job{j, j})
+			for i, o := range outs {
+				if o.code == 0 || o.elapsed >= 20*time.Second {
+					t.Errorf("agent %d: exit %d after %v; want a failure before the even ranks' 20 s\n%s", i, o.code, o.elapsed, o)
+				}
+			}
+		})
+	})
+}

@@ -18,6 +18,8 @@ echo DIR             prints "hello stdout from RANK" to stdout and
 stdin DIR            prints "read: " and the first line of its stdin
 timer DIR            rank 1 overruns a torch.distributed.elastic.timer scope
                      (TORCHELASTIC_TIMER_FILE); rank 0 sleeps 10 s and ends
+drift DIR            the workers of GROUP_RANK 1 sleep 8 s, the others end
+oddfail DIR          odd ranks exit 1 at once, even ones sleep 20 s
 launched DIR         writes whether torch.distributed.is_torchelastic_launched()
                      would say True (TORCHELASTIC_RUN_ID is set)
 """
@@ -102,6 +104,15 @@ def main(argv):
             if rank == 1:
                 time.sleep(60)
         time.sleep(10)
+    elif mode == "drift":
+        # The second node's workers finish 8 s after the first's.
+        if os.environ["GROUP_RANK"] == "1":
+            time.sleep(8)
+    elif mode == "oddfail":
+        # Odd ranks fail at once; even ones would sleep 20 s.
+        if rank % 2:
+            sys.exit(1)
+        time.sleep(20)
     elif mode == "echo":
         print("hello stdout from %d" % rank, flush=True)
         print("hello stderr from %d" % rank, file=sys.stderr, flush=True)
