@@ -125,10 +125,10 @@ func TestErrorFile(t *testing.T) {
 
 // startSleepers starts two workers that sleep until stopped and returns
 // the launch and the workers' pids.
-func startSleepers(t *testing.T, l launcher) (*running, []int) {
+func startSleepers(t *testing.T, l launcher, args ...string) (*running, []int) {
 	t.Helper()
 	dir := t.TempDir()
-	r := l.start(t, job{args: []string{"--nproc-per-node=2"}, script: []string{script("compat_worker.py"), "sleep", dir}})
+	r := l.start(t, job{args: append([]string{"--nproc-per-node=2"}, args...), script: []string{script("compat_worker.py"), "sleep", dir}})
 	proctest.WaitFor(t, "both workers to start", launchTimeout, func() bool {
 		m, _ := filepath.Glob(filepath.Join(dir, "pid.*"))
 		select {
@@ -178,6 +178,29 @@ func TestSignals(t *testing.T) {
 			})
 		})
 	}
+	// multiprocessing test_api's signals tests, from the command line:
+	// with --signals-to-handle=SIGTERM,SIGUSR1, SIGUSR1 to the launcher
+	// reaches the workers (their default action ends them) and stops the
+	// job.
+	t.Run("multiprocessing.test_api(--signals-to-handle=SIGTERM,SIGUSR1)", func(t *testing.T) {
+		t.Parallel()
+		both(t, func(t *testing.T, l launcher) {
+			torch2Only(t, l)
+			r, pids := startSleepers(t, l, "--signals-to-handle=SIGTERM,SIGUSR1")
+			if err := r.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+			o := r.wait(t)
+			want := 128 + int(syscall.SIGUSR1)
+			if l == torchrun {
+				want = 1
+			}
+			if o.code != want {
+				t.Errorf("exit %d after SIGUSR1; want %d\n%s", o.code, want, o)
+			}
+			proctest.WaitGone(t, "the workers to end", time.Minute, pids)
+		})
+	})
 }
 
 // TestNoOrphans: a launcher killed with SIGKILL leaves no worker behind
