@@ -150,11 +150,13 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	}
 	// The user's configuration, under either name: the CUDA name wins
 	// where both are set, as in torch.
-	name := EnvAllocConf
-	cur, set := lookupEnv(cfg.Environ, name)
-	if !set {
-		name = EnvAllocConfAny
-		cur, set = lookupEnv(cfg.Environ, name)
+	var name, cur string
+	var set bool
+	// torch reads the CUDA name first, then ROCm's, then the generic one.
+	for _, name = range []string{EnvAllocConf, "PYTORCH_HIP_ALLOC_CONF", EnvAllocConfAny} {
+		if cur, set = lookupEnv(cfg.Environ, name); set {
+			break
+		}
 	}
 	switch {
 	case slices.Contains(cfg.Entrypoint.Args, ncclUBFlag):

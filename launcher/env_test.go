@@ -40,6 +40,8 @@ func TestSharedEnvMemoryDefaults(t *testing.T) {
 		// PYTORCH_CUDA_ALLOC_CONF would override, is kept.
 		{name: "user value under the generic name", environ: []string{"PYTORCH_ALLOC_CONF=max_split_size_mb:512"},
 			wantReuse: "2", wantWarn: "keeping your PYTORCH_ALLOC_CONF=max_split_size_mb:512 as it is"},
+		{name: "ROCm's name", environ: []string{"PYTORCH_HIP_ALLOC_CONF=max_split_size_mb:256"},
+			wantReuse: "2", wantWarn: "keeping your PYTORCH_HIP_ALLOC_CONF=max_split_size_mb:256 as it is"},
 		{name: "opted out under the generic name", environ: []string{"PYTORCH_ALLOC_CONF=expandable_segments:False"}, wantReuse: "2"},
 		{name: "the CUDA name wins over the generic one", environ: []string{"PYTORCH_ALLOC_CONF=expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64"},
 			wantReuse: "2", wantWarn: "keeping your PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64"},

@@ -70,7 +70,7 @@ func startFileTimer(ctx context.Context, environ []string, log func(format strin
 	} else if st, err := os.Lstat(ft.path); err == nil {
 		// torchrun removes whatever is there; gorun only an old pipe.
 		if st.Mode()&fs.ModeNamedPipe == 0 {
-			return nil, nil, fmt.Errorf("%s=%s names a %s, not a named pipe: want a path where the worker watchdog's pipe can be made", EnvTimerFile, ft.path, st.Mode().Type())
+			return nil, nil, fmt.Errorf("%s=%s names %s, not a named pipe: want a path where the worker watchdog's pipe can be made", EnvTimerFile, ft.path, kindOf(st.Mode()))
 		}
 		if err := os.Remove(ft.path); err != nil {
 			return nil, nil, fmt.Errorf("%s=%s: %w", EnvTimerFile, ft.path, err)
@@ -95,14 +95,34 @@ func startFileTimer(ctx context.Context, environ []string, log func(format strin
 	return ft, []EnvVar{{EnvTimerFile, ft.path}}, nil
 }
 
+// maxTimerLine bounds a request: FileTimerClient sends at most PIPE_BUF
+// (4 KiB); a longer line is skipped whole, and the pipe served on.
+const maxTimerLine = 4 << 10
+
 // read passes the pipe's requests on until the pipe is closed.
 func (ft *fileTimer) read(requests chan<- timerRequest) {
 	defer close(requests)
-	s := bufio.NewScanner(ft.pipe)
-	for s.Scan() {
+	br := bufio.NewReaderSize(ft.pipe, maxTimerLine)
+	skipping := false // in the rest of an overlong line
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if !skipping {
+				ft.log("%s: a line longer than %d bytes, not a timer request: ignored", EnvTimerFile, maxTimerLine)
+			}
+			skipping = true
+			continue
+		}
+		if err != nil {
+			return // the pipe is closed
+		}
+		if skipping {
+			skipping = false
+			continue
+		}
 		var req timerRequest
-		if err := json.Unmarshal(s.Bytes(), &req); err != nil || req.Pid <= 0 {
-			ft.log("%s: not a timer request, ignored: %q", EnvTimerFile, s.Text())
+		if err := json.Unmarshal(line, &req); err != nil || req.Pid <= 0 {
+			ft.log("%s: not a timer request, ignored: %.200q", EnvTimerFile, line)
 			continue
 		}
 		select {
@@ -147,7 +167,7 @@ func (ft *fileTimer) serve(ctx context.Context, requests <-chan timerRequest) {
 				if t.Signal <= 0 {
 					continue // torchrun: no signal, no reaping
 				}
-				if !descendantOf(t.Pid, os.Getpid()) {
+				if !jobProcess(t.Pid, os.Getpid()) {
 					ft.log("%s: timer %q of pid %d expired, but pid %d is not a process of this job: not signalled", EnvTimerFile, t.Scope, t.Pid, t.Pid)
 					continue
 				}
@@ -175,16 +195,36 @@ func (ft *fileTimer) close() {
 	}
 }
 
-// descendantOf says whether process pid descends from ancestor, by the
-// parents /proc records.
-func descendantOf(pid, ancestor int) bool {
+// kindOf names a file's kind for a message.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.IsDir():
+		return "a folder"
+	}
+	return "a " + m.Type().String() + " file"
+}
+
+// jobProcess says whether pid is a process of the job: a strict
+// descendant of gorun (pid agent) under one of its workers, not gorun
+// itself nor one of its helpers (the guardian, a store).
+func jobProcess(pid, agent int) bool {
+	child := 0 // the chain's process just below gorun
 	for range 64 {
-		if pid == ancestor {
-			return true
+		if pid == agent {
+			if child == 0 {
+				return false // gorun itself
+			}
+			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(child) + "/cmdline")
+			return err == nil && !strings.Contains(string(cmdline), "\x00gorun-guardian\x00") && !strings.Contains(string(cmdline), "gorun-etcd")
 		}
 		if pid <= 1 {
 			return false
 		}
+		child = pid
 		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			return false

@@ -64,7 +64,16 @@ func TestFileTimer(t *testing.T) {
 	send(released.Process.Pid, "step", 0.1, int(syscall.SIGKILL))
 	send(released.Process.Pid, "step", -1, 0)
 	send(silent.Process.Pid, "io", 0.1, 0)
-	send(1, "init's", 0.1, int(syscall.SIGKILL)) // not the job's
+	send(1, "init's", 0.1, int(syscall.SIGKILL))            // not the job's
+	send(os.Getpid(), "gorun's", 0.1, int(syscall.SIGCONT)) // gorun itself: never
+	// A line longer than any request is skipped whole; the pipe is
+	// served on.
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(strings.Repeat("x", 70000) + "\n")
+	f.Close()
 	send(expired.Process.Pid, "step", 0.3, int(syscall.SIGKILL))
 	done := make(chan error, 1)
 	go func() { done <- expired.Wait() }()
@@ -88,7 +97,8 @@ func TestFileTimer(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	all := strings.Join(logged, "\n")
-	for _, want := range []string{fmt.Sprintf("worker pid %d: its timer \"step\" expired", expired.Process.Pid), "pid 1 is not a process of this job: not signalled"} {
+	for _, want := range []string{fmt.Sprintf("worker pid %d: its timer \"step\" expired", expired.Process.Pid), "pid 1 is not a process of this job: not signalled",
+		fmt.Sprintf("pid %d is not a process of this job", os.Getpid()), "a line longer than 4096 bytes"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("log lacks %q:\n%s", want, all)
 		}
