@@ -306,7 +306,7 @@ func TestFileTimer(t *testing.T) {
 // test_no_exit_barrier_on_failure, two agents of one c10d job. When one
 // node's workers finish 8 s before the other's, both agents end together
 // (torchrun 2.x: its exit barrier); when odd ranks fail, both agents end
-// at once with a failure, not after the even ranks' 20 s.
+// with a failure, gorun's at once, not after the even ranks' 20 s.
 func TestExitTogether(t *testing.T) {
 	t.Parallel()
 	t.Run("local_elastic_agent_test.workers_drift_success", func(t *testing.T) {
@@ -334,7 +334,10 @@ func TestExitTogether(t *testing.T) {
 			j := job{args: c10dArgs("2", ep, id, "--nproc-per-node=2", "--max-restarts=0"), script: []string{script("compat_worker.py"), "oddfail", "unused"}}
 			outs := launchAgents(t, l, []job{j, j})
 			for i, o := range outs {
-				if o.code == 0 || o.elapsed >= 20*time.Second {
+				// torchrun's agents took 6 s here idle, 27-31 s under a
+				// loaded suite (its stop of the other node's workers):
+				// for it the failure alone is checked.
+				if o.code == 0 || (l == gorun && o.elapsed >= 20*time.Second) {
 					t.Errorf("agent %d: exit %d after %v; want a failure before the even ranks' 20 s\n%s", i, o.code, o.elapsed, o)
 				}
 			}
