@@ -291,13 +291,7 @@ func (r *recoveryRun) startAgents(ctx context.Context, ag *recoveryAgents, ep, i
 			// The first agent hosts the store (gorun's embedded etcd,
 			// torchrun's TCPStore) once it listens: the agent lost is
 			// another (a host's loss ends either job: its store goes).
-			if err := waitUntil(ctx, time.Minute, func() bool {
-				c, err := net.DialTimeout("tcp", ep, time.Second)
-				if err == nil {
-					c.Close()
-				}
-				return err == nil
-			}); err != nil {
+			if err := waitListening(ctx, ep, time.Minute); err != nil {
 				return fmt.Errorf("the first agent never opened its store at %s: %w", ep, err)
 			}
 		}
@@ -329,21 +323,8 @@ func (r *recoveryRun) injectFault(ag *recoveryAgents, survivors []int) (func([4]
 		}
 	case "worker-kill", "worker-hang", "node-kill-spare":
 		if r.fault.name != "node-kill-spare" {
-			ag.logs[victim].mu.Lock()
-			pids := ag.logs[victim].pids
-			ag.logs[victim].mu.Unlock()
-			if len(pids) == 0 {
-				return nil, nil, fmt.Errorf("agent %d's worker never said its pid", victim)
-			}
-			pid := pids[len(pids)-1]
-			if r.fault.hang {
-				// The worker sees the file at its next step and stops
-				// there.
-				if err := os.WriteFile(filepath.Join(filepath.Dir(r.script), fmt.Sprintf("hang.%d", pid)), nil, 0o644); err != nil {
-					return nil, nil, err
-				}
-			} else {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+			if err := r.hitWorker(ag, victim); err != nil {
+				return nil, nil, err
 			}
 			survivors = append(survivors, victim)
 		} else {
@@ -459,12 +440,45 @@ func (ag *recoveryAgents) killNode(a int) {
 	_ = syscall.Kill(-ag.cmds[a].Process.Pid, syscall.SIGKILL)
 	// Its current worker only: an earlier one's pid may be another
 	// process's by now.
-	ag.logs[a].mu.Lock()
-	pids := ag.logs[a].pids
-	ag.logs[a].mu.Unlock()
-	if len(pids) > 0 {
-		_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
+	if pid, ok := ag.logs[a].lastPid(); ok {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+// lastPid is the pid of the agent's current worker, the last one that
+// said it.
+func (l *agentLog) lastPid() (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.pids) == 0 {
+		return 0, false
+	}
+	return l.pids[len(l.pids)-1], true
+}
+
+// hitWorker makes a worker fault on agent a's current worker: SIGKILL
+// (worker-kill), or a hang file it sees at its next step and stops there
+// (worker-hang).
+func (r *recoveryRun) hitWorker(ag *recoveryAgents, a int) error {
+	pid, ok := ag.logs[a].lastPid()
+	if !ok {
+		return fmt.Errorf("agent %d's worker never said its pid", a)
+	}
+	if r.fault.hang {
+		return os.WriteFile(filepath.Join(filepath.Dir(r.script), fmt.Sprintf("hang.%d", pid)), nil, 0o644)
+	}
+	return syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// waitListening waits until something accepts TCP connections at addr.
+func waitListening(ctx context.Context, addr string, limit time.Duration) error {
+	return waitUntil(ctx, limit, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 }
 
 // stderrFile is where agent a's standard error goes.

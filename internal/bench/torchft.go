@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,13 +80,7 @@ func startLighthouse(ctx context.Context, lighthouse, addr string) (*exec.Cmd, e
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("torchft's lighthouse: %w", err)
 	}
-	if err := waitUntil(ctx, time.Minute, func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}); err != nil {
+	if err := waitListening(ctx, addr, time.Minute); err != nil {
 		stopProcess(cmd)
 		return nil, fmt.Errorf("torchft's lighthouse never listened at %s: %w", addr, err)
 	}
@@ -104,20 +97,9 @@ func stopProcess(cmd *exec.Cmd) {
 // torchrun and worker killed (node-kill), its worker killed (worker-kill:
 // its torchrun restarts it), or its worker stuck mid-step (worker-hang).
 func (r *recoveryRun) hitReplica(ag *recoveryAgents) error {
-	victim := ag.victim
 	if r.fault.name == "node-kill" {
-		ag.killNode(victim)
+		ag.killNode(ag.victim)
 		return nil
 	}
-	ag.logs[victim].mu.Lock()
-	pids := ag.logs[victim].pids
-	ag.logs[victim].mu.Unlock()
-	if len(pids) == 0 {
-		return fmt.Errorf("agent %d's worker never said its pid", victim)
-	}
-	pid := pids[len(pids)-1]
-	if r.fault.hang {
-		return os.WriteFile(filepath.Join(filepath.Dir(r.script), fmt.Sprintf("hang.%d", pid)), nil, 0o644)
-	}
-	return syscall.Kill(pid, syscall.SIGKILL)
+	return r.hitWorker(ag, ag.victim)
 }
