@@ -66,13 +66,17 @@ func TestForgedValuesAreRefused(t *testing.T) {
 	forged := `{"round":0,"size":2,"world_size":2,"master_addr":"203.0.113.66","master_port":1234,"restarts":0,"shape_hash":"x"}`
 	cases := []struct {
 		name, key, value string
-		// readAtEnd: the key is read only when the nodes report success.
+		// readAtEnd: the nodes report success at once, without waiting
+		// for the forged value's refusal.
 		readAtEnd bool
 	}{
 		{"round record", "ctl/closed/0", forged, false},
 		{"next round record", "ctl/closed/1", strings.Replace(forged, `"round":0`, `"round":1`, 1), false},
 		{"malformed round", "ctl/round", "abc", false},
 		{"round put back", "ctl/round", "0\n#AAAA", false},
+		// Forged as the nodes report: their fenced reports must not take
+		// it for the round's end.
+		{"round as nodes report", "ctl/round", "abc", true},
 		{"outcome", "ctl/outcome", "failed: forged", false},
 		{"restarts", "ctl/restarts", "-5", false},
 		{"oversized", "ctl/junk", strings.Repeat("x", 1<<20), false},

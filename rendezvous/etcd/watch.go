@@ -299,15 +299,11 @@ func (r *Rendezvous) succeedAs(ctx context.Context, round rendezvous.Round, how 
 func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3.LeaseID, how string) error {
 	wctx := ctx
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
-	put, err := r.cli.Txn(ctx).
-		If(r.is(r.k.round(), strconv.Itoa(t))).
-		Then(r.put(r.k.done(t, r.id), how, clientv3.WithLease(lease)),
-			clientv3.OpGet(r.k.donePrefix(t), clientv3.WithPrefix(), clientv3.WithCountOnly())).
-		Commit()
+	put, err := r.reportDone(ctx, t, lease, how)
 	if err != nil {
 		return err
 	}
-	if !put.Succeeded {
+	if put == nil {
 		return rendezvous.ErrRoundEnded
 	}
 	// The last node to finish sees every done key (each counts after its
@@ -347,6 +343,36 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 	}
 }
 
+// maxMendRetries bounds how often a report retries after finding the
+// round counter forged: a stranger who keeps writing it cannot hold a
+// node for ever, only send it to the next round.
+const maxMendRetries = 5
+
+// reportDone puts this node's done key for round t, fenced by the round
+// counter, and counts the round's done keys. It returns nil when the
+// round ended. A counter that failed the fence because a stranger
+// overwrote it (refused and mended by the read) is not an end: the
+// report is made again.
+func (r *Rendezvous) reportDone(ctx context.Context, t int, lease clientv3.LeaseID, how string) (*clientv3.TxnResponse, error) {
+	for try := 0; ; try++ {
+		put, err := r.cli.Txn(ctx).
+			If(r.is(r.k.round(), strconv.Itoa(t))).
+			Then(r.put(r.k.done(t, r.id), how, clientv3.WithLease(lease)),
+				clientv3.OpGet(r.k.donePrefix(t), clientv3.WithPrefix(), clientv3.WithCountOnly())).
+			Commit()
+		if err != nil || put.Succeeded {
+			return put, err
+		}
+		c, _, err := r.readControl(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c.round != t || c.outcome != "" || try >= maxMendRetries {
+			return nil, nil
+		}
+	}
+}
+
 // recordOutcome records the outcome of round t, whose members all
 // reported: preempted when a stop request is recorded or a member's
 // workers stopped on one, else succeeded.
@@ -362,11 +388,20 @@ func (r *Rendezvous) recordOutcome(ctx context.Context, t int, stopped bool) err
 	case stopped:
 		outcome = preemptedPrefix + strconv.Itoa(t) + ": a node's workers stopped on the job's stop request"
 	}
-	_, err = r.cli.Txn(ctx).
-		If(r.is(r.k.round(), strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
-		Then(r.put(r.k.outcome(), clip(outcome))).
-		Commit()
-	return err
+	for try := 0; ; try++ {
+		resp, err := r.cli.Txn(ctx).
+			If(r.is(r.k.round(), strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
+			Then(r.put(r.k.outcome(), clip(outcome))).
+			Commit()
+		if err != nil || resp.Succeeded || try >= maxMendRetries {
+			return err
+		}
+		// Fenced out: by another node's outcome or the round's end, or by
+		// a stranger's round counter, which the read refuses and mends.
+		if c, _, err = r.readControl(ctx); err != nil || c.round != t || c.outcome != "" {
+			return err
+		}
+	}
 }
 
 // maxReasonLen bounds the reason a round's end records.
