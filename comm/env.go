@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	"github.com/gorun-dev/gorun/memory"
@@ -207,6 +208,9 @@ func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*
 	if l.Rank == 0 {
 		ln, err := net.Listen("tcp", l.StoreAddr)
 		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) && os.Getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" {
+				return nil, fmt.Errorf("comm: rank 0: serve the store on MASTER_ADDR:MASTER_PORT %s: %w: torchrun 2.x's agent holds that port for its own store (TORCHELASTIC_USE_AGENT_STORE=True); under torchrun, run with --rdzv-backend=c10d and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, which give the workers a port of their own, or launch with gorun", l.StoreAddr, err)
+			}
 			return nil, fmt.Errorf("comm: rank 0: serve the store on MASTER_ADDR:MASTER_PORT %s: %w", l.StoreAddr, err)
 		}
 		e.server = ServeStore(ln, l.Secret)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
+	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -189,6 +190,14 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 	defer a.pre.wait()
 	shared, warnings := SharedEnv(cfg)
 	shared = append(shared, a.pre.env()...)
+	if cfg.probes() {
+		folder, err := probe.Install(layout.root)
+		if err != nil {
+			return Result{ExitCode: 1}, err
+		}
+		user, _ := lookupEnv(cfg.Environ, "PYTHONPATH")
+		shared = append(shared, EnvVar{"PYTHONPATH", probe.PythonPath(folder, user)})
+	}
 	timer, timerEnv, err := startFileTimer(pctx, cfg.Environ, cfg.Log.Warnf)
 	if err != nil {
 		return Result{ExitCode: 2}, err
@@ -353,6 +362,9 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 	if err != nil {
 		return nil, "", err
 	}
+	att.onStraggler = func(s probe.Straggler, recovered bool) {
+		a.events.Record(Event{Kind: EventStraggler, Attempt: attemptN, Straggler: stragglerEvent(s, recovered)})
+	}
 	a.group.startGuard()   // the workers are forked: off the launch's path
 	a.warm.fill(att.stdin) // the next (re)start's interpreters
 	a.events.Record(Event{Kind: EventSpawn, Time: spawned, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
@@ -403,10 +415,7 @@ func (a *Agent) failed(ctx context.Context, round rendezvous.Round, att *attempt
 	if a.pre.active() && retriable {
 		retriable, why = false, "the job is stopping on a stop request ("+a.pre.req.Reason+")"
 	}
-	exitCode := 1
-	if len(failures) > 0 {
-		exitCode = failures[0].ExitCode
-	}
+	exitCode := jobFailureCode(failures)
 	restart, err := a.rdzv.Fail(ctx, round, reason, exitCode, retriable)
 	switch {
 	case err == nil:

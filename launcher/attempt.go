@@ -6,11 +6,14 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/watchdog"
 )
 
 // outputDrainTimeout bounds the wait for a worker's output after its
@@ -22,11 +25,16 @@ const outputDrainTimeout = 2 * time.Second
 type worker struct {
 	spec     WorkerSpec
 	proc     *process
-	progress *progress  // with --hang-timeout
-	hung     string     // why it was judged hung
-	readers  []*os.File // pipe read ends, closed after draining
-	files    []*os.File // log files
-	logs     []string   // kept log files, for the summary
+	progress *progress // with --hang-timeout
+	// leftAt is when the worker exited 0 while others of the attempt
+	// still ran (zero: it did not).
+	leftAt time.Time
+	// judged: the hang watch named it the root cause; evidence: it got
+	// the evidence signal. Its exit is then the stop's, not a failure.
+	judged, evidence bool
+	readers          []*os.File // pipe read ends, closed after draining
+	files            []*os.File // log files
+	logs             []string   // kept log files, for the summary
 	// stopKilled: the stop sequence sent this worker SIGKILL, so a death
 	// by SIGKILL is the stop's, not a failure.
 	stopKilled bool
@@ -59,6 +67,9 @@ type attempt struct {
 	filteredConsole [2]*Console
 	// filteredSinks are the workers' streams into them.
 	filteredSinks []*filteredLines
+	// onStraggler hears of each rank the straggler watch names, and of
+	// its recovery (nil: nobody listens).
+	onStraggler func(s probe.Straggler, recovered bool)
 }
 
 // outcomeKind says how an attempt ended.
@@ -329,7 +340,8 @@ func (att *attempt) signalRunning(sig syscall.Signal) {
 func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, events <-chan rendezvous.Event) outcome {
 	m := &monitoring{att: att, out: outcome{kind: outcomeSucceeded}}
 	done := ctx.Done()
-	hangs := att.hangTicker()
+	hangs := att.hangWatch()
+	m.hangs = hangs
 	kills := make(chan *worker, len(att.workers))
 	if att.pre.active() {
 		m.told() // the request came before these workers started
@@ -366,10 +378,12 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 				att.cfg.Log.Warnf("round ended: %s; stopping the workers", ev.Reason)
 				m.beginStop(syscall.SIGTERM)
 			}
-		case <-hangs.tick():
+		case now := <-hangs.tick():
 			if !m.stopping {
-				att.catchHangs(hangs, kills)
+				hangs.check(now)
 			}
+		case v := <-hangs.verdict():
+			m.onHang(v, kills)
 		case w := <-kills:
 			if !w.proc.Exited() {
 				att.cfg.Log.Warnf("local rank %d (pid %d) still running %v after its evidence signal: sending SIGKILL", w.spec.LocalRank, w.proc.Pid, evidenceGrace)
@@ -395,8 +409,9 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 // monitoring is one monitor's state: the outcome so far and the stop
 // sequence.
 type monitoring struct {
-	att *attempt
-	out outcome
+	att   *attempt
+	out   outcome
+	hangs *hangWatch // nil without --hang-timeout
 	// stopping: the stop sequence began, with the signal sent; grace
 	// fires at its SIGKILL.
 	stopping bool
@@ -429,16 +444,14 @@ func (m *monitoring) told() {
 }
 
 // stopTimers releases the timers.
-func (m *monitoring) stopTimers(hangs *hangTicker) {
+func (m *monitoring) stopTimers(hangs *hangWatch) {
 	if m.timer != nil {
 		m.timer.Stop()
 	}
 	if m.deadlineTimer != nil {
 		m.deadlineTimer.Stop()
 	}
-	if hangs != nil {
-		hangs.stop()
-	}
+	hangs.stop()
 }
 
 // exited handles a worker's exit: a failure begins the stop.
@@ -456,6 +469,12 @@ func (m *monitoring) exited(p *process) {
 	// killer, before its exit was seen) did, even when it is seen after
 	// the stop began.
 	stoppedByUs := m.stopping && st.Signal == m.sent && m.sent != syscall.SIGKILL
+	if st.Code == 0 && !m.stopping && len(att.running()) > 0 {
+		w.leftAt = st.At // the others go on: see failedAfterLeaving
+	}
+	if w.judged || w.evidence {
+		return // the hang's verdict already named it, or its stacks were asked for
+	}
 	if st.Code == 0 || (stoppedByUs && !(m.out.kind == outcomeFailed && w.wroteErrorFile())) || (st.Signal == syscall.SIGKILL && w.stopKilled) {
 		return
 	}
@@ -463,13 +482,20 @@ func (m *monitoring) exited(p *process) {
 		m.out.stoppedBySignal = true
 		return
 	}
+	if m.out.kind == outcomeSucceeded {
+		m.out.failures = append(m.out.failures, att.leftBefore(st.At)...)
+	}
 	m.out.failures = append(m.out.failures, Failure{
 		LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.Pid,
-		ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname, Hung: w.hung,
+		ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname,
 	})
 	if m.out.kind == outcomeSucceeded {
 		m.out.kind = outcomeFailed
-		cfg.Log.Errorf("worker failed: rank %d (local rank %d, pid %d) %s; stopping the other workers", w.spec.Rank, w.spec.LocalRank, p.Pid, describeExit(st))
+		after := ""
+		if left := att.leftBefore(st.At); len(left) > 0 {
+			after = fmt.Sprintf(", after rank %d %s", left[0].Rank, strings.SplitN(left[0].Left, ";", 2)[0])
+		}
+		cfg.Log.Errorf("worker failed: rank %d (local rank %d, pid %d) %s%s; stopping the other workers", w.spec.Rank, w.spec.LocalRank, p.Pid, describeExit(st), after)
 		m.beginStop(syscall.SIGTERM)
 	}
 }
@@ -488,7 +514,7 @@ func (m *monitoring) signalled(s os.Signal) {
 		return
 	}
 	if !cfg.stops(sig) {
-		att.signalRunning(sig)
+		att.forward(sig)
 		return
 	}
 	if m.stopping && m.out.kind == outcomeSignalled {
@@ -562,8 +588,43 @@ func (att *attempt) completeFailures(failures []Failure, layout *logLayout) []Fa
 		}
 		f.Logs = w.logs
 	}
-	slices.SortStableFunc(failures, func(a, b Failure) int { return a.Time.Compare(b.Time) })
+	// The first failure is the root cause, except that a rank another's
+	// failure stopped (its watchdog's ExitRemoteAbort) never is.
+	slices.SortStableFunc(failures, func(a, b Failure) int {
+		ra, rb := a.ExitCode == watchdog.ExitRemoteAbort, b.ExitCode == watchdog.ExitRemoteAbort
+		if ra != rb {
+			if ra {
+				return 1
+			}
+			return -1
+		}
+		return a.Time.Compare(b.Time)
+	})
 	return failures
+}
+
+// leftBefore returns, as failures, the workers that exited 0 before t
+// while the others ran: the first failure after one left is most often
+// its consequence (its peers lose it mid-collective), so it leads the
+// summary, with what it did.
+func (att *attempt) leftBefore(t time.Time) []Failure {
+	var out []Failure
+	for _, w := range att.workers {
+		if w.leftAt.IsZero() || w.leftAt.After(t) {
+			continue
+		}
+		done := ""
+		if f, _ := lookupEnv(w.spec.Env, probe.EnvFile); f != "" {
+			if s, ok, err := probe.Read(f); err == nil && ok && s.StepHook {
+				done = fmt.Sprintf(" after %d optimizer steps", s.Steps)
+			}
+		}
+		out = append(out, Failure{
+			LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: w.proc.Pid, ExitCode: 0, Time: w.leftAt, Host: att.cfg.Hostname,
+			Left: fmt.Sprintf("exited 0%s at %s while the other ranks ran; the failure below came %v after it left", done, w.leftAt.Format("15:04:05.000"), t.Sub(w.leftAt).Round(time.Millisecond)),
+		})
+	}
+	return out
 }
 
 // describeExit says how a process ended, for a log line.

@@ -128,10 +128,15 @@ type Config struct {
 	// script in (warm.go; --warm-start, --warm-imports).
 	WarmStart   bool
 	WarmImports []string
-	// HangTimeout, when above 0, makes a worker without output or
-	// heartbeat for that long count as hung: gorun captures its stacks
-	// (SIGABRT for Python, SIGQUIT for Go) and stops the attempt.
+	// HangTimeout, when above 0, makes the attempt hung once no worker
+	// showed a sign of life for that long (hang.go): gorun gathers every
+	// rank's evidence, names the rank that held the others up, and stops
+	// the attempt.
 	HangTimeout time.Duration
+	// WorkerProbe starts gorun's probe in Python workers (package probe;
+	// --worker-probe): their stacks, steps and flight recorder, for
+	// scripts that know nothing of gorun.
+	WorkerProbe bool
 
 	// ReportFile, when set, receives the goodput report as JSON when the
 	// run ends (--report).
@@ -300,4 +305,10 @@ func (cfg *Config) cpusOf(lr int) []int {
 // stops says whether sig stops the workers (StopSignals, QuitSignals).
 func (cfg *Config) stops(sig syscall.Signal) bool {
 	return slices.Contains(cfg.StopSignals, sig) || slices.Contains(cfg.QuitSignals, sig)
+}
+
+// probes reports whether the workers get gorun's probe: with
+// --worker-probe, for Python workers.
+func (c *Config) probes() bool {
+	return c.WorkerProbe && (c.Entrypoint.RunsPython() || isPython(c.Entrypoint.Script))
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gorun-dev/gorun/internal/workerenv"
+	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/memory"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -142,6 +143,16 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 			vars = append(vars, EnvVar{name, "1"})
 		}
 	}
+	if cfg.probes() {
+		vars = append(vars, EnvVar{probe.EnvInterval, strconv.FormatFloat(probe.Interval(cfg.HangTimeout).Seconds(), 'f', -1, 64)})
+		// PyTorch 2.x's flight recorder, which the probe reads (gloo's
+		// too), unless the user sized it.
+		_, fr := lookupEnv(cfg.Environ, "TORCH_FR_BUFFER_SIZE")
+		_, nccl := lookupEnv(cfg.Environ, "TORCH_NCCL_TRACE_BUFFER_SIZE")
+		if !fr && !nccl {
+			vars = append(vars, EnvVar{"TORCH_FR_BUFFER_SIZE", strconv.Itoa(probe.RecorderSize)})
+		}
+	}
 	// torchrun 2.x puts its --signals-to-handle in its own environment,
 	// which its workers inherit.
 	vars = append(vars, EnvVar{"TORCHELASTIC_SIGNALS_TO_HANDLE", signalList(cfg.StopSignals)})
@@ -215,6 +226,11 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 		vars = append(vars, EnvVar{EnvHeartbeatFile, filepath.Join(filepath.Dir(errorFile), "heartbeat")})
 	}
 	vars = append(vars, EnvVar{EnvProgressFile, filepath.Join(filepath.Dir(errorFile), ProgressFile)})
+	if cfg.probes() {
+		vars = append(vars,
+			EnvVar{probe.EnvFile, filepath.Join(filepath.Dir(errorFile), probe.SnapshotFile)},
+			EnvVar{probe.EnvRequest, filepath.Join(filepath.Dir(filepath.Dir(errorFile)), probe.RequestFile)})
+	}
 	if round.JobSecret != "" {
 		vars = append(vars, EnvVar{EnvJobSecret, round.JobSecret})
 	}

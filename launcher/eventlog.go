@@ -9,6 +9,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
 // EventsFile is the name of a node's timeline in its run folder
@@ -26,6 +28,7 @@ const (
 	EventEnd         = "end"          // an attempt's workers all exited: Attempt, How, Reason, progress
 	EventStopRequest = "stop_request" // a job-wide preemption or stop request was learned: Reason
 	EventExit        = "exit"         // the agent ends: Code
+	EventStraggler   = "straggler"    // the straggler watch named a rank, or saw it recover: Straggler
 )
 
 // How an attempt ended, Event.How of an EventEnd.
@@ -60,6 +63,31 @@ type Event struct {
 	Node      string `json:"node,omitempty"`   // host, for EventStart
 	RunID     string `json:"run_id,omitempty"` // for EventStart
 	Spare     bool   `json:"spare,omitempty"`  // for EventRendezvous: this node waited as a hot spare
+	// Straggler is what the straggler watch found, for EventStraggler.
+	Straggler *StragglerEvent `json:"straggler,omitempty"`
+}
+
+// StragglerEvent is a rank the straggler watch named (probe.Straggler),
+// or its recovery.
+type StragglerEvent struct {
+	Rank  int `json:"rank"`
+	Group int `json:"group"`
+	// Late of the last Window collectives found it last, LagSeconds
+	// (median) after the next-latest rank.
+	Late       int     `json:"late"`
+	Window     int     `json:"window"`
+	LagSeconds float64 `json:"lag_seconds"`
+	// Since is the collective its lateness began at, SinceTime when; Step
+	// the rank's optimizer steps done then (-1: unknown).
+	Since     int64     `json:"since_collective"`
+	SinceTime time.Time `json:"since"`
+	Step      int64     `json:"step"`
+	Recovered bool      `json:"recovered,omitempty"`
+}
+
+func stragglerEvent(s probe.Straggler, recovered bool) *StragglerEvent {
+	return &StragglerEvent{Rank: s.Rank, Group: s.Group, Late: s.Late, Window: s.Window, LagSeconds: s.Lag.Seconds(),
+		Since: s.Since, SinceTime: s.SinceTime.Round(0), Step: s.Step, Recovered: recovered}
 }
 
 // EventLog records a node's timeline: in memory, and appended to w as JSON
@@ -157,6 +185,7 @@ type parsedTimeline struct {
 	stop        time.Time // the first stop request, zero without one
 	rdzv        []Event
 	attempts    []attemptSpan
+	stragglers  []StragglerEvent
 }
 
 // parseTimeline checks the events' order and kinds.
@@ -216,9 +245,14 @@ func parseTimeline(events []Event) (parsedTimeline, error) {
 			}
 		case EventExit:
 			t.exit, t.exited = e, true
+		case EventStraggler:
+			if e.Straggler == nil {
+				return t, fmt.Errorf("%s: a straggler event without its straggler", where)
+			}
+			t.stragglers = append(t.stragglers, *e.Straggler)
 		default:
-			return t, fmt.Errorf("%s: unknown kind; want %s, %s, %s, %s, %s or %s", where,
-				EventStart, EventRendezvous, EventSpawn, EventEnd, EventStopRequest, EventExit)
+			return t, fmt.Errorf("%s: unknown kind; want %s, %s, %s, %s, %s, %s or %s", where,
+				EventStart, EventRendezvous, EventSpawn, EventEnd, EventStopRequest, EventExit, EventStraggler)
 		}
 	}
 	return t, nil

@@ -42,6 +42,9 @@ type Report struct {
 	Failures                   []FailureLoss   `json:"failures"`
 	// Restarts is the number of attempts after the first.
 	Restarts int `json:"restarts"`
+	// Stragglers are the ranks the straggler watch named, and their
+	// recoveries, in order.
+	Stragglers []StragglerEvent `json:"stragglers,omitempty"`
 }
 
 // AttemptReport is one attempt of a Report.
@@ -171,6 +174,7 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 		r.ExitCode = &code
 	}
 	r.Restarts = max(len(t.attempts)-1, 0)
+	r.Stragglers = t.stragglers
 	tl := &goodputTimeline{cursor: start}
 	var causes []FailureLoss
 	for i, a := range t.attempts {

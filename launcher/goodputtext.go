@@ -47,6 +47,23 @@ func (r Report) WriteText(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	if len(r.Stragglers) > 0 {
+		fmt.Fprintf(&b, "\nstragglers (ranks that entered collectives last, and made the others wait):\n")
+		tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+		fmt.Fprintf(tw, "rank\tgroup\tsince\tcollective\tstep\tlate\tlag (s)\n")
+		for _, s := range r.Stragglers {
+			step := "unknown"
+			if s.Step >= 0 {
+				step = strconv.FormatInt(s.Step, 10)
+			}
+			late := fmt.Sprintf("%d of %d", s.Late, s.Window)
+			if s.Recovered {
+				late = "recovered"
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t#%d\t%s\t%s\t%.3f\n", s.Rank, s.Group, goodputClock(s.SinceTime), s.Since, step, late, s.LagSeconds)
+		}
+		tw.Flush()
+	}
 	if len(r.Attempts) > 0 {
 		fmt.Fprintf(&b, "\nattempts:\n")
 		tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)

@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"debug/buildinfo"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -12,7 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/internal/workerenv"
+	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
 // EnvHeartbeatFile names the file a worker may touch to show progress
@@ -24,8 +25,13 @@ const EnvHeartbeatFile = workerenv.HeartbeatFile
 // exit after the evidence signal, before SIGKILL.
 const evidenceGrace = 5 * time.Second
 
-// progress is a worker's last sign of life: a line of output (any
-// stream) or a touch of its heartbeat file.
+// computing is the share of a second of CPU time a worker must use to
+// count as computing: a rank that waits in a collective uses about none
+// (gloo: 15 ms in 4 s, measured), one that runs its model uses most.
+const computing = 0.1
+
+// progress is a worker's last line of output (any stream) or touch of its
+// heartbeat file.
 type progress struct {
 	last      atomic.Int64 // unix nanoseconds of the last output
 	heartbeat string       // the heartbeat file ("" without one)
@@ -66,43 +72,70 @@ func (pr progressReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// hangWatch finds workers without progress for timeout. check is called
-// on a ticker by the attempt's monitor; each worker is reported once.
-type hangWatch struct {
-	timeout time.Duration
-	workers []*progress
-	flagged []bool
+// life is every sign of life gorun reads from one worker, for scripts
+// that know nothing of gorun: its output and heartbeat file, its
+// progress file's step, its probe's snapshots (steps, collectives, a
+// moving stack), and the CPU time it uses.
+type life struct {
+	out          *progress
+	progressFile string
+	step         int
+	snapshotFile string // "" without a probe
+	probe        probe.Life
+	cpu          time.Duration
+	cpuAt        time.Time
+	last         time.Time // the newest sign
+	why          string    // what it was
 }
 
-func newHangWatch(timeout time.Duration, workers []*progress) *hangWatch {
-	return &hangWatch{timeout: timeout, workers: workers, flagged: make([]bool, len(workers))}
+func newLife(spec WorkerSpec, out *progress, now time.Time) *life {
+	l := &life{out: out, last: now, why: "its start", cpuAt: now}
+	l.progressFile, _ = lookupEnv(spec.Env, EnvProgressFile)
+	l.snapshotFile, _ = lookupEnv(spec.Env, probe.EnvFile)
+	return l
 }
 
-// interval is how often check should run: a tenth of the timeout, at
-// least 10 ms and at most a second.
-func (h *hangWatch) interval() time.Duration {
-	return min(max(h.timeout/10, 10*time.Millisecond), time.Second)
-}
-
-// check returns the indexes of the workers that became hung by now.
-func (h *hangWatch) check(now time.Time, running func(i int) bool) []int {
-	var hung []int
-	for i, p := range h.workers {
-		if h.flagged[i] || !running(i) {
-			continue
-		}
-		if now.Sub(p.latest()) > h.timeout {
-			h.flagged[i] = true
-			hung = append(hung, i)
+// update reads the worker's signs of life at now.
+func (l *life) update(pid int, now time.Time) {
+	seen := func(t time.Time, why string) {
+		if t.After(l.last) {
+			l.last, l.why = t, why
 		}
 	}
-	return hung
+	seen(l.out.latest(), "output or its heartbeat file")
+	if l.progressFile != "" {
+		if p, err := ReadProgress(l.progressFile); err == nil && p.Seen && p.Step != l.step {
+			l.step = p.Step
+			seen(now, "a step in its progress file")
+		}
+	}
+	if l.snapshotFile != "" {
+		if s, ok, err := probe.Read(l.snapshotFile); err == nil && ok {
+			if why := l.probe.Observe(s); why != "" {
+				seen(s.Time(), why)
+			}
+		}
+	}
+	if cpu, err := proc.CPUTime(pid); err == nil {
+		if used, wall := cpu-l.cpu, now.Sub(l.cpuAt); l.cpu > 0 && wall > 0 && float64(used) >= computing*float64(wall) {
+			seen(now, "CPU time (computing)")
+		}
+		l.cpu, l.cpuAt = cpu, now
+	}
+}
+
+// snapshot is the probe's newest snapshot (nil without one).
+func (l *life) snapshot() *probe.Snapshot {
+	if s, ok := l.probe.Last(); ok {
+		return &s
+	}
+	return nil
 }
 
 // evidenceSignal is the signal that makes a worker show where it is
-// stuck: SIGABRT for Python (PYTHONFAULTHANDLER prints every thread's
-// traceback), SIGQUIT for a Go program (the runtime prints every
-// goroutine), none for other programs.
+// stuck when its probe cannot: SIGABRT for Python (PYTHONFAULTHANDLER
+// prints every thread's traceback), SIGQUIT for a Go program (the runtime
+// prints every goroutine), none for other programs.
 func evidenceSignal(e Entrypoint) syscall.Signal {
 	if !e.NoPython || isPython(e.Script) {
 		return syscall.SIGABRT
@@ -122,64 +155,4 @@ func evidenceSignal(e Entrypoint) syscall.Signal {
 func isPython(script string) bool {
 	base := filepath.Base(script)
 	return strings.HasPrefix(base, "python") || strings.HasSuffix(base, ".py")
-}
-
-// hangTicker drives an attempt's hang checks (nil without --hang-timeout;
-// its methods accept nil).
-type hangTicker struct {
-	watch  *hangWatch
-	ticker *time.Ticker
-	kills  []*time.Timer
-}
-
-func (att *attempt) hangTicker() *hangTicker {
-	if att.cfg.HangTimeout <= 0 {
-		return nil
-	}
-	ps := make([]*progress, len(att.workers))
-	for i, w := range att.workers {
-		ps[i] = w.progress
-	}
-	h := newHangWatch(att.cfg.HangTimeout, ps)
-	return &hangTicker{watch: h, ticker: time.NewTicker(h.interval())}
-}
-
-func (h *hangTicker) tick() <-chan time.Time {
-	if h == nil {
-		return nil
-	}
-	return h.ticker.C
-}
-
-func (h *hangTicker) stop() {
-	h.ticker.Stop()
-	for _, t := range h.kills {
-		t.Stop()
-	}
-}
-
-// catchHangs signals each newly hung worker for evidence and arranges its
-// SIGKILL after evidenceGrace (through kills, read by the monitor); a
-// worker with no evidence to give gets SIGKILL at once. The worker's exit
-// then fails the attempt as any failure does.
-func (att *attempt) catchHangs(h *hangTicker, kills chan<- *worker) {
-	cfg := att.cfg
-	for _, i := range h.watch.check(time.Now(), func(i int) bool { return !att.workers[i].proc.Exited() }) {
-		w := att.workers[i]
-		sig := evidenceSignal(cfg.Entrypoint)
-		w.hung = fmt.Sprintf("no output and no heartbeat for %v (--hang-timeout)", cfg.HangTimeout)
-		if sig == 0 {
-			// Stopped now, as the log says: given the evidence grace, one
-			// that exited 0 meanwhile counted as done.
-			cfg.Log.Errorf("local rank %d (rank %d, pid %d) hung: no output and no heartbeat for %v; stopping it",
-				w.spec.LocalRank, w.spec.Rank, w.proc.Pid, cfg.HangTimeout)
-			_ = w.proc.signalGroup(syscall.SIGKILL)
-			continue
-		}
-		w.hung += fmt.Sprintf("; %s sent for its stacks, which are in its output above", SignalName(sig))
-		cfg.Log.Errorf("local rank %d (rank %d, pid %d) hung: no output and no heartbeat for %v; sending %s to capture its stacks",
-			w.spec.LocalRank, w.spec.Rank, w.proc.Pid, cfg.HangTimeout, SignalName(sig))
-		_ = w.proc.signal(sig)
-		h.kills = append(h.kills, time.AfterFunc(evidenceGrace, func() { kills <- w }))
-	}
 }

@@ -1,51 +1,94 @@
 package launcher
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
-	"testing/synctest"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
-// The hang clock, on synctest's fake time: output and heartbeats reset
-// it, a worker is reported once, exited workers never.
-func TestHangWatch(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		hb := filepath.Join(t.TempDir(), "heartbeat")
-		quiet, talker, beating := newProgress("", time.Now()), newProgress("", time.Now()), newProgress(hb, time.Now())
-		h := newHangWatch(5*time.Second, []*progress{quiet, talker, beating})
-		if got := h.interval(); got != 500*time.Millisecond {
-			t.Errorf("interval %v", got)
-		}
-		running := func(int) bool { return true }
-		var hung []int
-		tick := time.NewTicker(h.interval())
-		defer tick.Stop()
-		for range 40 { // 20 s
-			<-tick.C
-			talker.saw(time.Now())
-			if err := os.WriteFile(hb, nil, 0o644); err != nil { // touched now: fake time
-				t.Fatal(err)
+// Each of a worker's signs of life moves its clock: output, its
+// heartbeat file, a step in its progress file, its probe's snapshot, CPU
+// time; nothing else does.
+func TestLifeSigns(t *testing.T) {
+	cases := []struct {
+		name string
+		sign func(t *testing.T, dir string, out *progress, at time.Time)
+		want string // "" for no sign
+	}{
+		{"nothing", func(*testing.T, string, *progress, time.Time) {}, ""},
+		{"output", func(_ *testing.T, _ string, out *progress, at time.Time) { out.saw(at) }, "output or its heartbeat file"},
+		{"heartbeat", func(t *testing.T, dir string, _ *progress, at time.Time) {
+			writeAt(t, filepath.Join(dir, "heartbeat"), "", at)
+		}, "output or its heartbeat file"},
+		{"a step in the progress file", func(t *testing.T, dir string, _ *progress, at time.Time) {
+			writeAt(t, filepath.Join(dir, ProgressFile), "step=5 time=1 first_step=1 first_time=1\n", at)
+		}, "a step in its progress file"},
+		{"a probe snapshot with a step", func(t *testing.T, dir string, _ *progress, at time.Time) {
+			writeAt(t, filepath.Join(dir, probe.SnapshotFile), fmt.Sprintf(`{"version":1,"pid":9,"time_ns":%d,"steps":4,"stack":[["t.py",3,"main"]]}`, at.UnixNano()), at)
+		}, "an optimizer step"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			start := time.Now().Add(-time.Minute)
+			spec := WorkerSpec{Env: []string{EnvProgressFile + "=" + filepath.Join(dir, ProgressFile), probe.EnvFile + "=" + filepath.Join(dir, probe.SnapshotFile)}}
+			out := newProgress(filepath.Join(dir, "heartbeat"), start)
+			l := newLife(spec, out, start)
+			writeAt(t, filepath.Join(dir, probe.SnapshotFile), fmt.Sprintf(`{"version":1,"pid":9,"time_ns":%d,"steps":3,"stack":[["t.py",3,"main"]]}`, start.UnixNano()), start)
+			l.update(-1, start) // a pid that has no CPU time to read
+			base := l.last
+			at := start.Add(30 * time.Second)
+			tc.sign(t, dir, out, at)
+			l.update(-1, at)
+			switch {
+			case tc.want == "" && l.last != base:
+				t.Errorf("moved to %v by %q", l.last, l.why)
+			case tc.want != "" && (l.why != tc.want || !l.last.Equal(at)):
+				t.Errorf("last %v (%q); want %v (%q)", l.last, l.why, at, tc.want)
 			}
-			if err := os.Chtimes(hb, time.Now(), time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			hung = append(hung, h.check(time.Now(), running)...)
-			if len(hung) > 0 && hung[0] == 0 && time.Since(time.Unix(0, quiet.last.Load())) < 5*time.Second {
-				t.Fatal("reported before its timeout")
-			}
+		})
+	}
+}
+
+// A worker that computes shows CPU time; one that sleeps does not.
+func TestLifeCPU(t *testing.T) {
+	spin := exec.Command("sh", "-c", "while :; do :; done")
+	sleep := exec.Command("sleep", "60")
+	for _, c := range []*exec.Cmd{spin, sleep} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
 		}
-		if len(hung) != 1 || hung[0] != 0 {
-			t.Errorf("hung %v; want only the quiet worker, once", hung)
-		}
-		h2 := newHangWatch(time.Second, []*progress{newProgress("", time.Now())})
-		time.Sleep(2 * time.Second)
-		if got := h2.check(time.Now(), func(int) bool { return false }); len(got) != 0 {
-			t.Errorf("an exited worker was reported hung: %v", got)
-		}
+		defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	}
+	start := time.Now()
+	spinner, sleeper := newLife(WorkerSpec{}, newProgress("", start), start), newLife(WorkerSpec{}, newProgress("", start), start)
+	spinner.update(spin.Process.Pid, start)
+	sleeper.update(sleep.Process.Pid, start)
+	proctest.WaitFor(t, "the spinning shell's CPU time to count", 20*time.Second, func() bool {
+		spinner.update(spin.Process.Pid, time.Now())
+		return spinner.why == "CPU time (computing)"
 	})
+	sleeper.update(sleep.Process.Pid, time.Now())
+	if sleeper.why != "its start" {
+		t.Errorf("a sleeping process showed %q", sleeper.why)
+	}
+}
+
+func writeAt(t *testing.T, path, data string, at time.Time) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, at, at); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestEvidenceSignal(t *testing.T) {

@@ -25,8 +25,12 @@ type Failure struct {
 	ErrorFileProblem string `json:"error_file_problem,omitempty"`
 	// Logs are the worker's kept log files.
 	Logs []string `json:"logs,omitempty"`
-	// Hung says why gorun judged the worker hung (--hang-timeout).
+	// Hung says why gorun judged that this worker held the others up
+	// (--hang-timeout).
 	Hung string `json:"hung,omitempty"`
+	// Left says that the worker exited 0 while the others ran, before
+	// the failures that followed.
+	Left string `json:"left,omitempty"`
 	// errorFile is the worker's error file, kept or not, while the run
 	// lasts (writeRootCause).
 	errorFile string
@@ -74,7 +78,14 @@ func FormatSummary(e Entrypoint, failures []Failure) string {
 	for _, blk := range blocks[1:] {
 		b.WriteString(blk)
 	}
-	fmt.Fprintf(&b, "%s\nRoot Cause (first observed failure):\n%s%s\n", dash, blocks[0], eq)
+	cause := "first observed failure"
+	switch {
+	case failures[0].Hung != "":
+		cause = "the rank that held the others up"
+	case failures[0].Left != "":
+		cause = "the rank that left while the others ran"
+	}
+	fmt.Fprintf(&b, "%s\nRoot Cause (%s):\n%s%s\n", dash, cause, blocks[0], eq)
 	return b.String()
 }
 
@@ -93,6 +104,9 @@ func formatFailure(idx int, f Failure, noTraceback string) string {
 	fmt.Fprintf(&b, "  rank      : %d (local_rank: %d)\n", f.Rank, f.LocalRank)
 	if f.Hung != "" {
 		fmt.Fprintf(&b, "  hung      : %s\n", f.Hung)
+	}
+	if f.Left != "" {
+		fmt.Fprintf(&b, "  left      : %s\n", f.Left)
 	}
 	if f.Signal != 0 {
 		fmt.Fprintf(&b, "  exitcode  : %d (signal %d, %s; pid: %d)\n", f.ExitCode, int(f.Signal), SignalName(f.Signal), f.PID)

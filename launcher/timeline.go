@@ -79,7 +79,24 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 // reason is the failure in a few words, for the rendezvous and the
 // timeline: "rank 1 on host7 exited with code 3".
 func (f Failure) reason() string {
+	switch {
+	case f.Hung != "":
+		return fmt.Sprintf("rank %d on %s held the others up: %s", f.Rank, f.Host, f.Hung)
+	case f.Left != "":
+		return fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, f.Left)
+	}
 	return fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, describeExit(exitStatus{Code: f.ExitCode, Signal: f.Signal}))
+}
+
+// jobFailureCode is the exit code of the first failure that has one (a
+// rank that left early exited 0).
+func jobFailureCode(failures []Failure) int {
+	for _, f := range failures {
+		if f.ExitCode != 0 || f.Signal != 0 {
+			return f.ExitCode
+		}
+	}
+	return 1
 }
 
 // endHow names an attempt's end for the timeline.

@@ -203,6 +203,11 @@ def _gorun_warm():
         os.environb.pop(k, None)
     os.environb.update(set_by_imports)
     sys.orig_argv[:] = argv
+    # gorun's worker probe (sitecustomize) loaded before the round's
+    # environment named its files: start it now.
+    probe = getattr(sys.modules.get("sitecustomize"), "_gorun_probe_start", None)
+    if probe is not None:
+        probe()
 
     if mode == "script":
         from importlib.machinery import SourceFileLoader

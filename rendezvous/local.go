@@ -2,9 +2,13 @@ package rendezvous
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"os"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -90,14 +94,100 @@ func (l *Local) roundPrefix(n int) string {
 	return l.cfg.StorePrefix + strconv.Itoa(n) + "/"
 }
 
-// FreePort asks the kernel for a TCP port that is free on addr (an IP
-// address, or a host name, for which every IPv4 address is probed) and
-// returns it. The port is released before FreePort returns,
-// so that a worker can bind it; the kernel hands out ephemeral ports so
-// that two concurrent callers very unlikely get the same one, unlike a
-// fixed default such as torchrun's 29500. It uses the socket calls
-// directly: the launch path stays clear of the net package's start-up.
+// FreePort returns a TCP port for a job's master (its TCPStore): one free
+// on every address of this host, for addr is only where the workers
+// reach it and PyTorch's TCPStore binds the wildcard ([::] and 0.0.0.0).
+// The port is released before FreePort returns, so that a worker can
+// bind it. It is drawn at random outside the kernel's ephemeral range
+// (ip_local_port_range), from which every outgoing connection takes its
+// local port: a port from there, free when probed, was often taken by a
+// connection (gloo's, etcd's) by the time rank 0 bound it, seconds later
+// (EADDRINUSE). Only when no port outside the range is free does the
+// kernel pick one. It uses the socket calls directly: the launch path
+// stays clear of the net package's start-up.
 func FreePort(addr string) (int, error) {
+	low, high := ephemeralRange()
+	for range 64 {
+		p := outsideRange(low, high)
+		if p == 0 {
+			break
+		}
+		if free, err := bindWildcard(p); err != nil {
+			return 0, fmt.Errorf("rendezvous: find a free port for %s: %w", addr, err)
+		} else if free {
+			return p, nil
+		}
+	}
+	return kernelPort(addr)
+}
+
+// The lowest port FreePort draws: below it lie many services' fixed
+// ports.
+const minDrawnPort = 10000
+
+// ephemeralRange reads the kernel's ip_local_port_range (Linux's default
+// 32768-60999 when it cannot be read).
+func ephemeralRange() (low, high int) {
+	low, high = 32768, 60999
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return low, high
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return low, high
+	}
+	l, err1 := strconv.Atoi(f[0])
+	h, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || l > h {
+		return low, high
+	}
+	return l, h
+}
+
+// outsideRange draws a port in [minDrawnPort, 65535] outside [low, high]
+// (0 if there is none).
+func outsideRange(low, high int) int {
+	below := max(0, low-minDrawnPort)                // minDrawnPort .. low-1
+	above := max(0, 65535-max(high, minDrawnPort-1)) // high+1 .. 65535
+	if below+above == 0 {
+		return 0
+	}
+	n := rand.IntN(below + above)
+	if n < below {
+		return minDrawnPort + n
+	}
+	return max(high, minDrawnPort-1) + 1 + (n - below)
+}
+
+// bindWildcard reports whether port is free on every address: bound on
+// [::] for both families, or on 0.0.0.0 where the host has no IPv6.
+func bindWildcard(port int) (bool, error) {
+	fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	var sa syscall.Sockaddr = &syscall.SockaddrInet6{Port: port}
+	if err != nil {
+		if fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0); err != nil {
+			return false, err
+		}
+		sa = &syscall.SockaddrInet4{Port: port}
+	} else if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IPV6, syscall.IPV6_V6ONLY, 0); err != nil {
+		syscall.Close(fd)
+		return false, err
+	}
+	defer syscall.Close(fd)
+	switch err := syscall.Bind(fd, sa); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, syscall.EADDRINUSE), errors.Is(err, syscall.EACCES):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// kernelPort asks the kernel for an ephemeral port free on addr (an IP
+// address, or a host name, for which every IPv4 address is probed).
+func kernelPort(addr string) (int, error) {
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
 		// A host name: a port free on every IPv4 address is free on its.

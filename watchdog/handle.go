@@ -3,11 +3,14 @@ package watchdog
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -286,13 +289,42 @@ func (h *Handler) awaitDumps(ctx context.Context) {
 	for r := range h.WorldSize {
 		v, err := h.Signal.Get(ctx, DumpedKey+strconv.Itoa(r))
 		if err != nil {
-			h.logf("gorun watchdog: rank %d did not dump its flight recorder: %v\n", r, err)
+			h.unknownDumps(r, err)
 			return
 		}
 		if v == GoneValue {
 			h.logf("gorun watchdog: rank %d is gone (its process ended without a dump): not waiting for it\n", r)
 		}
 	}
+}
+
+// unknownDumps says which ranks, from rank from on, may not have dumped
+// once the store could not say (err): a dump file of theirs in DumpDir
+// (the ranks of this node) settles it; for the others gorun cannot know.
+// The store often ends with the rank that hosts it, right after that
+// rank dumped: "did not dump" would then be false.
+func (h *Handler) unknownDumps(from int, err error) {
+	var unknown []string
+	for r := from; r < h.WorldSize; r++ {
+		if h.DumpDir != "" {
+			if _, serr := os.Stat(filepath.Join(h.DumpDir, DumpFileName(r))); serr == nil {
+				continue
+			}
+		}
+		unknown = append(unknown, strconv.Itoa(r))
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		h.logf("gorun watchdog: stopped waiting for the dumps of rank(s) %s: this rank is asked to stop\n", strings.Join(unknown, ", "))
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		h.logf("gorun watchdog: rank(s) %s did not report a dump of their flight recorder in time\n", strings.Join(unknown, ", "))
+		return
+	}
+	h.logf("gorun watchdog: cannot tell whether rank(s) %s dumped their flight recorder: the store is unreachable (%v), and may have ended with the rank that hosts it\n", strings.Join(unknown, ", "), err)
 }
 
 // DumpNow writes the flight recorder into DumpDir.

@@ -142,7 +142,11 @@ func seqEntry(d Dump, pg int, seq int64) (Entry, bool) {
 }
 
 func opOf(e Entry) string {
-	return strings.TrimPrefix(strings.TrimPrefix(e.ProfilingName, "gorun:"), "nccl:")
+	name := e.ProfilingName
+	for _, backend := range []string{"gorun:", "nccl:", "gloo:"} {
+		name = strings.TrimPrefix(name, backend)
+	}
+	return name
 }
 
 func analyzeGroup(pg int, dumps []Dump) GroupReport {
@@ -178,7 +182,7 @@ func analyzeGroup(pg int, dumps []Dump) GroupReport {
 			switch e, found := seqEntry(d, pg, first); {
 			case st.LastEnqueued < first:
 				s.NeverCalled = append(s.NeverCalled, d.Rank)
-			case found && e.State == StateScheduled:
+			case found && e.State == StateScheduled && tracksStart(d):
 				s.NotStarted = append(s.NotStarted, d.Rank)
 				s.Op = opOf(e)
 			case st.LastCompleted < first:

@@ -57,6 +57,7 @@ const (
 	fPreemptWorkerSig = "preempt-worker-signal"
 	fReport           = "report"
 	fHangTimeout      = "hang-timeout"
+	fWorkerProbe      = "worker-probe"
 	fBackoff          = "restart-backoff"
 	fBackoffMax       = "restart-backoff-max"
 	fNoRestartCodes   = "no-restart-on-exit-codes"
@@ -227,7 +228,8 @@ func launchFlags() []cli.Flag {
 		str(catRestarts, fBackoff, "0", "delay before the first restart, doubled at each further one (0: restart at once)", false),
 		str(catRestarts, fBackoffMax, "5m", "longest restart delay", false),
 		stop,
-		str(catRestarts, fHangTimeout, "0", "a worker without output or heartbeat (GORUN_HEARTBEAT_FILE) for this long is hung: gorun captures its stacks (Python: SIGABRT with PYTHONFAULTHANDLER=1; Go: SIGQUIT) and stops the attempt; a duration such as 5s or 10m; 0 is off", false),
+		str(catRestarts, fHangTimeout, "0", "when no rank shows a sign of life for this long (output, a step, a collective, a moving stack, CPU time), the job is hung: gorun gathers every rank's stacks and flight recorder, names the rank that held the others up, stops the job and exits 124; a duration such as 5s or 10m; 0 is off", false),
+		str(catRestarts, fWorkerProbe, "on", "on: Python workers load gorun's probe (first on PYTHONPATH, as sitecustomize), which reports their steps, stacks and PyTorch flight recorder for --hang-timeout's verdicts and the straggler watch; off: none", false),
 		str(catRestarts, fSignals, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "signals forwarded to the workers that then stop them (SIGUSR1/SIGUSR2 are always forwarded)", true),
 		str(catRestarts, fPreemptSignal, "SIGTERM", "signals that ask the whole job to stop cleanly (a preemption, e.g. SIGUSR1 for Slurm's --signal=B:USR1@120): every node's workers see GORUN_STOP_FILE appear, agree on a step, save and exit 0, and gorun exits 75; a second signal stops the workers at once", false),
 		str(catRestarts, fPreemptGrace, "25s", "how long a clean stop may take before the workers are stopped as for a stop signal (exit 143); 0 turns coordinated preemption off (SIGTERM then stops at once, as torchrun does)", false),

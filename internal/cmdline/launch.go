@@ -296,6 +296,14 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 	if cfg.HangTimeout, err = rendezvous.ParseSeconds(fHangTimeout, c.String(fHangTimeout)); err != nil {
 		return err
 	}
+	switch v := c.String(fWorkerProbe); v {
+	case "on":
+		cfg.WorkerProbe = true
+	case "off":
+		cfg.WorkerProbe = false
+	default:
+		return fmt.Errorf("--%s=%q: want on or off", fWorkerProbe, v)
+	}
 	if cfg.StopSignals, err = launcher.ParseSignals(fSignals, c.String(fSignals)); err != nil {
 		return err
 	}

@@ -14,7 +14,8 @@ import (
 // which torchrun 1.13 (without --signals-to-handle) lacks.
 func gorunOnly(name string) bool {
 	switch name {
-	case "PYTORCH_CUDA_ALLOC_CONF", "MULTI_STREAM_MEMORY_REUSE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING":
+	case "PYTORCH_CUDA_ALLOC_CONF", "MULTI_STREAM_MEMORY_REUSE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+		"TORCH_FR_BUFFER_SIZE": // the flight recorder that gorun's worker probe reads
 		return true
 	}
 	return strings.HasPrefix(name, "GORUN_")
@@ -109,6 +110,12 @@ func TestWorkerEnv(t *testing.T) {
 			for k, tv := range trec {
 				switch {
 				case k == "MASTER_PORT", k == "TORCHELASTIC_USE_AGENT_STORE", k == "TORCHELASTIC_ERROR_FILE":
+					continue
+				case k == "PYTHONPATH":
+					// gorun's worker probe first, then the user's.
+					if gv := grec[k]; !strings.HasSuffix(gv, "/probe:"+tv) {
+						t.Errorf("%s: PYTHONPATH: gorun %q; want its probe's folder, then torchrun's %q", name, gv, tv)
+					}
 					continue
 				case k == "HOME", k == "TMPDIR", strings.HasPrefix(k, "PET_"):
 					// The harness's: each launch has its own

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gorun-dev/gorun/internal/testkit/torchpy"
+)
+
+// faultScript is an ordinary DDP training loop where only rank 0 prints;
+// it knows nothing of gorun (tests/hangs/train_faults.py).
+var faultScript, _ = filepath.Abs("../../tests/hangs/train_faults.py")
+
+// TestHangAndStragglerVerdicts runs issue 29's table with an unchanged
+// PyTorch script on 3 ranks: each fault gets its verdict (the rank that
+// held the others up, never the order of exits), and healthy jobs whose
+// ranks 1 and 2 never print are left alone.
+func TestHangAndStragglerVerdicts(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want []string
+		not  []string
+	}{
+		{"healthy, only rank 0 prints", []string{"--hang-timeout", "4s", "--", "--steps", "80", "--print-every", "1000"}, 0,
+			nil, []string{"hang:", "straggler watch"}},
+		{"rank 1 sleeps before all_reduce #20", []string{"--hang-timeout", "6s", "--", "--fault", "sleep"}, 124,
+			[]string{"hang:   rank 1 never entered all_reduce #", "(ranks 0, 2 wait in it)", "rank 1 is outside any collective, at " + faultScript + ":",
+				"Root Cause (the rank that held the others up)", "rank      : 1 (local_rank: 1)"}, nil},
+		{"desync: rank 1 broadcasts, the others all_reduce", []string{"--hang-timeout", "6s", "--", "--fault", "desync"}, 124,
+			[]string{"hang:   desync at collective #", "rank 1 called broadcast", "where ranks 0, 2 called all_reduce", "rank      : 1 (local_rank: 1)"}, nil},
+		{"rank 1 blocked in its data loader", []string{"--hang-timeout", "6s", "--", "--fault", "dataloader"}, 124,
+			[]string{"hang:   rank 1 never entered all_reduce #", "in batches", "rank      : 1 (local_rank: 1)"}, nil},
+		{"rank 1 exits 0 at step 20", []string{"--", "--fault", "exit0"}, 1,
+			[]string{"after rank 1 exited 0 after 21 optimizer steps", "Root Cause (the rank that left while the others ran)", "rank      : 1 (local_rank: 1)"}, nil},
+		{"rank 1 three times slower", []string{"--", "--fault", "slow", "--steps", "30"}, 0,
+			[]string{"straggler watch: rank 1 is a straggler"}, []string{"rank 0 is a straggler", "rank 2 is a straggler"}},
+		{"rank 2 +0.2 s a step from step 40", []string{"--", "--fault", "slowafter", "--fault-rank", "2", "--fault-step", "40", "--steps", "70"}, 0,
+			[]string{"straggler watch: rank 2 is a straggler"}, []string{"rank 0 is a straggler", "rank 1 is a straggler"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			i := 0
+			for i < len(tc.args) && tc.args[i] != "--" {
+				i++
+			}
+			args := append([]string{"--nproc-per-node=3", "--python", py}, tc.args[:i]...)
+			args = append(append(args, faultScript), tc.args[i+1:]...)
+			run := func() result { return runGorun(t, testEnv(), args...) }
+			r := againIfTorchAborted(t, run(), run)
+			if r.code != tc.code {
+				t.Errorf("exit %d; want %d", r.code, tc.code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q", w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(r.stderr, n) {
+					t.Errorf("stderr has %q", n)
+				}
+			}
+			if tc.name == "rank 2 +0.2 s a step from step 40" {
+				// Named with the step it began: 40 steps done when it first
+				// came late (a little earlier if noise made it late once).
+				m := regexp.MustCompile(`rank 2 is a straggler: .* its step (\d+)`).FindStringSubmatch(r.stderr)
+				if m == nil {
+					t.Errorf("no step in the straggler line")
+				} else if n, _ := strconv.Atoi(m[1]); n < 37 || n > 41 {
+					t.Errorf("the slowdown dated from step %d; it began at 40", n)
+				}
+			}
+			if t.Failed() {
+				t.Logf("stderr:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestHangVerdictOnTorch1 holds the verdict where there is no flight
+// recorder (Debian's PyTorch 1.13): the stacks name rank 1, outside any
+// collective, while the others wait in torch.distributed or backward.
+func TestHangVerdictOnTorch1(t *testing.T) {
+	t.Parallel()
+	old := torchpy.Oldest()
+	if old.Missing != "" || old.Major() != 1 {
+		if os.Getenv("GORUN_REQUIRE_TORCH") == "1" {
+			t.Fatalf("Debian's PyTorch 1.13 is needed: %s", old)
+		}
+		t.Skipf("!!!!!!!! SKIPPED: no PyTorch 1.13: %s", old)
+	}
+	py := old.Python
+	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--hang-timeout", "6s", "--python", py, faultScript, "--fault", "sleep")
+	for _, w := range []string{"rank 1 is outside any collective, at " + faultScript + ":", "ranks 0, 2 wait in torch.distributed or in backward", "rank      : 1 (local_rank: 1)"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr lacks %q\n%s", w, r.stderr)
+		}
+	}
+	if r.code != 124 {
+		t.Errorf("exit %d; want 124", r.code)
+	}
+}

@@ -1,0 +1,63 @@
+package proc
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// userHZ is the unit of the times in /proc/<pid>/stat (USER_HZ, 100 on
+// every Linux architecture gorun builds for).
+const userHZ = 100
+
+// CPUTime is the CPU time process pid has used, user and system, all its
+// threads (not its children), from /proc/<pid>/stat.
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields that
+	// count start after its last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// After the name: state(3) ... utime(14) stime(15), counted from 1.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields, want 15 or more", pid, len(f)+2)
+	}
+	user, err1 := strconv.ParseInt(f[11], 10, 64)
+	sys, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q: want numbers", pid, f[11], f[12])
+	}
+	return time.Duration(user+sys) * time.Second / userHZ, nil
+}
+
+// Catches reports whether process pid has a handler for sig (its SigCgt
+// in /proc/<pid>/status): a signal whose default action ends a process
+// is safe to send it then.
+func Catches(pid int, sig syscall.Signal) (bool, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "SigCgt:")
+		if !ok {
+			continue
+		}
+		mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			return false, fmt.Errorf("/proc/%d/status: SigCgt %q: want a hexadecimal mask", pid, strings.TrimSpace(v))
+		}
+		return sig >= 1 && sig <= 64 && mask&(1<<(sig-1)) != 0, nil
+	}
+	return false, fmt.Errorf("/proc/%d/status: no SigCgt line", pid)
+}

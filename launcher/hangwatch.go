@@ -1,0 +1,326 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gorun-dev/gorun/launcher/probe"
+	"github.com/gorun-dev/gorun/watchdog"
+)
+
+// ExitHung is gorun's exit code when --hang-timeout stopped the job: the
+// code of timeout(1), and of a worker whose collective timed out
+// (watchdog.ExitCollectiveTimeout).
+const ExitHung = watchdog.ExitCollectiveTimeout
+
+// evidenceWait bounds the wait for the probes' stacks and flight
+// recorders once the job is judged hung.
+const evidenceWait = 3 * time.Second
+
+// hangWatch judges an attempt hung when none of its running workers has
+// shown a sign of life (see life) for the timeout: a rank that computes,
+// or waits in a collective that another is still computing towards, is
+// never the hung one, and a job where only rank 0 prints is not hung.
+// It then asks every probe for its evidence and judges who held the
+// others up (probe.Judge), off the monitor's goroutine. Its methods
+// accept a nil watch (no --hang-timeout).
+type hangWatch struct {
+	att      *attempt
+	timeout  time.Duration     // 0: the straggler watch alone
+	strag    *probe.Stragglers // nil without probes
+	ticker   *time.Ticker
+	lives    []*life
+	judging  bool
+	deferred bool // said once that other nodes' ranks decide
+	verdicts chan hangVerdict
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	kills    []*time.Timer
+}
+
+// hangVerdict is what the judging found.
+type hangVerdict struct {
+	probe.Verdict
+	answered map[int]bool // local ranks whose probe wrote its evidence
+	idle     string       // how long nothing moved, in words
+}
+
+func (att *attempt) hangWatch() *hangWatch {
+	probes := att.cfg.probes()
+	if att.cfg.HangTimeout <= 0 && !probes {
+		return nil
+	}
+	now := time.Now()
+	h := &hangWatch{att: att, timeout: att.cfg.HangTimeout, verdicts: make(chan hangVerdict, 1)}
+	var ranks []int
+	for _, w := range att.workers {
+		out := w.progress
+		if out == nil {
+			out = newProgress("", now)
+		}
+		h.lives = append(h.lives, newLife(w.spec, out, now))
+		ranks = append(ranks, w.spec.Rank)
+	}
+	every := probe.Interval(0)
+	if h.timeout > 0 {
+		every = min(max(h.timeout/10, 10*time.Millisecond), time.Second)
+	}
+	if probes {
+		h.strag = probe.NewStragglers(ranks)
+	}
+	h.ticker = time.NewTicker(every)
+	return h
+}
+
+func (h *hangWatch) tick() <-chan time.Time {
+	if h == nil {
+		return nil
+	}
+	return h.ticker.C
+}
+
+func (h *hangWatch) verdict() <-chan hangVerdict {
+	if h == nil {
+		return nil
+	}
+	return h.verdicts
+}
+
+// stop ends the ticker, the judging and the pending kills.
+func (h *hangWatch) stop() {
+	if h == nil {
+		return
+	}
+	h.ticker.Stop()
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.wg.Wait()
+	for _, t := range h.kills {
+		t.Stop()
+	}
+}
+
+// check reads every running worker's signs of life and, when none showed
+// one for the timeout, starts the judging.
+func (h *hangWatch) check(now time.Time) {
+	if h.judging {
+		return
+	}
+	att := h.att
+	running, alive := 0, false
+	for i, w := range att.workers {
+		if w.proc == nil || w.proc.Exited() {
+			continue
+		}
+		running++
+		h.lives[i].update(w.proc.Pid, now)
+		if now.Sub(h.lives[i].last) <= h.timeout {
+			alive = true
+		}
+		if s := h.lives[i].snapshot(); s != nil && h.strag != nil {
+			h.strag.Observe(*s)
+		}
+	}
+	h.checkStragglers()
+	if h.timeout <= 0 || running == 0 || alive {
+		return
+	}
+	if !h.localVerdict() {
+		if !h.deferred {
+			h.deferred = true
+			att.cfg.Log.Warnf("hang watch: no rank of this node showed a sign of life for %v, but each waits in a collective for ranks on other nodes: their nodes judge", h.timeout)
+		}
+		return
+	}
+	h.judging = true
+	ranks := make([]probe.Rank, len(att.workers))
+	for i, w := range att.workers {
+		ranks[i] = probe.Rank{Rank: w.spec.Rank}
+		if !w.leftAt.IsZero() {
+			ranks[i].Exited, ranks[i].ExitCode, ranks[i].ExitedAt = true, 0, w.leftAt
+		}
+	}
+	idle := fmt.Sprintf("no rank showed a sign of life for %v (--hang-timeout)", h.timeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.wg.Go(func() { h.judge(ctx, ranks, idle) })
+}
+
+// checkStragglers logs the ranks the straggler watch names or clears,
+// and records them for the goodput report.
+func (h *hangWatch) checkStragglers() {
+	if h.strag == nil {
+		return
+	}
+	named, recovered := h.strag.Check()
+	for _, s := range named {
+		h.att.cfg.Log.Warnf("straggler watch: %s", s)
+		if h.att.onStraggler != nil {
+			h.att.onStraggler(s, false)
+		}
+	}
+	for _, s := range recovered {
+		h.att.cfg.Log.Infof("straggler watch: rank %d no longer enters collectives last", s.Rank)
+		if h.att.onStraggler != nil {
+			h.att.onStraggler(s, true)
+		}
+	}
+}
+
+// localVerdict reports whether this node may judge: it runs every rank
+// of the job, or one of its ranks left or is outside any collective (the
+// others' nodes wait for it).
+func (h *hangWatch) localVerdict() bool {
+	world := 0
+	if len(h.att.workers) > 0 {
+		world, _ = strconv.Atoi(envOf(h.att.workers[0].spec, "WORLD_SIZE"))
+	}
+	if world <= len(h.att.workers) {
+		return true
+	}
+	for i, w := range h.att.workers {
+		if !w.leftAt.IsZero() {
+			return true
+		}
+		if s := h.lives[i].snapshot(); s != nil {
+			if _, in := s.InFlight(); !in && s.Where() == "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func envOf(spec WorkerSpec, name string) string {
+	v, _ := lookupEnv(spec.Env, name)
+	return v
+}
+
+// judge asks every probe for its evidence, waits for it (evidenceWait at
+// most), and sends the verdict.
+func (h *hangWatch) judge(ctx context.Context, ranks []probe.Rank, idle string) {
+	att := h.att
+	id := "hang-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	answered := map[int]bool{}
+	var files map[int]string // local rank: snapshot file
+	requested := false
+	for _, w := range att.workers {
+		f := envOf(w.spec, probe.EnvFile)
+		if f == "" {
+			continue
+		}
+		if files == nil {
+			files = map[int]string{}
+		}
+		files[w.spec.LocalRank] = f
+		if req := envOf(w.spec, probe.EnvRequest); req != "" && !requested {
+			if err := probe.Request(req, id); err != nil {
+				att.cfg.Log.Warnf("hang watch: %v", err)
+			}
+			requested = true
+		}
+	}
+	snaps := map[int]*probe.Snapshot{}
+	deadline := time.NewTimer(evidenceWait)
+	defer deadline.Stop()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for len(files) > 0 {
+		for lr, f := range files {
+			if s, ok, err := probe.Read(f); err == nil && ok {
+				snaps[lr] = &s
+				if s.Dumped == id {
+					answered[lr] = true
+				}
+			}
+		}
+		if len(answered) == len(files) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			files = nil
+		case <-poll.C:
+		}
+	}
+	var dumps []watchdog.Dump
+	if dir := envOf(att.workers[0].spec, EnvFlightRecorderDir); dir != "" {
+		dumps, _ = watchdog.ReadDumps(dir)
+	}
+	for i, w := range att.workers {
+		ranks[i].Snapshot = snaps[w.spec.LocalRank]
+	}
+	v := hangVerdict{Verdict: probe.Judge(ranks, dumps), answered: answered, idle: idle}
+	select {
+	case h.verdicts <- v:
+	case <-ctx.Done():
+	}
+}
+
+// onHang stops a hung attempt with the verdict: the rank that held the
+// others up is the root cause (exit code ExitHung); a worker whose probe
+// did not answer gets its evidence signal first (its stacks then go to
+// its output), the others SIGTERM.
+func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
+	att, cfg := m.att, m.att.cfg
+	if m.stopping {
+		return
+	}
+	cfg.Log.Errorf("hang: %s; what holds the job:", v.idle)
+	for _, l := range v.Lines {
+		cfg.Log.Errorf("hang:   %s", l)
+	}
+	text := strings.Join(v.Lines, "; ")
+	now := time.Now()
+	var roots []*worker
+	for _, w := range att.workers {
+		if slices.Contains(v.Root, w.spec.Rank) {
+			roots = append(roots, w)
+		}
+	}
+	if len(roots) == 0 {
+		// Nobody to blame that gorun can see: the lowest running rank
+		// carries the verdict.
+		if r := att.running(); len(r) > 0 {
+			roots = r[:1]
+		}
+	}
+	m.out.kind = outcomeFailed
+	for _, w := range roots {
+		pid := 0
+		if w.proc != nil {
+			pid = w.proc.Pid
+		}
+		m.out.failures = append(m.out.failures, Failure{
+			LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: pid, ExitCode: ExitHung, Time: now, Host: cfg.Hostname,
+			Hung: v.idle + ": " + text,
+		})
+		w.judged = true
+	}
+	sig := evidenceSignal(cfg.Entrypoint)
+	m.stopping, m.sent = true, syscall.SIGTERM
+	m.att.pre.plainStop()
+	for _, w := range att.running() {
+		if sig != 0 && !v.answered[w.spec.LocalRank] {
+			w.evidence = true
+			cfg.Log.Errorf("local rank %d (rank %d, pid %d): sending %s for its stacks, which go to its output", w.spec.LocalRank, w.spec.Rank, w.proc.Pid, SignalName(sig))
+			_ = w.proc.signal(sig)
+			m.hangs.kills = append(m.hangs.kills, time.AfterFunc(evidenceGrace, func() { kills <- w }))
+			continue
+		}
+		if err := w.proc.signalGroup(syscall.SIGTERM); err != nil {
+			cfg.Log.Warnf("local rank %d: %v", w.spec.LocalRank, err)
+		}
+	}
+	m.timer = time.NewTimer(cfg.StopTimeout)
+	m.grace = m.timer.C
+}

@@ -1,0 +1,134 @@
+package probe
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gorun-dev/gorun/watchdog"
+)
+
+// Life follows one worker's snapshots and says when it last showed a
+// sign of life: an optimizer step, a collective enqueued or completed,
+// or a main-thread stack that moved. A rank waiting in a collective for
+// another shows none of these, which is the point: the job is hung only
+// when no rank shows any.
+type Life struct {
+	last Snapshot
+	seen bool
+}
+
+// Observe takes the worker's newest snapshot and returns what it shows
+// ("" for nothing new; a snapshot seen before shows nothing).
+func (l *Life) Observe(s Snapshot) string {
+	prev, seen := l.last, l.seen
+	if seen && s.TimeNs == prev.TimeNs {
+		return ""
+	}
+	l.last, l.seen = s, true
+	switch {
+	case !seen:
+		return "its probe started"
+	case s.PID != prev.PID:
+		return "a new process"
+	case s.Steps > prev.Steps:
+		return "an optimizer step"
+	case collectivesMoved(prev.Recorder, s.Recorder):
+		return "a collective enqueued or completed"
+	case !slices.Equal(s.Stack, prev.Stack):
+		return "its stack moved"
+	}
+	return ""
+}
+
+// Last is the newest snapshot observed (ok false before any).
+func (l *Life) Last() (Snapshot, bool) { return l.last, l.seen }
+
+// collectivesMoved: a new entry, or one that retired since.
+func collectivesMoved(a, b *Recorder) bool {
+	if a == nil || b == nil {
+		return a != b
+	}
+	newest := func(r *Recorder) (id int64, retired int) {
+		id = -1
+		for _, e := range r.Entries {
+			id = max(id, e.RecordID)
+			if e.Retired {
+				retired++
+			}
+		}
+		return id, retired
+	}
+	ai, ar := newest(a)
+	bi, br := newest(b)
+	return bi != ai || br != ar
+}
+
+// InFlight returns the rank's oldest collective that has not retired, from
+// the snapshot's flight recorder (ok false: none, or no recorder).
+func (s Snapshot) InFlight() (watchdog.Entry, bool) {
+	if s.Recorder == nil {
+		return watchdog.Entry{}, false
+	}
+	for _, e := range s.Recorder.Entries {
+		if !e.Retired && !e.IsP2P {
+			return e, true
+		}
+	}
+	return watchdog.Entry{}, false
+}
+
+// Where says where the main thread is, from the stack alone: "collective"
+// inside torch.distributed, "backward" inside autograd (where DDP's
+// gradient all-reduce waits), else "" (the script's own code, a data
+// loader, a sleep).
+func (s Snapshot) Where() string {
+	for _, f := range s.Stack {
+		file := f.File
+		switch {
+		case strings.Contains(file, "/torch/distributed/"):
+			return "collective"
+		case strings.Contains(file, "/torch/autograd/"):
+			return "backward"
+		}
+	}
+	return ""
+}
+
+// Top returns the innermost n frames, innermost first, as "file:line in
+// function ← ...".
+func (s Snapshot) Top(n int) string {
+	parts := make([]string, 0, n)
+	for _, f := range s.Stack[:min(n, len(s.Stack))] {
+		parts = append(parts, f.String())
+	}
+	return strings.Join(parts, " ← ")
+}
+
+// Dump turns the snapshot's flight recorder into a rank's dump for
+// watchdog.Analyze (ok false without one).
+func (s Snapshot) Dump() (watchdog.Dump, bool) {
+	if s.Recorder == nil || s.Rank == nil {
+		return watchdog.Dump{}, false
+	}
+	return watchdog.Dump{
+		Version: "probe", Rank: *s.Rank, WorldSize: s.WorldSize, Reason: "gorun's worker probe",
+		TimeDumpedNs: s.TimeNs, PGConfig: s.Recorder.PGConfig, PGStatus: s.Recorder.PGStatus, Entries: s.Recorder.Entries,
+	}, true
+}
+
+// StepAt is the number of optimizer steps the rank had finished at t,
+// from the newest step times (ok false when t is before them all).
+func (s Snapshot) StepAt(t time.Time) (int64, bool) {
+	n := int64(len(s.StepTimesNs))
+	if n == 0 || t.UnixNano() < s.StepTimesNs[0] {
+		return 0, false
+	}
+	first := s.Steps - n // steps before the oldest time kept
+	for i, ts := range s.StepTimesNs {
+		if ts > t.UnixNano() {
+			return first + int64(i), true
+		}
+	}
+	return s.Steps, true
+}

@@ -1,0 +1,98 @@
+package probe
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/watchdog"
+)
+
+func TestLifeObserve(t *testing.T) {
+	base := Snapshot{PID: 7, TimeNs: 1, Steps: 3, Stack: []Frame{{"train.py", 7, "main"}},
+		Recorder: &Recorder{Entries: []watchdog.Entry{{RecordID: 4, CollectiveSeqID: 5, Retired: false}}}}
+	next := func(f func(*Snapshot)) Snapshot {
+		s := base
+		s.TimeNs = 2
+		s.Stack = append([]Frame(nil), base.Stack...)
+		s.Recorder = &Recorder{Entries: append([]watchdog.Entry(nil), base.Recorder.Entries...)}
+		f(&s)
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		snap Snapshot
+		want string
+	}{
+		{"the same snapshot again", base, ""},
+		{"a new snapshot, nothing moved", next(func(*Snapshot) {}), ""},
+		{"a step", next(func(s *Snapshot) { s.Steps++ }), "an optimizer step"},
+		{"a collective completed", next(func(s *Snapshot) { s.Recorder.Entries[0].Retired = true }), "a collective enqueued or completed"},
+		{"a collective enqueued", next(func(s *Snapshot) {
+			s.Recorder.Entries = append(s.Recorder.Entries, watchdog.Entry{RecordID: 5, CollectiveSeqID: 6})
+		}), "a collective enqueued or completed"},
+		{"the stack moved", next(func(s *Snapshot) { s.Stack[0].Line = 8 }), "its stack moved"},
+		{"a new process", next(func(s *Snapshot) { s.PID = 8 }), "a new process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l Life
+			if got := l.Observe(base); got != "its probe started" {
+				t.Fatalf("first snapshot: %q", got)
+			}
+			if got := l.Observe(tc.snap); got != tc.want {
+				t.Errorf("%q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestStepAt(t *testing.T) {
+	s := Snapshot{Steps: 10, StepTimesNs: []int64{100, 200, 300}} // steps 8, 9, 10 ended then
+	for _, tc := range []struct {
+		at   int64
+		want int64
+		ok   bool
+	}{{50, 0, false}, {100, 8, true}, {250, 9, true}, {300, 10, true}, {999, 10, true}} {
+		got, ok := s.StepAt(time.Unix(0, tc.at))
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("StepAt(%d) = %d, %v; want %d, %v", tc.at, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestReadRefusesWhatIsNotASnapshot(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	if err := os.WriteFile(good, []byte(`{"version":1,"pid":3,"stack":[["a.py",1,"f"]]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"stack":[["a.py","one","f"]]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, maxSnapshot+1); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok, err := Read(good); err != nil || !ok || s.PID != 3 || s.Stack[0].String() != "a.py:1 in f" {
+		t.Errorf("good: %+v %v %v", s, ok, err)
+	}
+	if _, ok, err := Read(filepath.Join(dir, "missing.json")); err != nil || ok {
+		t.Errorf("missing: %v %v; want no snapshot, no error", ok, err)
+	}
+	for path, want := range map[string]string{link: "symbolic link", bad: "stack frame line", big: "above 4 MiB"} {
+		_, _, err := Read(path)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error about %q", filepath.Base(path), err, want)
+		}
+	}
+}
