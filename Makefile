@@ -66,7 +66,7 @@ demo: build ## three workers that print their ranks, rank 1 fails once and all r
 demo-torch: build ## the PyTorch DDP example on three CPU workers (PyTorch 2.x, made first)
 	bin/gorun --nproc-per-node=3 --python $(PYTHON) examples/pytorch/train_ddp.py --steps 20
 
-bench: bench-launch bench-rendezvous bench-leases bench-plan bench-memory bench-comm bench-watchdog bench-spare bench-recovery ## every benchmark
+bench: bench-launch bench-rendezvous bench-leases bench-plan bench-memory bench-comm bench-watchdog bench-spare bench-recovery bench-probe ## every benchmark
 
 bench-launch: build ## gorun vs torchrun: empty job, failure -> replacement; writes docs/benchmarks.md
 	bin/gorun bench launch --python $(PYTHON) --write docs/benchmarks.md
@@ -82,6 +82,9 @@ RIVALS_PYTHON = $(shell tests/torch2/venv.sh rivals.txt | tail -n 1)
 
 bench-recovery: build ## fault -> training again, gorun vs torchrun and NVIDIA's ft_launcher (3 local agents, PyTorch 2.x gloo; make rivals-python first); writes docs/benchmarks.md
 	bin/gorun bench recovery --python $(RIVALS_PYTHON) --runs 3 --write docs/benchmarks.md
+
+bench-probe: build ## the worker probe and straggler watch's cost per step (anchor: the same PyTorch job with --worker-probe=off); writes docs/benchmarks.md
+	bin/gorun bench probe --python $(TORCH2_PYTHON) --runs 3 --write docs/benchmarks.md
 
 bench-spare: build ## node loss -> training again: a hot spare vs a shrinking job (3 and 2 local agents); writes docs/benchmarks.md
 	bin/gorun bench spare --runs 5 --write docs/benchmarks.md

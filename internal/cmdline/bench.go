@@ -29,7 +29,7 @@ func benchCommand(opts Options) *cli.Command {
 		Name:            "bench",
 		Usage:           "measure gorun against its anchors (torchrun) in the same run",
 		HideHelpCommand: true,
-		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, leases, benchMemoryCommand(), commBench, benchSpareCommand(), benchRecoveryCommand()},
+		Subcommands:     []*cli.Command{benchLaunchCommand(), rdzv, leases, benchMemoryCommand(), commBench, benchSpareCommand(), benchRecoveryCommand(), benchProbeCommand()},
 	}
 }
 
@@ -99,6 +99,42 @@ func benchSpareCommand() *cli.Command {
 				return cli.Exit("bench spare: "+err.Error(), 1)
 			}
 			return reportBench(c, "bench spare", res, res.Markdown(time.Now(), cfg.Runs))
+		},
+	}
+}
+
+func benchProbeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "probe",
+		Usage: "the cost per step of the worker probe and straggler watch on a 3-rank PyTorch DDP job, against the same job with --worker-probe=off",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "python", Value: defaultPython(), Usage: "interpreter for the workers (it needs torch)"},
+			&cli.StringFlag{Name: "script", Value: "tests/hangs/train_faults.py", Usage: "the training loop"},
+			&cli.Float64Flag{Name: "step-time", Value: 0.02, Usage: "seconds of work a step"},
+			&cli.IntFlag{Name: "runs", Value: 3, Usage: "measured runs per case"},
+			&cli.StringFlag{Name: "write", Usage: "update this markdown file's probe section (e.g. docs/benchmarks.md)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Int("runs") < 1 {
+				return Usagef("--runs=%d: want at least 1", c.Int("runs"))
+			}
+			if c.Float64("step-time") < 0 {
+				return Usagef("--step-time=%v: want 0 or more seconds", c.Float64("step-time"))
+			}
+			if _, err := os.Stat(c.String("script")); err != nil {
+				return Usagef("--script=%q: %v", c.String("script"), err)
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			cfg := bench.ProbeConfig{Gorun: self, Python: c.String("python"), Script: c.String("script"), StepTime: c.Float64("step-time"),
+				Short: 20, Long: 220, Runs: c.Int("runs"), Progress: c.App.ErrWriter}
+			res, err := bench.RunProbe(c.Context, cfg)
+			if err != nil {
+				return cli.Exit("bench probe: "+err.Error(), 1)
+			}
+			return reportBench(c, "bench probe", res, res.Markdown(time.Now(), cfg.Runs))
 		},
 	}
 }
