@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -28,22 +29,26 @@ func TestHangAndStragglerVerdicts(t *testing.T) {
 		code int
 		want []string
 		not  []string
+		// pytorch: what PyTorch's own analyzer must say of the same
+		// dumps (torch.distributed.flight_recorder.fr_trace), about the
+		// collective gorun names.
+		pytorch string
 	}{
 		{"healthy, only rank 0 prints", []string{"--hang-timeout", "4s", "--", "--steps", "80", "--print-every", "1000"}, 0,
-			nil, []string{"hang:", "straggler watch"}},
+			nil, []string{"hang:", "straggler watch"}, ""},
 		{"rank 1 sleeps before all_reduce #20", []string{"--hang-timeout", "6s", "--", "--fault", "sleep"}, 124,
 			[]string{"hang:   rank 1 never entered all_reduce #", "(ranks 0, 2 wait in it)", "rank 1 is outside any collective, at " + faultScript + ":",
-				"Root Cause (the rank that held the others up)", "rank      : 1 (local_rank: 1)"}, nil},
+				"Root Cause (the rank that held the others up)", "rank      : 1 (local_rank: 1)"}, nil, "missing ranks: {1}"},
 		{"desync: rank 1 broadcasts, the others all_reduce", []string{"--hang-timeout", "6s", "--", "--fault", "desync"}, 124,
-			[]string{"hang:   desync at collective #", "rank 1 called broadcast", "where ranks 0, 2 called all_reduce", "rank      : 1 (local_rank: 1)"}, nil},
+			[]string{"hang:   desync at collective #", "rank 1 called broadcast", "where ranks 0, 2 called all_reduce", "rank      : 1 (local_rank: 1)"}, nil, "Culprit rank 1"},
 		{"rank 1 blocked in its data loader", []string{"--hang-timeout", "6s", "--", "--fault", "dataloader"}, 124,
-			[]string{"hang:   rank 1 never entered all_reduce #", "in batches", "rank      : 1 (local_rank: 1)"}, nil},
+			[]string{"hang:   rank 1 never entered all_reduce #", "in batches", "rank      : 1 (local_rank: 1)"}, nil, "missing ranks: {1}"},
 		{"rank 1 exits 0 at step 20", []string{"--", "--fault", "exit0"}, 1,
-			[]string{"after rank 1 exited 0 after 21 optimizer steps", "Root Cause (the rank that left while the others ran)", "rank      : 1 (local_rank: 1)"}, nil},
+			[]string{"after rank 1 exited 0 after 21 optimizer steps", "Root Cause (the rank that left while the others ran)", "rank      : 1 (local_rank: 1)"}, nil, ""},
 		{"rank 1 three times slower", []string{"--", "--fault", "slow", "--steps", "30"}, 0,
-			[]string{"straggler watch: rank 1 is a straggler"}, []string{"rank 0 is a straggler", "rank 2 is a straggler"}},
+			[]string{"straggler watch: rank 1 is a straggler"}, []string{"rank 0 is a straggler", "rank 2 is a straggler"}, ""},
 		{"rank 2 +0.2 s a step from step 40", []string{"--", "--fault", "slowafter", "--fault-rank", "2", "--fault-step", "40", "--steps", "70"}, 0,
-			[]string{"straggler watch: rank 2 is a straggler"}, []string{"rank 0 is a straggler", "rank 1 is a straggler"}},
+			[]string{"straggler watch: rank 2 is a straggler"}, []string{"rank 0 is a straggler", "rank 1 is a straggler"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,7 +57,8 @@ func TestHangAndStragglerVerdicts(t *testing.T) {
 			for i < len(tc.args) && tc.args[i] != "--" {
 				i++
 			}
-			args := append([]string{"--nproc-per-node=3", "--python", py}, tc.args[:i]...)
+			logs := t.TempDir()
+			args := append([]string{"--nproc-per-node=3", "--log-dir", logs, "--python", py}, tc.args[:i]...)
 			args = append(append(args, faultScript), tc.args[i+1:]...)
 			run := func() result { return runGorun(t, testEnv(), args...) }
 			r := againIfTorchAborted(t, run(), run)
@@ -78,6 +84,9 @@ func TestHangAndStragglerVerdicts(t *testing.T) {
 				} else if n, _ := strconv.Atoi(m[1]); n < 37 || n > 41 {
 					t.Errorf("the slowdown dated from step %d; it began at 40", n)
 				}
+			}
+			if tc.pytorch != "" {
+				agreesWithPyTorch(t, py, logs, r.stderr, tc.pytorch)
 			}
 			if t.Failed() {
 				t.Logf("stderr:\n%s", r.stderr)
@@ -107,5 +116,34 @@ func TestHangVerdictOnTorch1(t *testing.T) {
 	}
 	if r.code != 124 {
 		t.Errorf("exit %d; want 124", r.code)
+	}
+}
+
+// agreesWithPyTorch runs PyTorch's flight-recorder analyzer on the dumps
+// gorun's probes wrote (the PyTorch pickles, one snapshot with gorun's
+// JSON) and checks that it says want of the collective gorun named.
+func agreesWithPyTorch(t *testing.T, py, logs, stderr, want string) {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(logs, "*", "attempt_0", "flight_recorder", "pytorch"))
+	if len(dirs) != 1 {
+		t.Errorf("PyTorch's dumps: %v; want one folder", dirs)
+		return
+	}
+	out, err := exec.Command(py, "-m", "torch.distributed.flight_recorder.fr_trace", dirs[0]).CombinedOutput()
+	if err != nil {
+		t.Errorf("PyTorch's analyzer: %v\n%s", err, out)
+		return
+	}
+	if !strings.Contains(string(out), want) {
+		t.Errorf("PyTorch's analyzer does not say %q:\n%s", want, out)
+	}
+	// The same collective: gorun's "#N" is PyTorch's sequence number.
+	m := regexp.MustCompile(`(?:entered all_reduce|desync at collective) #(\d+)`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Errorf("no collective number in gorun's verdict")
+		return
+	}
+	if !regexp.MustCompile(`(?:sequence number: |collective_seq_id[^0-9]*)` + m[1] + `\b`).Match(out) && !strings.Contains(string(out), "#"+m[1]) {
+		t.Errorf("gorun names collective #%s; PyTorch's analyzer another:\n%s", m[1], out)
 	}
 }
