@@ -98,3 +98,14 @@ while [ $i -lt 40 ]; do touch "$GORUN_HEARTBEAT_FILE"; sleep 0.1; i=$((i+1)); do
 		t.Errorf("--hang-timeout soon: exit %d\n%s", bad.code, bad.stderr)
 	}
 }
+
+// TestHangTimeoutSparesAHealthyGoJob: ranks 1 and 2 of bin/ddp never
+// print; they were once judged hung and killed mid-run. The job, not a
+// worker, is judged now: rank 0 moves, so nobody is hung.
+func TestHangTimeoutSparesAHealthyGoJob(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--hang-timeout", "1s", "--no-python", ddpBin, "--steps", "150", "--step-time", "20ms")
+	if r.code != 0 || strings.Contains(r.stderr, "hang:") || !strings.Contains(r.stdout, "[default0]:final loss=") {
+		t.Errorf("exit %d; want a finished job\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gorun-dev/gorun/internal/testkit/torchpy"
@@ -143,7 +144,41 @@ func agreesWithPyTorch(t *testing.T, py, logs, stderr, want string) {
 		t.Errorf("no collective number in gorun's verdict")
 		return
 	}
-	if !regexp.MustCompile(`(?:sequence number: |collective_seq_id[^0-9]*)` + m[1] + `\b`).Match(out) && !strings.Contains(string(out), "#"+m[1]) {
+	if !regexp.MustCompile(`(?:sequence number: |collective_seq_id[^0-9]*)`+m[1]+`\b`).Match(out) && !strings.Contains(string(out), "#"+m[1]) {
 		t.Errorf("gorun names collective #%s; PyTorch's analyzer another:\n%s", m[1], out)
+	}
+}
+
+// TestSIGUSR1DumpsPyTorchWorkers: kill -USR1 gorun, as docs/watchdog.md
+// says, dumps every rank's stacks and flight recorder and the job goes
+// on; PyTorch workers, which have no handler for SIGUSR1, are not sent it
+// (it killed them, exit 138).
+func TestSIGUSR1DumpsPyTorchWorkers(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	logs := t.TempDir()
+	cmd, _, stderr := startGorun(t, testEnv(), "--nproc-per-node=3", "--log-dir", logs, "--python", py, faultScript, "--steps", "300", "--step-time", "0.03")
+	ranked := func(r int) bool {
+		paths, _ := filepath.Glob(filepath.Join(logs, "*", "attempt_0", strconv.Itoa(r), "probe.json"))
+		if len(paths) != 1 {
+			return false
+		}
+		b, _ := os.ReadFile(paths[0])
+		return strings.Contains(string(b), `"rank": `+strconv.Itoa(r))
+	}
+	waitFor(t, "every rank's probe to see torch.distributed", func() bool { return ranked(0) && ranked(1) && ranked(2) })
+	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every rank's dump", func() bool {
+		d, _ := filepath.Glob(filepath.Join(logs, "*", "attempt_0", "flight_recorder", "fr_trace_rank_*.json"))
+		s, _ := filepath.Glob(filepath.Join(logs, "*", "attempt_0", "flight_recorder", "stacks_rank_*.txt"))
+		return len(d) == 3 && len(s) == 3
+	})
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("exit %d; want the job to finish\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr.String(), "SIGUSR1: the workers' probes write their stacks and flight recorders") {
+		t.Errorf("stderr does not say where the dumps went:\n%s", stderr)
 	}
 }
