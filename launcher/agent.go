@@ -191,7 +191,17 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 	shared, warnings := SharedEnv(cfg)
 	shared = append(shared, a.pre.env()...)
 	if cfg.probes() {
-		folder, err := probe.Install(layout.root)
+		// The probe's code lives in a private folder of its own in the
+		// temporary folder (sticky), never in the run's folder: under a
+		// --log-dir that others can write to, the run's folder could be
+		// swapped for theirs between the install and a worker's start,
+		// and their sitecustomize run in the job.
+		pdir, err := tempdir.New("probe")
+		if err != nil {
+			return Result{ExitCode: 1}, fmt.Errorf("worker probe: %w", err)
+		}
+		defer pdir.Remove()
+		folder, err := probe.Install(pdir.Path())
 		if err != nil {
 			return Result{ExitCode: 1}, err
 		}

@@ -621,7 +621,7 @@ func (att *attempt) leftBefore(t time.Time) []Failure {
 		}
 		out = append(out, Failure{
 			LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: w.proc.Pid, ExitCode: 0, Time: w.leftAt, Host: att.cfg.Hostname,
-			Left: fmt.Sprintf("exited 0%s at %s while the other ranks ran; the failure below came %v after it left", done, w.leftAt.Format("15:04:05.000"), t.Sub(w.leftAt).Round(time.Millisecond)),
+			Left: fmt.Sprintf("exited 0%s at %s while the other ranks ran; the first failure came %v after it left", done, w.leftAt.Format("15:04:05.000"), t.Sub(w.leftAt).Round(time.Millisecond)),
 		})
 	}
 	return out

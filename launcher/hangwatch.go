@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ const ExitHung = watchdog.ExitCollectiveTimeout
 
 // evidenceWait bounds the wait for the probes' stacks and flight
 // recorders once the job is judged hung.
-const evidenceWait = 3 * time.Second
+const evidenceWait = 5 * time.Second
 
 // hangWatch judges an attempt hung when none of its running workers has
 // shown a sign of life (see life) for the timeout: a rank that computes,
@@ -228,6 +229,7 @@ func (h *hangWatch) judge(ctx context.Context, ranks []probe.Rank, idle string) 
 		}
 	}
 	snaps := map[int]*probe.Snapshot{}
+	probed := maps.Clone(files)
 	deadline := time.NewTimer(evidenceWait)
 	defer deadline.Stop()
 	poll := time.NewTicker(50 * time.Millisecond)
@@ -258,6 +260,7 @@ func (h *hangWatch) judge(ctx context.Context, ranks []probe.Rank, idle string) 
 	}
 	for i, w := range att.workers {
 		ranks[i].Snapshot = snaps[w.spec.LocalRank]
+		ranks[i].Stale = probed[w.spec.LocalRank] != "" && !answered[w.spec.LocalRank]
 	}
 	v := hangVerdict{Verdict: probe.Judge(ranks, dumps), answered: answered, idle: idle}
 	select {
@@ -287,9 +290,10 @@ func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
 			roots = append(roots, w)
 		}
 	}
-	if len(roots) == 0 {
+	blameless := len(roots) == 0
+	if blameless {
 		// Nobody to blame that gorun can see: the lowest running rank
-		// carries the verdict.
+		// carries the verdict, and the summary says so.
 		if r := att.running(); len(r) > 0 {
 			roots = r[:1]
 		}
@@ -302,7 +306,7 @@ func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
 		}
 		m.out.failures = append(m.out.failures, Failure{
 			LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: pid, ExitCode: ExitHung, Time: now, Host: cfg.Hostname,
-			Hung: v.idle + ": " + text,
+			Hung: v.idle + ": " + text, blameless: blameless,
 		})
 		w.judged = true
 	}

@@ -60,6 +60,9 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 		if err := os.MkdirAll(logDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
 		}
+		if err := safeParent(logDir); err != nil {
+			return nil, err
+		}
 		// torchrun's <run_id>_<random>: a new folder (0700) for every run,
 		// never one already there.
 		dir, err := os.MkdirTemp(logDir, runID+"_*") // the random part last, whatever the id holds
@@ -78,6 +81,27 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 	}
 	l.dir = dir
 	return l, nil
+}
+
+// safeParent refuses a --log-dir in which another user could rename or
+// replace the run's folder: one owned by another user (root aside), or
+// one that others may write to without the sticky bit (/tmp has it).
+// The workers read and write under the run's folder by its path.
+func safeParent(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("--log-dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !ok:
+		return nil
+	case int(st.Uid) != os.Getuid() && st.Uid != 0:
+		return fmt.Errorf("--log-dir=%q belongs to user %d: that user could replace the run's folder while the job runs; use a folder of your own", dir, st.Uid)
+	case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
+		return fmt.Errorf("--log-dir=%q: other users may write there (mode %04o, no sticky bit) and could replace the run's folder while the job runs; use a folder only you can write to, or one with the sticky bit (as /tmp)", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // openOwnRoot opens the folder this process just made at path, checking

@@ -242,3 +242,30 @@ func TestTempLayoutDumpDir(t *testing.T) {
 		t.Errorf("fallback folder: %v, %v; want 0700", fi.Mode(), err)
 	}
 }
+
+// A --log-dir where another user could swap the run's folder is refused:
+// group- or world-writable without the sticky bit. With the sticky bit,
+// as /tmp, it is not.
+func TestLogDirOthersCanWrite(t *testing.T) {
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o755, true}, {0o700, true}, {0o777, false}, {0o775, false}, {0o777 | os.ModeSticky, true}} {
+		dir := filepath.Join(t.TempDir(), "logs")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		l, err := newLogLayout(dir, "job")
+		if (err == nil) != tc.ok {
+			t.Errorf("mode %v: %v; want ok=%v", tc.mode, err, tc.ok)
+		}
+		if err == nil {
+			l.close()
+		} else if !strings.Contains(err.Error(), "could replace the run's folder") {
+			t.Errorf("mode %v: %v; want why", tc.mode, err)
+		}
+	}
+}

@@ -34,6 +34,9 @@ type Failure struct {
 	// errorFile is the worker's error file, kept or not, while the run
 	// lasts (writeRootCause).
 	errorFile string
+	// blameless: the hang's verdict named no rank; this one stands for
+	// the job.
+	blameless bool
 }
 
 // Traceback lines shown in the summary: a longer traceback keeps its first
@@ -80,6 +83,8 @@ func FormatSummary(e Entrypoint, failures []Failure) string {
 	}
 	cause := "first observed failure"
 	switch {
+	case failures[0].Hung != "" && failures[0].blameless:
+		cause = "a hang no rank can be blamed for; the lowest rank stands for the job"
 	case failures[0].Hung != "":
 		cause = "the rank that held the others up"
 	case failures[0].Left != "":

@@ -121,10 +121,12 @@ func (s Snapshot) Dump() (watchdog.Dump, bool) {
 // from the newest step times (ok false when t is before them all).
 func (s Snapshot) StepAt(t time.Time) (int64, bool) {
 	n := int64(len(s.StepTimesNs))
-	if n == 0 || t.UnixNano() < s.StepTimesNs[0] {
-		return 0, false
-	}
 	first := s.Steps - n // steps before the oldest time kept
+	if n == 0 || t.UnixNano() < s.StepTimesNs[0] {
+		// Before the oldest time kept: known only when every step's
+		// time is kept (none was done then).
+		return 0, first == 0 && s.StepHook
+	}
 	for i, ts := range s.StepTimesNs {
 		if ts > t.UnixNano() {
 			return first + int64(i), true

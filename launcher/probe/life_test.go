@@ -49,6 +49,10 @@ func TestLifeObserve(t *testing.T) {
 }
 
 func TestStepAt(t *testing.T) {
+	all := Snapshot{Steps: 2, StepTimesNs: []int64{100, 200}, StepHook: true} // every step's time kept
+	if n, ok := all.StepAt(time.Unix(0, 50)); n != 0 || !ok {
+		t.Errorf("before the first step: %d, %v; want 0, true", n, ok)
+	}
 	s := Snapshot{Steps: 10, StepTimesNs: []int64{100, 200, 300}} // steps 8, 9, 10 ended then
 	for _, tc := range []struct {
 		at   int64

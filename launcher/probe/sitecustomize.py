@@ -29,12 +29,22 @@ def _chain():
             spec = importlib.util.spec_from_file_location("_gorun_shadowed_sitecustomize", path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
+            return module
         except Exception as e:  # the shadowed one failing must not stop the worker
             sys.stderr.write("gorun probe: the sitecustomize at %s failed: %r\n" % (d, e))
-        return
+        return None
+    return None
 
 
-_chain()
+_shadowed = _chain()
+
+
+def __getattr__(name):
+    # "import sitecustomize" in the script finds this module: the names
+    # of the one it shadows are read through it.
+    if _shadowed is not None:
+        return getattr(_shadowed, name)
+    raise AttributeError(name)
 
 
 class _Probe(object):
@@ -104,9 +114,35 @@ class _Probe(object):
         import json
 
         try:
-            return json.loads(dump(True, False))
+            fr = json.loads(dump(True, False))
         except Exception:
             return None
+        self.mend_config(fr)
+        return fr
+
+    def mend_config(self, fr):
+        """PyTorch 2.15's gloo recorder keeps one pg_config, unnamed (""),
+        for the group made last: its analyzer and gorun's then cannot tell
+        the groups' members. torch.distributed's own table of the groups
+        this rank is in replaces it."""
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        world = getattr(c10d, "_world", None)
+        try:
+            names = dict(getattr(world, "pg_names", {}))
+            members = dict(getattr(world, "pg_group_ranks", {}))
+        except Exception:
+            return
+        if not names:
+            return
+        descs = {}
+        for e in fr.get("entries") or []:
+            group = e.get("process_group") or ("", "")
+            descs[group[0]] = group[1]
+        config = {}
+        for pg, name in names.items():
+            ranks = sorted(members.get(pg, {}).keys())
+            config[name] = {"name": name, "desc": descs.get(name, getattr(pg, "group_desc", "")), "ranks": str(ranks)}
+        fr["pg_config"] = config
 
     def snapshot(self):
         import time
@@ -199,12 +235,7 @@ class _Probe(object):
 
         rank = dist.get_rank()
         fr = pickle.loads(pickled())
-        config = fr.get("pg_config") or {}
-        groups = {tuple(e.get("process_group") or ("", ""))[0] for e in fr.get("entries") or []}
-        if "" in config and len(groups) == 1 and next(iter(groups)) not in config:
-            # PyTorch 2.15's gloo leaves the group it records unnamed in
-            # pg_config; its analyzer then cannot match the entries.
-            config[next(iter(groups))] = config.pop("")
+        self.mend_config(fr)
         pickled_bytes = pickle.dumps(fr)
         os.makedirs(os.path.join(out, "pytorch"), mode=0o700, exist_ok=True)
         with open(os.path.join(out, "pytorch", "rank_%d" % rank), "wb") as f:

@@ -19,8 +19,11 @@ type Rank struct {
 	Exited   bool
 	ExitCode int
 	ExitedAt time.Time
-	// Snapshot is its probe's newest (nil: no probe, as for Go workers).
+	// Snapshot is its probe's newest (nil: no probe, as for Go workers);
+	// Stale when the probe did not answer the request for evidence (its
+	// thread blocked, the GIL held): the stack is then old.
 	Snapshot *Snapshot
+	Stale    bool
 }
 
 // Verdict says which ranks held the others up, and how.
@@ -49,6 +52,10 @@ func Judge(ranks []Rank, dumps []watchdog.Dump) Verdict {
 		r := byRank[rank]
 		if r.Snapshot == nil || len(r.Snapshot.Stack) == 0 {
 			return ""
+		}
+		if r.Stale {
+			return fmt.Sprintf("%s when its probe last reported (%s; it did not answer since: the GIL held? its stacks come from SIGABRT, in its output)",
+				r.Snapshot.Top(3), r.Snapshot.Time().Format("15:04:05.000"))
 		}
 		return r.Snapshot.Top(3)
 	}
@@ -100,7 +107,7 @@ func Judge(ranks []Rank, dumps []watchdog.Dump) Verdict {
 			v.Lines = append(v.Lines, line)
 		}
 		if len(v.Root) > 0 {
-			v.Root = uniqueSorted(v.Root)
+			v.Root = notWaiting(uniqueSorted(v.Root), dumps)
 			for _, r := range v.Root {
 				if w := where(r); w != "" {
 					v.Lines = append(v.Lines, fmt.Sprintf("rank %d is %s, at %s", r, placeOf(byRank[r]), w))
@@ -143,6 +150,31 @@ func Judge(ranks []Rank, dumps []watchdog.Dump) Verdict {
 	}
 	v.Lines = append(v.Lines, "gorun has no probe into these workers (not Python, or --worker-probe=off): their stacks are in their output")
 	return v
+}
+
+// notWaiting drops from ranks those that wait in a collective of
+// another group (a rank that never entered group 0's barrier because it
+// waits in group 1's all-reduce holds nobody up), unless that leaves
+// none.
+func notWaiting(ranks []int, dumps []watchdog.Dump) []int {
+	waiting := map[int]bool{}
+	for _, d := range dumps {
+		for _, e := range d.Entries {
+			if !e.Retired && !e.IsP2P {
+				waiting[d.Rank] = true
+			}
+		}
+	}
+	var out []int
+	for _, r := range ranks {
+		if !waiting[r] {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return ranks
+	}
+	return out
 }
 
 // placeOf says whether a rank's main thread is in a collective.

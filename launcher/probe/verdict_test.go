@@ -108,3 +108,38 @@ func TestOddOnesOut(t *testing.T) {
 		}
 	}
 }
+
+// A hang in a subgroup: rank 2 waits in group 0's barrier that ranks 0
+// and 1 never entered, but rank 0 waits in group 1's all-reduce that rank
+// 1 never entered. Rank 1 holds everyone up; rank 0 only waits.
+func TestJudgeSubgroupChain(t *testing.T) {
+	st := func(enq, done int64) watchdog.PGStatus {
+		return watchdog.PGStatus{LastEnqueued: enq, LastStarted: -1, LastCompleted: done}
+	}
+	e := func(pg int, seq int64, op string, retired bool) watchdog.Entry {
+		return watchdog.Entry{PGID: pg, CollectiveSeqID: seq, ProfilingName: "gloo:" + op, State: watchdog.StateScheduled, Retired: retired}
+	}
+	dumps := []watchdog.Dump{
+		{Rank: 0, WorldSize: 3, PGStatus: map[string]watchdog.PGStatus{"0": st(3, 3), "1": st(4, 3)},
+			Entries: []watchdog.Entry{e(0, 3, "all_reduce", true), e(1, 3, "all_reduce", true), e(1, 4, "all_reduce", false)}},
+		{Rank: 1, WorldSize: 3, PGStatus: map[string]watchdog.PGStatus{"0": st(3, 3), "1": st(3, 3)},
+			Entries: []watchdog.Entry{e(0, 3, "all_reduce", true), e(1, 3, "all_reduce", true)}},
+		{Rank: 2, WorldSize: 3, PGStatus: map[string]watchdog.PGStatus{"0": st(4, 3)},
+			Entries: []watchdog.Entry{e(0, 3, "all_reduce", true), e(0, 4, "barrier", false)}},
+	}
+	v := Judge([]Rank{{Rank: 0}, {Rank: 1}, {Rank: 2}}, dumps)
+	if !slices.Equal(v.Root, []int{1}) {
+		t.Errorf("root %v; want [1]\n%s", v.Root, strings.Join(v.Lines, "\n"))
+	}
+}
+
+// A rank whose probe did not answer (its thread blocked: the GIL held)
+// is placed with its old stack, and the verdict says the stack is old.
+func TestJudgeStaleStack(t *testing.T) {
+	old := &Snapshot{TimeNs: 1, Stack: []Frame{{"<frozen importlib._bootstrap_external>", 147, "_path_stat"}}}
+	waiting := &Snapshot{TimeNs: 1, Stack: []Frame{{"/v/torch/distributed/distributed_c10d.py", 1, "barrier"}}}
+	v := Judge([]Rank{{Rank: 0, Snapshot: waiting}, {Rank: 1, Snapshot: old, Stale: true}}, nil)
+	if text := strings.Join(v.Lines, "\n"); !slices.Equal(v.Root, []int{1}) || !strings.Contains(text, "when its probe last reported") {
+		t.Errorf("root %v\n%s", v.Root, text)
+	}
+}
