@@ -60,7 +60,7 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 		if err := os.MkdirAll(logDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
 		}
-		if err := safeParent(logDir); err != nil {
+		if err := CheckLogDir(logDir); err != nil {
 			return nil, err
 		}
 		// torchrun's <run_id>_<random>: a new folder (0700) for every run,
@@ -83,12 +83,15 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 	return l, nil
 }
 
-// safeParent refuses a --log-dir in which another user could rename or
+// CheckLogDir refuses a --log-dir in which another user could rename or
 // replace the run's folder: one owned by another user (root aside), or
 // one that others may write to without the sticky bit (/tmp has it).
 // The workers read and write under the run's folder by its path.
-func safeParent(dir string) error {
+func CheckLogDir(dir string) error {
 	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // gorun makes it, 0755
+	}
 	if err != nil {
 		return fmt.Errorf("--log-dir: %w", err)
 	}

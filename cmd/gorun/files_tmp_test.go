@@ -186,3 +186,20 @@ func TestKilledStoreHostSwept(t *testing.T) {
 		return len(gorunFolders(t, tmp)) == 0
 	})
 }
+
+// TestLogDirOthersCanWriteIsRefused: a --log-dir where another user could
+// swap the run's folder (world-writable, no sticky bit) is bad input.
+func TestLogDirOthersCanWriteIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	r := runGorun(t, testEnv(), "--log-dir", dir, "--no-python", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "could replace the run's folder") {
+		t.Errorf("exit %d; want 2 and why\n%s", r.code, r.stderr)
+	}
+}

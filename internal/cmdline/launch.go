@@ -336,6 +336,11 @@ func parseOutput(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) error
 	if st, err := os.Stat(cfg.LogDir); err == nil && !st.IsDir() {
 		return fmt.Errorf("--log-dir=%q is a file; want a folder (made if missing)", cfg.LogDir)
 	}
+	if cfg.LogDir != "" {
+		if err := launcher.CheckLogDir(cfg.LogDir); err != nil {
+			return err
+		}
+	}
 	if cfg.Redirects, err = launcher.ParseStdSpec(fRedirects, c.String(fRedirects)); err != nil {
 		return err
 	}
