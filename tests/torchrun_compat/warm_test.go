@@ -27,6 +27,9 @@ var runVolatile = map[string]bool{
 	"MASTER_PORT": true, "TORCHELASTIC_ERROR_FILE": true, "GORUN_JOB_SECRET": true, "GORUN_FR_DUMP_DIR": true,
 	"GORUN_PROGRESS_FILE": true, "GORUN_STOP_FILE": true, "GORUN_STORE_ENDPOINTS": true, "GORUN_STORE_PREFIX": true,
 	"GORUN_STORE_USER": true, "GORUN_STORE_PASSWORD": true,
+	// The worker probe's: its folder and files are each run's, and the
+	// owner is the worker's pid.
+	"PYTHONPATH": true, "GORUN_PROBE_FILE": true, "GORUN_PROBE_REQUEST": true, "GORUN_PROBE_OWNER": true,
 }
 
 // TestWarmStart: a script started in a warm interpreter (--warm-start)
@@ -98,6 +101,12 @@ func TestWarmStart(t *testing.T) {
 					case "warm", "preloaded", "pid":
 					case "environ":
 						diffEnv(t, name, cv.(map[string]any), warm[k].(map[string]any))
+					case "path0":
+						// With PYTHONSAFEPATH=1 it is PYTHONPATH's first
+						// entry: the worker probe's folder, each run's own.
+						if probeFolder(cv) != probeFolder(warm[k]) {
+							t.Errorf("%s: %s: cold %v, warm %v", name, k, cv, warm[k])
+						}
 					default:
 						if !reflect.DeepEqual(cv, warm[k]) {
 							t.Errorf("%s: %s: cold %v, warm %v", name, k, cv, warm[k])
@@ -479,4 +488,11 @@ func jobProcesses(tmp string) []int {
 		}
 	}
 	return pids
+}
+
+// probeFolder spells a path with the worker probe's per-run folder
+// (gorun-probe-<random>) made alike.
+func probeFolder(v any) string {
+	s, _ := v.(string)
+	return regexp.MustCompile(`gorun-probe-[0-9]+`).ReplaceAllString(s, "gorun-probe-*")
 }
