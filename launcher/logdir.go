@@ -84,27 +84,66 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 }
 
 // CheckLogDir refuses a --log-dir in which another user could rename or
-// replace the run's folder: one owned by another user (root aside), or
-// one that others may write to without the sticky bit (/tmp has it).
-// The workers read and write under the run's folder by its path.
+// replace the run's folder, there or above it: a folder on its path owned
+// by another user (root aside), or one that others may write to without
+// the sticky bit (/tmp has it), or a link on the path owned by another
+// user (who could point it elsewhere while the job runs). The workers
+// read and write under the run's folder by its path. Folders not there
+// yet are made by gorun, and are its own.
 func CheckLogDir(dir string) error {
-	fi, err := os.Stat(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // gorun makes it, 0755
-	}
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return fmt.Errorf("--log-dir: %w", err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !ok:
-		return nil
-	case int(st.Uid) != os.Getuid() && st.Uid != 0:
-		return fmt.Errorf("--log-dir=%q belongs to user %d: that user could replace the run's folder while the job runs; use a folder of your own", dir, st.Uid)
-	case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
-		return fmt.Errorf("--log-dir=%q: other users may write there (mode %04o, no sticky bit) and could replace the run's folder while the job runs; use a folder only you can write to, or one with the sticky bit (as /tmp)", dir, fi.Mode().Perm())
+	// The links on the path as written.
+	existing := "/"
+	for _, part := range strings.Split(strings.TrimPrefix(abs, "/"), "/") {
+		p := filepath.Join(existing, part)
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("--log-dir: %w", err)
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			if uid, ok := owner(fi); ok && uid != os.Getuid() && uid != 0 {
+				return fmt.Errorf("--log-dir=%q: %s is a link owned by user %d, who could point it elsewhere while the job runs; use a path without it", dir, p, uid)
+			}
+		}
+		existing = p
+	}
+	// The folders the path leads to, from the root down.
+	real, err := filepath.EvalSymlinks(existing)
+	if err != nil {
+		return fmt.Errorf("--log-dir: %w", err)
+	}
+	p := "/"
+	for _, part := range append([]string{""}, strings.Split(strings.TrimPrefix(real, "/"), "/")...) {
+		p = filepath.Join(p, part)
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("--log-dir: %w", err)
+		}
+		uid, ok := owner(fi)
+		switch {
+		case !ok:
+		case uid != os.Getuid() && uid != 0:
+			return fmt.Errorf("--log-dir=%q: %s belongs to user %d, who could replace the run's folder while the job runs; use a folder of your own", dir, p, uid)
+		case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
+			return fmt.Errorf("--log-dir=%q: other users may write to %s (mode %04o, no sticky bit) and could replace the run's folder while the job runs; use a folder only you can write to, or one with the sticky bit (as /tmp)", dir, p, fi.Mode().Perm())
+		}
 	}
 	return nil
+}
+
+// owner is the user that owns the file of fi.
+func owner(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
 }
 
 // openOwnRoot opens the folder this process just made at path, checking

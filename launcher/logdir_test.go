@@ -269,3 +269,46 @@ func TestLogDirOthersCanWrite(t *testing.T) {
 		}
 	}
 }
+
+// The whole path counts: a folder above --log-dir owned by another user,
+// or a link on the path that another user owns, would let that user swap
+// the run's folder. (Needs root, to give files away.)
+func TestLogDirPathOfAnotherUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("!!!!!!!! SKIPPED: giving a file to another user needs root")
+	}
+	const nobody = 65534
+	base := t.TempDir()
+	theirs := filepath.Join(base, "theirs")
+	if err := os.Mkdir(theirs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(theirs, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(base, "mine")
+	if err := os.Mkdir(mine, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(mine, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dir, want string
+	}{
+		{filepath.Join(theirs, "new", "logs"), "belongs to user 65534"}, // not there yet: made under theirs
+		{filepath.Join(theirs, "."), "belongs to user 65534"},
+		{filepath.Join(link, "logs"), "is a link owned by user 65534"},
+	} {
+		if err := CheckLogDir(tc.dir); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want %q", tc.dir, err, tc.want)
+		}
+	}
+	if err := CheckLogDir(filepath.Join(mine, "new", "logs")); err != nil {
+		t.Errorf("a path of this user's own: %v", err)
+	}
+}
