@@ -482,19 +482,22 @@ func (m *monitoring) exited(p *process) {
 		m.out.stoppedBySignal = true
 		return
 	}
-	if m.out.kind == outcomeSucceeded {
-		m.out.failures = append(m.out.failures, att.leftBefore(st.At)...)
+	first := m.out.kind == outcomeSucceeded
+	after := ""
+	if first {
+		// The first failure: the workers that left before it lead.
+		left := att.leftBefore(st.At)
+		m.out.failures = append(m.out.failures, left...)
+		if len(left) > 0 {
+			after = fmt.Sprintf(", after rank %d %s", left[0].Rank, strings.SplitN(left[0].Left, ";", 2)[0])
+		}
 	}
 	m.out.failures = append(m.out.failures, Failure{
 		LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: p.Pid,
 		ExitCode: st.Code, Signal: st.Signal, Time: st.At, Host: cfg.Hostname,
 	})
-	if m.out.kind == outcomeSucceeded {
+	if first {
 		m.out.kind = outcomeFailed
-		after := ""
-		if left := att.leftBefore(st.At); len(left) > 0 {
-			after = fmt.Sprintf(", after rank %d %s", left[0].Rank, strings.SplitN(left[0].Left, ";", 2)[0])
-		}
 		cfg.Log.Errorf("worker failed: rank %d (local rank %d, pid %d) %s%s; stopping the other workers", w.spec.Rank, w.spec.LocalRank, p.Pid, describeExit(st), after)
 		m.beginStop(syscall.SIGTERM)
 	}
