@@ -299,6 +299,8 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
 	stopWatch()
 	att.finish()
+	// With the output in and the error files written: the root cause first.
+	out.failures, out.left = att.completeFailures(out.failures, out.left, layout), nil
 	a.recordEnd(att, out)
 
 	res.Signal = out.signal
@@ -411,7 +413,7 @@ func (a *Agent) succeeded(ctx context.Context, round rendezvous.Round, res Resul
 func (a *Agent) failed(ctx context.Context, round rendezvous.Round, att *attempt, out outcome, layout *logLayout, dumps string, res Result) (Result, bool, error) {
 	cfg := &a.cfg
 	attemptN := round.RestartCount
-	failures := att.completeFailures(out.failures, layout)
+	failures := out.failures
 	codes := make([]int, len(failures))
 	for i, f := range failures {
 		codes[i] = f.ExitCode

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +37,9 @@ type worker struct {
 	// stopKilled: the stop sequence sent this worker SIGKILL, so a death
 	// by SIGKILL is the stop's, not a failure.
 	stopKilled bool
+	// stderrTail is the end of the worker's stderr, to read why it
+	// failed when it wrote no error file.
+	stderrTail *outputTail
 }
 
 // wroteErrorFile reports whether the worker wrote its error file
@@ -90,8 +92,11 @@ type outcome struct {
 	// worker that does not handle it), not cleanly.
 	stoppedBySignal bool
 	failures        []Failure
-	signal          syscall.Signal
-	event           rendezvous.Event
+	// left are the workers that exited 0 before the first failure while
+	// the others ran (placeLeft decides where they go).
+	left   []Failure
+	signal syscall.Signal
+	event  rendezvous.Event
 }
 
 // streamPlan says where one stream of one worker goes.
@@ -234,7 +239,8 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, 
 	redirect, tee := cfg.Redirects.For(lr).Has(sp.bit), cfg.Tee.For(lr).Has(sp.bit)
 	toFile := redirect || tee
 	toConsole := (!redirect || tee) && (cfg.LocalRanksFilter == nil || slices.Contains(cfg.LocalRanksFilter, lr))
-	if !toFile && !toConsole && w.progress == nil && spareOut == nil {
+	keepTail := sp.name == "stderr" // why it failed, for the summary
+	if !toFile && !toConsole && !keepTail && w.progress == nil && spareOut == nil {
 		return devNull, nil
 	}
 	var file *os.File
@@ -275,6 +281,10 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, 
 			att.filteredSinks = append(att.filteredSinks, fl)
 			sink = io.MultiWriter(file, fl)
 		}
+	}
+	if keepTail {
+		w.stderrTail = &outputTail{}
+		sink = tailWriter{tail: w.stderrTail, file: sink}
 	}
 	var src io.Reader = r
 	if w.progress != nil {
@@ -485,11 +495,12 @@ func (m *monitoring) exited(p *process) {
 	first := m.out.kind == outcomeSucceeded
 	after := ""
 	if first {
-		// The first failure: the workers that left before it lead.
-		left := att.leftBefore(st.At)
-		m.out.failures = append(m.out.failures, left...)
-		if len(left) > 0 {
-			after = fmt.Sprintf(", after rank %d %s", left[0].Rank, strings.SplitN(left[0].Left, ";", 2)[0])
+		// The workers that left before the first failure: whether they
+		// caused it is read from its error text once the output is in.
+		m.out.left = att.leftBefore(st.At)
+		if len(m.out.left) > 0 {
+			l := m.out.left[0]
+			after = fmt.Sprintf(" (rank %d had exited 0 at %s, %v before, while the others ran)", l.Rank, l.Time.Format("15:04:05.000"), st.At.Sub(l.Time).Round(time.Millisecond))
 		}
 	}
 	m.out.failures = append(m.out.failures, Failure{
@@ -570,7 +581,7 @@ func (att *attempt) finish() {
 
 // completeFailures adds what the workers wrote to their error files and
 // their log paths, and orders the failures by time: the root cause first.
-func (att *attempt) completeFailures(failures []Failure, layout *logLayout) []Failure {
+func (att *attempt) completeFailures(failures, left []Failure, layout *logLayout) []Failure {
 	byRank := make(map[int]*worker, len(att.workers))
 	for _, w := range att.workers {
 		byRank[w.spec.LocalRank] = w
@@ -603,7 +614,12 @@ func (att *attempt) completeFailures(failures []Failure, layout *logLayout) []Fa
 		}
 		return a.Time.Compare(b.Time)
 	})
-	return failures
+	return placeLeft(failures, left, func(f Failure) string {
+		if w := byRank[f.LocalRank]; w != nil {
+			return w.stderrTail.String()
+		}
+		return ""
+	})
 }
 
 // leftBefore returns, as failures, the workers that exited 0 before t

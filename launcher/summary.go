@@ -59,7 +59,7 @@ func FormatSummary(e Entrypoint, failures []Failure) string {
 	}
 	title := e.Script + " FAILED"
 	hint := noTracebackGo
-	if e.RunsPython() {
+	if e.RunsPython() || isPython(e.Script) {
 		hint = noTracebackPython
 	}
 	blocks := make([]string, len(failures))

@@ -68,6 +68,7 @@ func TestFormatSummaryHint(t *testing.T) {
 		{"module", Entrypoint{Script: "pkg.train", Module: true}, true},
 		{"run-path", Entrypoint{Script: "train.py", NoPython: true, RunPath: true}, true},
 		{"no-python", Entrypoint{Script: "bin/ddp", NoPython: true}, false},
+		{"no-python python", Entrypoint{Script: "/venv/bin/python3.11", NoPython: true}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := FormatSummary(tt.e, f)
