@@ -296,6 +296,9 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	att.pre = a.pre
+	if hv, ok := a.rdzv.(HangVoter); ok && a.cfg.HangTimeout > 0 && round.GroupWorldSize > 1 {
+		att.job = &jobHang{voter: hv, round: round}
+	}
 	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
 	stopWatch()
 	att.finish()

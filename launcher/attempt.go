@@ -60,6 +60,9 @@ type attempt struct {
 	pumps   sync.WaitGroup
 	// pre is the agent's coordinated preemption (nil when off).
 	pre *preemptor
+	// job is the attempt's part in the job-wide hang watch (nil: this
+	// node judges alone).
+	job *jobHang
 	// stdin is what the workers read.
 	stdin stdinPlan
 	// filtered are the files of --duplicate-stdout-filters and
@@ -588,6 +591,9 @@ func (att *attempt) completeFailures(failures, left []Failure, layout *logLayout
 	}
 	for i := range failures {
 		f := &failures[i]
+		if f.remote {
+			continue // a rank of another node, named by a job-wide verdict
+		}
 		w := byRank[f.LocalRank]
 		f.errorFile = w.spec.ErrorFile
 		rep, err := ReadErrorFile(w.spec.ErrorFile)

@@ -59,6 +59,9 @@ func (a *Agent) reportHang(ctx context.Context, round rendezvous.Round, dir stri
 		return
 	}
 	v := watchdog.Analyze(dumps)
+	if len(v.Summary) == 0 {
+		return
+	}
 	var b strings.Builder
 	if nodes > 1 {
 		fmt.Fprintf(&b, "Flight recorder, job-wide (%d nodes; this node's dumps: %s):\n", nodes, dir)

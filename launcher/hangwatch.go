@@ -43,6 +43,10 @@ type hangWatch struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	kills    []*time.Timer
+	// job and votes: the job-wide watch over several nodes (nil: this
+	// node judges alone).
+	job   *jobHang
+	votes chan voteState
 }
 
 // hangVerdict is what the judging found.
@@ -50,6 +54,9 @@ type hangVerdict struct {
 	probe.Verdict
 	answered map[int]bool // local ranks whose probe wrote its evidence
 	idle     string       // how long nothing moved, in words
+	// remote are the root ranks as failures, with the host they ran on:
+	// those on other nodes lead this node's summary (job-wide verdicts).
+	remote []Failure
 }
 
 func (att *attempt) hangWatch() *hangWatch {
@@ -76,6 +83,9 @@ func (att *attempt) hangWatch() *hangWatch {
 		h.strag = probe.NewStragglers(ranks)
 	}
 	h.ticker = time.NewTicker(every)
+	if att.job != nil && h.timeout > 0 && att.job.round.GroupWorldSize > 1 {
+		h.startVoting(att.job)
+	}
 	return h
 }
 
@@ -130,6 +140,14 @@ func (h *hangWatch) check(now time.Time) {
 		}
 	}
 	h.checkStragglers()
+	if h.job != nil {
+		st := voteState{quiet: h.timeout > 0 && running > 0 && !alive, ranks: h.exitedRanks()}
+		if st.quiet {
+			st.cause = h.localCause()
+		}
+		h.sendVote(st)
+		return
+	}
 	if h.timeout <= 0 || running == 0 || alive {
 		return
 	}
@@ -141,13 +159,7 @@ func (h *hangWatch) check(now time.Time) {
 		return
 	}
 	h.judging = true
-	ranks := make([]probe.Rank, len(att.workers))
-	for i, w := range att.workers {
-		ranks[i] = probe.Rank{Rank: w.spec.Rank}
-		if !w.leftAt.IsZero() {
-			ranks[i].Exited, ranks[i].ExitCode, ranks[i].ExitedAt = true, 0, w.leftAt
-		}
-	}
+	ranks := h.exitedRanks()
 	idle := fmt.Sprintf("no rank showed a sign of life for %v (--hang-timeout)", h.timeout)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -176,27 +188,29 @@ func (h *hangWatch) checkStragglers() {
 }
 
 // localVerdict reports whether this node may judge: it runs every rank
-// of the job, or one of its ranks left or is outside any collective (the
-// others' nodes wait for it).
+// of the job, or its own ranks show the cause (localCause).
 func (h *hangWatch) localVerdict() bool {
 	world := 0
 	if len(h.att.workers) > 0 {
 		world, _ = strconv.Atoi(envOf(h.att.workers[0].spec, "WORLD_SIZE"))
 	}
-	if world <= len(h.att.workers) {
-		return true
-	}
+	return world <= len(h.att.workers) || h.localCause() != ""
+}
+
+// localCause says which of this node's ranks left or is outside any
+// collective (the others' nodes wait for it), or "".
+func (h *hangWatch) localCause() string {
 	for i, w := range h.att.workers {
 		if !w.leftAt.IsZero() {
-			return true
+			return fmt.Sprintf("rank %d exited 0 at %s while the others ran", w.spec.Rank, w.leftAt.Format("15:04:05.000"))
 		}
 		if s := h.lives[i].snapshot(); s != nil {
 			if _, in := s.InFlight(); !in && s.Where() == "" {
-				return true
+				return fmt.Sprintf("rank %d is outside any collective while the others wait", w.spec.Rank)
 			}
 		}
 	}
-	return false
+	return ""
 }
 
 func envOf(spec WorkerSpec, name string) string {
@@ -207,8 +221,28 @@ func envOf(spec WorkerSpec, name string) string {
 // judge asks every probe for its evidence, waits for it (evidenceWait at
 // most), and sends the verdict.
 func (h *hangWatch) judge(ctx context.Context, ranks []probe.Rank, idle string) {
+	ev := h.gather(ctx, "hang-"+strconv.FormatInt(time.Now().UnixNano(), 10), ranks)
+	if ctx.Err() != nil {
+		return
+	}
+	v := hangVerdict{Verdict: probe.Judge(ev.ranks, ev.dumps), answered: ev.answered, idle: idle}
+	select {
+	case h.verdicts <- v:
+	case <-ctx.Done():
+	}
+}
+
+// localEvidence is what this node's probes and dumps show.
+type localEvidence struct {
+	ranks    []probe.Rank // by worker, with their snapshots
+	answered map[int]bool // local ranks whose probe served the request
+	dumps    []watchdog.Dump
+}
+
+// gather asks every probe for its evidence under request id and waits for
+// it (evidenceWait at most); ranks are the attempt's, by worker.
+func (h *hangWatch) gather(ctx context.Context, id string, ranks []probe.Rank) localEvidence {
 	att := h.att
-	id := "hang-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	answered := map[int]bool{}
 	var files map[int]string // local rank: snapshot file
 	requested := false
@@ -248,7 +282,7 @@ func (h *hangWatch) judge(ctx context.Context, ranks []probe.Rank, idle string) 
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return localEvidence{ranks: ranks, answered: answered}
 		case <-deadline.C:
 			files = nil
 		case <-poll.C:
@@ -262,11 +296,7 @@ func (h *hangWatch) judge(ctx context.Context, ranks []probe.Rank, idle string) 
 		ranks[i].Snapshot = snaps[w.spec.LocalRank]
 		ranks[i].Stale = probed[w.spec.LocalRank] != "" && !answered[w.spec.LocalRank]
 	}
-	v := hangVerdict{Verdict: probe.Judge(ranks, dumps), answered: answered, idle: idle}
-	select {
-	case h.verdicts <- v:
-	case <-ctx.Done():
-	}
+	return localEvidence{ranks: ranks, answered: answered, dumps: dumps}
 }
 
 // onHang stops a hung attempt with the verdict: the rank that held the
@@ -290,7 +320,14 @@ func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
 			roots = append(roots, w)
 		}
 	}
-	blameless := len(roots) == 0
+	// Root ranks on other nodes lead this node's summary.
+	for _, f := range v.remote {
+		if !slices.ContainsFunc(roots, func(w *worker) bool { return w.spec.Rank == f.Rank }) {
+			f.Time, f.Hung = now, v.idle+": "+text
+			m.out.failures = append(m.out.failures, f)
+		}
+	}
+	blameless := len(roots) == 0 && len(v.remote) == 0
 	if blameless {
 		// Nobody to blame that gorun can see: the lowest running rank
 		// carries the verdict, and the summary says so.

@@ -37,6 +37,9 @@ type Failure struct {
 	// blameless: the hang's verdict named no rank; this one stands for
 	// the job.
 	blameless bool
+	// remote: the rank ran on another node (Host); a job-wide hang
+	// verdict named it.
+	remote bool
 }
 
 // Traceback lines shown in the summary: a longer traceback keeps its first

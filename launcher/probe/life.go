@@ -134,3 +134,34 @@ func (s Snapshot) StepAt(t time.Time) (int64, bool) {
 	}
 	return s.Steps, true
 }
+
+// Trimmed returns the snapshot cut to what a verdict reads, to send to
+// the other nodes: the innermost 16 frames, the newest 8 step times, and
+// of the flight recorder the collectives not retired and the newest
+// retired one of each group.
+func (s Snapshot) Trimmed() Snapshot {
+	const frames, steps = 16, 8
+	out := s
+	out.Stack = slices.Clone(s.Stack[:min(frames, len(s.Stack))])
+	out.StepTimesNs = slices.Clone(s.StepTimesNs[max(0, len(s.StepTimesNs)-steps):])
+	if s.Recorder == nil {
+		return out
+	}
+	rec := *s.Recorder
+	rec.Entries = nil
+	newest := map[int]int{} // group: index of its newest retired entry
+	for i, e := range s.Recorder.Entries {
+		if e.Retired && !e.IsP2P {
+			if j, ok := newest[e.PGID]; !ok || e.CollectiveSeqID > s.Recorder.Entries[j].CollectiveSeqID {
+				newest[e.PGID] = i
+			}
+		}
+	}
+	for i, e := range s.Recorder.Entries {
+		if !e.Retired || newest[e.PGID] == i && !e.IsP2P {
+			rec.Entries = append(rec.Entries, e)
+		}
+	}
+	out.Recorder = &rec
+	return out
+}

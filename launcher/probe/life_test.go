@@ -1,6 +1,8 @@
 package probe
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,5 +100,37 @@ func TestReadRefusesWhatIsNotASnapshot(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v; want an error about %q", filepath.Base(path), err, want)
 		}
+	}
+}
+
+// TestTrimmed: what goes to the other nodes keeps the collectives in
+// flight and the newest retired one of each group, and survives JSON.
+func TestTrimmed(t *testing.T) {
+	rank := 1
+	s := Snapshot{Rank: &rank, Stack: make([]Frame, 40), StepTimesNs: make([]int64, 30), Recorder: &Recorder{Entries: []watchdog.Entry{
+		{PGID: 0, CollectiveSeqID: 1, Retired: true},
+		{PGID: 0, CollectiveSeqID: 2, Retired: true},
+		{PGID: 1, CollectiveSeqID: 1, Retired: true},
+		{PGID: 0, CollectiveSeqID: 3},
+		{PGID: 0, CollectiveSeqID: 0, IsP2P: true, Retired: true},
+	}}}
+	for i := range s.Stack {
+		s.Stack[i] = Frame{File: "train.py", Line: i, Func: "f"}
+	}
+	got := s.Trimmed()
+	var kept []string
+	for _, e := range got.Recorder.Entries {
+		kept = append(kept, fmt.Sprintf("%d#%d", e.PGID, e.CollectiveSeqID))
+	}
+	if strings.Join(kept, " ") != "0#2 1#1 0#3" || len(got.Stack) != 16 || len(got.StepTimesNs) != 8 || len(s.Recorder.Entries) != 5 {
+		t.Errorf("kept %v, %d frames, %d step times (the original: %d entries); want 0#2 1#1 0#3, 16, 8 (5)", kept, len(got.Stack), len(got.StepTimesNs), len(s.Recorder.Entries))
+	}
+	b, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Snapshot
+	if err := json.Unmarshal(b, &back); err != nil || back.Top(1) != "train.py:0 in f" {
+		t.Errorf("round trip: %v, top %q", err, back.Top(1))
 	}
 }

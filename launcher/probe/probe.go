@@ -209,3 +209,8 @@ func Request(path, id string) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// MarshalJSON writes the probe's form, [file, line, function].
+func (f Frame) MarshalJSON() ([]byte, error) {
+	return json.Marshal([]any{f.File, f.Line, f.Func})
+}

@@ -26,7 +26,14 @@ const hangReportTTL = 5 * 60 // seconds
 // survivor the whole wait (10 s) after a node loss. A report outlives its
 // node for hangReportTTL, on a lease of its own.
 func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error) {
-	prefix := r.k.hangPrefix(round.Number)
+	return r.shareReports(ctx, round, r.k.hangPrefix(round.Number), report, wait)
+}
+
+// shareReports puts this node's report under prefix (its group rank the
+// key) and returns every node's of the round as they arrive within wait:
+// all of them, or those in by then; a node whose lease ended is not
+// waited for (see ShareHangReport).
+func (r *Rendezvous) shareReports(ctx context.Context, round rendezvous.Round, prefix string, report []byte, wait time.Duration) ([][]byte, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	grant, err := r.cli.Grant(wctx, hangReportTTL)

@@ -2,5 +2,11 @@ package etcd
 
 import "github.com/gorun-dev/gorun/launcher"
 
-// The etcd rendezvous satisfies the agent's interface.
-var _ launcher.Rendezvous = (*Rendezvous)(nil)
+// The etcd rendezvous satisfies the agent's interface, and the optional
+// ones the agent looks for: the job-wide flight-recorder report and the
+// job-wide hang watch.
+var (
+	_ launcher.Rendezvous   = (*Rendezvous)(nil)
+	_ launcher.HangReporter = (*Rendezvous)(nil)
+	_ launcher.HangVoter    = (*Rendezvous)(nil)
+)

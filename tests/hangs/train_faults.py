@@ -10,6 +10,8 @@ at --fault-step:
   exit0       leave the loop and exit 0 while the others go on
   slow        every step takes --slow-factor times longer from the start
   slowafter   every step from --fault-step on takes --delay seconds longer
+  evaluate    compute alone for --delay seconds at --fault-step (an
+              evaluation on one rank) while the others wait in all_reduce
 """
 import argparse
 import os
@@ -73,6 +75,10 @@ def main():
         if args.fault == "exit0" and mine and step == args.fault_step:
             return
         t = loss.detach().clone()
+        if step == args.fault_step and mine and args.fault == "evaluate":
+            end = time.monotonic() + args.delay
+            while time.monotonic() < end:
+                model(torch.randn(64, 32))  # busy, printing nothing
         if step == args.fault_step and mine and args.fault == "sleep":
             time.sleep(3600)
         if step == args.fault_step and mine and args.fault == "desync":

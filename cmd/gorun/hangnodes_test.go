@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestHangVerdictAcrossNodes runs the unchanged training script on two
+// gorun agents of two ranks each (c10d on loopback): the nodes vote
+// through etcd, share their probes' evidence, and every node names the
+// same rank of the other node; a rank that computes alone for longer
+// than the timeout while the other node's ranks wait is no hang.
+func TestHangVerdictAcrossNodes(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	cases := []struct {
+		name  string
+		fault []string
+		code  int
+		want  []string // on both nodes
+		not   []string
+	}{
+		{"rank 3 sleeps: node 1 sees the cause and declares", []string{"--fault", "sleep", "--fault-rank", "3"}, 124,
+			[]string{"node 1 declared the job hung", "rank 3 never entered all_reduce #", "(ranks 0, 1, 2 wait in it)",
+				"Root Cause (the rank that held the others up)", "rank      : 3 (local_rank: 1)"}, nil},
+		{"rank 3 desyncs: every node is quiet, node 0 declares", []string{"--fault", "desync", "--fault-rank", "3"}, 124,
+			[]string{"node 0 declared the job hung: no rank of any of the 2 nodes showed a sign of life", "rank 3 called broadcast",
+				"rank      : 3 (local_rank: 1)"}, nil},
+		{"rank 0 evaluates alone for 10 s, only rank 0 prints", []string{"--fault", "evaluate", "--fault-rank", "0", "--delay", "10", "--steps", "30", "--print-every", "1000"}, 0,
+			nil, []string{"declared the job hung", "hang:"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+			nodes := startNodes(t, 2, func(i int) []string {
+				return append(elasticArgs(ep, "hangnodes", i, "--nnodes=2", "--nproc-per-node=2", "--hang-timeout=4s", "--python", py, faultScript), tc.fault...)
+			})
+			for i, n := range nodes {
+				if code := waitExit(t, n.cmd); code != tc.code {
+					t.Errorf("node %d exit %d; want %d", i, code, tc.code)
+				}
+			}
+			for i, n := range nodes {
+				s := n.stderr.String()
+				for _, w := range tc.want {
+					if !strings.Contains(s, w) {
+						t.Errorf("node %d lacks %q", i, w)
+					}
+				}
+				for _, w := range tc.not {
+					if strings.Contains(s, w) {
+						t.Errorf("node %d has %q", i, w)
+					}
+				}
+				if t.Failed() {
+					t.Logf("node %d stderr:\n%s", i, s)
+				}
+			}
+		})
+	}
+}
