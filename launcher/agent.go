@@ -299,6 +299,9 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	if hv, ok := a.rdzv.(HangVoter); ok && a.cfg.HangTimeout > 0 && round.GroupWorldSize > 1 {
 		att.job = &jobHang{voter: hv, round: round}
 	}
+	if as, ok := a.rdzv.(ArrivalSharer); ok && round.GroupWorldSize > 1 {
+		att.arrivals = &nodeArrivalsPlan{sharer: as, round: round}
+	}
 	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
 	stopWatch()
 	att.finish()
@@ -377,8 +380,8 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 	if err != nil {
 		return nil, "", err
 	}
-	att.onStraggler = func(s probe.Straggler, recovered bool) {
-		a.events.Record(Event{Kind: EventStraggler, Attempt: attemptN, Straggler: stragglerEvent(s, recovered)})
+	att.onStraggler = func(s probe.Straggler, node string, recovered bool) {
+		a.events.Record(Event{Kind: EventStraggler, Attempt: attemptN, Straggler: stragglerEvent(s, node, recovered)})
 	}
 	a.group.startGuard()   // the workers are forked: off the launch's path
 	a.warm.fill(att.stdin) // the next (re)start's interpreters

@@ -63,6 +63,9 @@ type attempt struct {
 	// job is the attempt's part in the job-wide hang watch (nil: this
 	// node judges alone).
 	job *jobHang
+	// arrivals is the attempt's part in the job-wide straggler watch (nil:
+	// none).
+	arrivals *nodeArrivalsPlan
 	// stdin is what the workers read.
 	stdin stdinPlan
 	// filtered are the files of --duplicate-stdout-filters and
@@ -74,7 +77,10 @@ type attempt struct {
 	filteredSinks []*filteredLines
 	// onStraggler hears of each rank the straggler watch names, and of
 	// its recovery (nil: nobody listens).
-	onStraggler func(s probe.Straggler, recovered bool)
+	// (node: "" for a rank of this node's; else the straggling node, and
+	// s.Rank its rank most often last). Called from the watch's
+	// goroutines too.
+	onStraggler func(s probe.Straggler, node string, recovered bool)
 }
 
 // outcomeKind says how an attempt ended.

@@ -83,11 +83,14 @@ type StragglerEvent struct {
 	SinceTime time.Time `json:"since"`
 	Step      int64     `json:"step"`
 	Recovered bool      `json:"recovered,omitempty"`
+	// Node is the straggling node, "node 1 (host7)", when the job-wide
+	// watch named a whole node (Rank is then its rank most often last).
+	Node string `json:"node,omitempty"`
 }
 
-func stragglerEvent(s probe.Straggler, recovered bool) *StragglerEvent {
+func stragglerEvent(s probe.Straggler, node string, recovered bool) *StragglerEvent {
 	return &StragglerEvent{Rank: s.Rank, Group: s.Group, Late: s.Late, Window: s.Window, LagSeconds: s.Lag.Seconds(),
-		Since: s.Since, SinceTime: s.SinceTime.Round(0), Step: s.Step, Recovered: recovered}
+		Since: s.Since, SinceTime: s.SinceTime.Round(0), Step: s.Step, Recovered: recovered, Node: node}
 }
 
 // EventLog records a node's timeline: in memory, and appended to w as JSON

@@ -60,7 +60,11 @@ func (r Report) WriteText(w io.Writer) error {
 			if s.Recovered {
 				late = "recovered"
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t#%d\t%s\t%s\t%.3f\n", s.Rank, s.Group, goodputClock(s.SinceTime), s.Since, step, late, s.LagSeconds)
+			rank := strconv.Itoa(s.Rank)
+			if s.Node != "" {
+				rank = "all of " + s.Node + ", most often " + rank
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t#%d\t%s\t%s\t%.3f\n", rank, s.Group, goodputClock(s.SinceTime), s.Since, step, late, s.LagSeconds)
 		}
 		tw.Flush()
 	}

@@ -89,11 +89,9 @@ type voteState struct {
 // rendezvous and, once the round is declared hung, gathers, shares and
 // judges the evidence.
 func (h *hangWatch) startVoting(job *jobHang) {
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
 	h.job = job
 	h.votes = make(chan voteState, 1)
-	h.wg.Go(func() { h.vote(ctx) })
+	h.wg.Go(func() { h.vote(h.ctx) })
 }
 
 // sendVote hands the newest state to the voting goroutine, replacing one

@@ -40,13 +40,19 @@ type hangWatch struct {
 	judging  bool
 	deferred bool // said once that other nodes' ranks decide
 	verdicts chan hangVerdict
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	// ctx ends with stop: every goroutine of the watch runs under it, and
+	// wg owns them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 	kills    []*time.Timer
 	// job and votes: the job-wide watch over several nodes (nil: this
 	// node judges alone).
 	job   *jobHang
 	votes chan voteState
+	// nodes is the job-wide straggler watch (nil: this node's ranks are
+	// compared with each other only).
+	nodes *nodeWatch
 }
 
 // hangVerdict is what the judging found.
@@ -66,6 +72,7 @@ func (att *attempt) hangWatch() *hangWatch {
 	}
 	now := time.Now()
 	h := &hangWatch{att: att, timeout: att.cfg.HangTimeout, verdicts: make(chan hangVerdict, 1)}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
 	var ranks []int
 	for _, w := range att.workers {
 		out := w.progress
@@ -85,6 +92,10 @@ func (att *attempt) hangWatch() *hangWatch {
 	h.ticker = time.NewTicker(every)
 	if att.job != nil && h.timeout > 0 && att.job.round.GroupWorldSize > 1 {
 		h.startVoting(att.job)
+	}
+	if as := att.arrivals; as != nil && probes && as.round.GroupWorldSize > 1 {
+		h.nodes = newNodeWatch(as.sharer, as.round, att.cfg.Hostname, now)
+		h.nodes.start(h.ctx, h)
 	}
 	return h
 }
@@ -109,9 +120,7 @@ func (h *hangWatch) stop() {
 		return
 	}
 	h.ticker.Stop()
-	if h.cancel != nil {
-		h.cancel()
-	}
+	h.cancel()
 	h.wg.Wait()
 	for _, t := range h.kills {
 		t.Stop()
@@ -126,6 +135,7 @@ func (h *hangWatch) check(now time.Time) {
 	}
 	att := h.att
 	running, alive := 0, false
+	var snaps []probe.Snapshot
 	for i, w := range att.workers {
 		if w.proc == nil || w.proc.Exited() {
 			continue
@@ -135,9 +145,15 @@ func (h *hangWatch) check(now time.Time) {
 		if now.Sub(h.lives[i].last) <= h.timeout {
 			alive = true
 		}
-		if s := h.lives[i].snapshot(); s != nil && h.strag != nil {
-			h.strag.Observe(*s)
+		if s := h.lives[i].snapshot(); s != nil {
+			if h.strag != nil {
+				h.strag.Observe(*s)
+			}
+			snaps = append(snaps, *s)
 		}
+	}
+	if h.nodes != nil {
+		h.nodes.sample(now, snaps)
 	}
 	h.checkStragglers()
 	if h.job != nil {
@@ -161,9 +177,7 @@ func (h *hangWatch) check(now time.Time) {
 	h.judging = true
 	ranks := h.exitedRanks()
 	idle := fmt.Sprintf("no rank showed a sign of life for %v (--hang-timeout)", h.timeout)
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	h.wg.Go(func() { h.judge(ctx, ranks, idle) })
+	h.wg.Go(func() { h.judge(h.ctx, ranks, idle) })
 }
 
 // checkStragglers logs the ranks the straggler watch names or clears,
@@ -176,13 +190,13 @@ func (h *hangWatch) checkStragglers() {
 	for _, s := range named {
 		h.att.cfg.Log.Warnf("straggler watch: %s", s)
 		if h.att.onStraggler != nil {
-			h.att.onStraggler(s, false)
+			h.att.onStraggler(s, "", false)
 		}
 	}
 	for _, s := range recovered {
 		h.att.cfg.Log.Infof("straggler watch: rank %d no longer enters collectives last", s.Rank)
 		if h.att.onStraggler != nil {
-			h.att.onStraggler(s, true)
+			h.att.onStraggler(s, "", true)
 		}
 	}
 }

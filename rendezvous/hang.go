@@ -16,3 +16,10 @@ type HangDeclared struct {
 	// At is when it was declared, by the declaring node's clock.
 	At time.Time `json:"at"`
 }
+
+// NodeReport is one node's value under a key of the round that every
+// node writes (its group rank the key).
+type NodeReport struct {
+	GroupRank int
+	Value     []byte
+}

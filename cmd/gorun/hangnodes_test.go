@@ -19,16 +19,21 @@ func TestHangVerdictAcrossNodes(t *testing.T) {
 		fault []string
 		code  int
 		want  []string // on both nodes
-		not   []string
+		// wantOne: on one node, group rank 0's, which compares the nodes
+		// (whichever agent that is).
+		wantOne []string
+		not     []string
 	}{
 		{"rank 3 sleeps: node 1 sees the cause and declares", []string{"--fault", "sleep", "--fault-rank", "3"}, 124,
 			[]string{"node 1 declared the job hung", "rank 3 never entered all_reduce #", "(ranks 0, 1, 2 wait in it)",
-				"Root Cause (the rank that held the others up)", "rank      : 3 (local_rank: 1)"}, nil},
+				"Root Cause (the rank that held the others up)", "rank      : 3 (local_rank: 1)"}, nil, nil},
 		{"rank 3 desyncs: every node is quiet, node 0 declares", []string{"--fault", "desync", "--fault-rank", "3"}, 124,
 			[]string{"node 0 declared the job hung: no rank of any of the 2 nodes showed a sign of life", "rank 3 called broadcast",
-				"rank      : 3 (local_rank: 1)"}, nil},
+				"rank      : 3 (local_rank: 1)"}, nil, nil},
 		{"rank 0 evaluates alone for 10 s, only rank 0 prints", []string{"--fault", "evaluate", "--fault-rank", "0", "--delay", "10", "--steps", "30", "--print-every", "1000"}, 0,
-			nil, []string{"declared the job hung", "hang:"}},
+			nil, nil, []string{"declared the job hung", "hang:"}},
+		{"node 1's ranks three times slower", []string{"--fault", "slow", "--fault-rank", "2,3", "--steps", "80"}, 0,
+			nil, []string{"straggler watch: node 1 (", ") is a straggler: its ranks entered last"}, []string{"rank 2 is a straggler", "rank 3 is a straggler", "node 0 ("}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,8 +59,15 @@ func TestHangVerdictAcrossNodes(t *testing.T) {
 						t.Errorf("node %d has %q", i, w)
 					}
 				}
-				if t.Failed() {
-					t.Logf("node %d stderr:\n%s", i, s)
+			}
+			for _, w := range tc.wantOne {
+				if !strings.Contains(nodes[0].stderr.String()+nodes[1].stderr.String(), w) {
+					t.Errorf("no node says %q", w)
+				}
+			}
+			if t.Failed() {
+				for i, n := range nodes {
+					t.Logf("node %d stderr:\n%s", i, n.stderr.String())
 				}
 			}
 		})

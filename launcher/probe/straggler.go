@@ -75,12 +75,13 @@ type Stragglers struct {
 	history map[int][]arrival // by group, the newest judged collectives
 	steps   map[int]Snapshot  // each rank's newest snapshot, for steps
 	named   map[[2]int]Straggler
+	minLag  time.Duration // StragglerMinLag, or more (SetMinLag)
 }
 
 // NewStragglers watches ranks.
 func NewStragglers(ranks []int) *Stragglers {
 	s := &Stragglers{ranks: map[int]bool{}, pending: map[collKey]map[int]int64{}, judged: map[collKey]bool{},
-		history: map[int][]arrival{}, steps: map[int]Snapshot{}, named: map[[2]int]Straggler{}}
+		history: map[int][]arrival{}, steps: map[int]Snapshot{}, named: map[[2]int]Straggler{}, minLag: StragglerMinLag}
 	for _, r := range ranks {
 		s.ranks[r] = true
 	}
@@ -166,7 +167,7 @@ func (s *Stragglers) Check() (named, recovered []Straggler) {
 	for pg, h := range s.history {
 		late := map[int][]arrival{}
 		for _, a := range h {
-			if a.lag >= StragglerMinLag {
+			if a.lag >= s.minLag {
 				late[a.last] = append(late[a.last], a)
 			}
 		}

@@ -3,10 +3,11 @@ package etcd
 import "github.com/gorun-dev/gorun/launcher"
 
 // The etcd rendezvous satisfies the agent's interface, and the optional
-// ones the agent looks for: the job-wide flight-recorder report and the
-// job-wide hang watch.
+// ones the agent looks for: the job-wide flight-recorder report, hang
+// watch and straggler watch.
 var (
-	_ launcher.Rendezvous   = (*Rendezvous)(nil)
-	_ launcher.HangReporter = (*Rendezvous)(nil)
-	_ launcher.HangVoter    = (*Rendezvous)(nil)
+	_ launcher.Rendezvous    = (*Rendezvous)(nil)
+	_ launcher.HangReporter  = (*Rendezvous)(nil)
+	_ launcher.HangVoter     = (*Rendezvous)(nil)
+	_ launcher.ArrivalSharer = (*Rendezvous)(nil)
 )

@@ -1,7 +1,7 @@
 """A small DDP training loop as people write them: only rank 0 prints,
 checkpoints every few steps, knows nothing of gorun. --fault injects one
 of the faults gorun's hang and straggler watch must name, on --fault-rank
-at --fault-step:
+(a rank, or ranks: 2,3) at --fault-step:
 
   none        train normally
   sleep       sleep before the step's all_reduce (a hung rank)
@@ -28,7 +28,7 @@ def parse():
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--step-time", type=float, default=0.05)
     p.add_argument("--fault", default="none")
-    p.add_argument("--fault-rank", type=int, default=1)
+    p.add_argument("--fault-rank", type=lambda v: [int(r) for r in v.split(",")], default=[1])
     p.add_argument("--fault-step", type=int, default=20)
     p.add_argument("--slow-factor", type=float, default=3.0)
     p.add_argument("--delay", type=float, default=0.2)
@@ -41,7 +41,7 @@ def batches(rank, args):
     g = torch.Generator().manual_seed(rank)
     step = 0
     while True:
-        if args.fault == "dataloader" and rank == args.fault_rank and step == args.fault_step:
+        if args.fault == "dataloader" and rank in args.fault_rank and step == args.fault_step:
             time.sleep(3600)  # a shard that never arrives
         yield torch.randn(16, 32, generator=g), torch.randn(16, 1, generator=g)
         step += 1
@@ -59,7 +59,7 @@ def main():
         model.module.load_state_dict(state["model"])
         start = state["step"]
     data = batches(rank, args)
-    mine = rank == args.fault_rank
+    mine = rank in args.fault_rank
     for step in range(start, args.steps):
         x, y = next(data)
         work = args.step_time
