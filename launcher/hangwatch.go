@@ -45,7 +45,7 @@ type hangWatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	kills    []*time.Timer
+	kills  []*time.Timer
 	// job and votes: the job-wide watch over several nodes (nil: this
 	// node judges alone).
 	job   *jobHang
