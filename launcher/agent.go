@@ -13,6 +13,7 @@ import (
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/launcher/probe"
+	"github.com/gorun-dev/gorun/launcher/pyhelpers"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -190,23 +191,28 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 	defer a.pre.wait()
 	shared, warnings := SharedEnv(cfg)
 	shared = append(shared, a.pre.env()...)
-	if cfg.probes() {
-		// The probe's code lives in a private folder of its own in the
+	if cfg.pythonWorkers() {
+		// gorun's Python modules (the helpers, and the probe's
+		// sitecustomize) live in a private folder of their own in the
 		// temporary folder (sticky), never in the run's folder: under a
 		// --log-dir that others can write to, the run's folder could be
 		// swapped for theirs between the install and a worker's start,
-		// and their sitecustomize run in the job.
-		pdir, err := tempdir.New("probe")
+		// and their code run in the job.
+		pdir, err := tempdir.New("python")
 		if err != nil {
-			return Result{ExitCode: 1}, fmt.Errorf("worker probe: %w", err)
+			return Result{ExitCode: 1}, fmt.Errorf("python modules: %w", err)
 		}
 		defer pdir.Remove()
-		folder, err := probe.Install(pdir.Path())
-		if err != nil {
+		if err := pyhelpers.Install(pdir.Path()); err != nil {
 			return Result{ExitCode: 1}, err
 		}
+		if cfg.probes() {
+			if err := probe.Install(pdir.Path()); err != nil {
+				return Result{ExitCode: 1}, err
+			}
+		}
 		user, _ := lookupEnv(cfg.Environ, "PYTHONPATH")
-		shared = append(shared, EnvVar{"PYTHONPATH", probe.PythonPath(folder, user)})
+		shared = append(shared, EnvVar{"PYTHONPATH", probe.PythonPath(pdir.Path(), user)})
 	}
 	timer, timerEnv, err := startFileTimer(pctx, cfg.Environ, cfg.Log.Warnf)
 	if err != nil {

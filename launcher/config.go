@@ -309,6 +309,10 @@ func (cfg *Config) stops(sig syscall.Signal) bool {
 
 // probes reports whether the workers get gorun's probe: with
 // --worker-probe, for Python workers.
-func (c *Config) probes() bool {
-	return c.WorkerProbe && (c.Entrypoint.RunsPython() || isPython(c.Entrypoint.Script))
+func (c *Config) probes() bool { return c.WorkerProbe && c.pythonWorkers() }
+
+// pythonWorkers reports whether the workers run Python: they then get
+// gorun's Python modules on their path (package pyhelpers).
+func (c *Config) pythonWorkers() bool {
+	return c.Entrypoint.RunsPython() || isPython(c.Entrypoint.Script)
 }

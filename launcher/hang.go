@@ -18,7 +18,7 @@ import (
 
 // EnvHeartbeatFile names the file a worker may touch to show progress
 // when gorun runs with --hang-timeout (comm.Heartbeat, or
-// examples/pytorch/gorun_heartbeat.py).
+// the gorun_heartbeat module, on every Python worker's path: package pyhelpers).
 const EnvHeartbeatFile = workerenv.HeartbeatFile
 
 // evidenceGrace is how long a hung worker has to print its evidence and

@@ -21,7 +21,7 @@ import (
 // request in the job's store; every agent learns it, creates the file
 // named by GORUN_STOP_FILE and sends its workers PreemptWorkerSignal. The
 // workers agree on a step at which all ranks stop (comm.Preemption,
-// examples/pytorch/gorun_preempt.py), save a checkpoint and exit 0; gorun
+// the gorun_preempt module, on every Python worker's path: package pyhelpers), save a checkpoint and exit 0; gorun
 // then exits ExitPreempted, which is neither a failure nor a restart.
 // Past the grace period, the workers are stopped as for a stop signal.
 const (

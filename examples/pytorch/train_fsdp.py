@@ -25,7 +25,13 @@ import time
 
 # First: its import catches gorun's stop signal, so a stop that comes while
 # torch is still being imported is kept for the first check.
-from gorun_preempt import Preemption
+# gorun puts gorun_preempt on every Python worker's path: no file to copy.
+try:
+    from gorun_preempt import Preemption
+except ImportError:  # not under gorun (torchrun): no stop requests to honour
+    class Preemption:
+        def should_stop(self, step):
+            return False
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

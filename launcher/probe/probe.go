@@ -45,10 +45,6 @@ const (
 	EnvOwner = "GORUN_PROBE_OWNER"
 )
 
-// Folder is the name of the probe's folder in the run's folder, which
-// goes first on the workers' PYTHONPATH.
-const Folder = "probe"
-
 // RequestFile is the name of the attempt's request file, beside its
 // local ranks' folders.
 const RequestFile = "probe-request"
@@ -65,22 +61,19 @@ const (
 	StacksFile   = "stacks.txt"
 )
 
-// Install writes the probe's module into dir/probe (made mode 0700) and
-// returns that folder.
-func Install(dir string) (string, error) {
-	folder := filepath.Join(dir, Folder)
-	if err := os.Mkdir(folder, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", fmt.Errorf("worker probe: %w", err)
-	}
+// Install writes the probe's module, sitecustomize.py, into folder, which
+// the caller made private (0700, its own) and puts first on the workers'
+// PYTHONPATH.
+func Install(folder string) error {
 	path := filepath.Join(folder, "sitecustomize.py")
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, module, 0o600); err != nil {
-		return "", fmt.Errorf("worker probe: %w", err)
+		return fmt.Errorf("worker probe: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("worker probe: %w", err)
+		return fmt.Errorf("worker probe: %w", err)
 	}
-	return folder, nil
+	return nil
 }
 
 // PythonPath returns PYTHONPATH with folder first (cur: the user's value,

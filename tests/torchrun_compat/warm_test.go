@@ -491,8 +491,8 @@ func jobProcesses(tmp string) []int {
 }
 
 // probeFolder spells a path with the worker probe's per-run folder
-// (gorun-probe-<random>) made alike.
+// (gorun-python-<random>) made alike.
 func probeFolder(v any) string {
 	s, _ := v.(string)
-	return regexp.MustCompile(`gorun-probe-[0-9]+`).ReplaceAllString(s, "gorun-probe-*")
+	return regexp.MustCompile(`gorun-python-[0-9]+`).ReplaceAllString(s, "gorun-python-*")
 }
