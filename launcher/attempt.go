@@ -602,6 +602,9 @@ func (att *attempt) completeFailures(failures, left []Failure, layout *logLayout
 		}
 		w := byRank[f.LocalRank]
 		f.errorFile = w.spec.ErrorFile
+		if f.Left == "" && f.Hung == "" {
+			f.LastLine = lastLine(w.stderrTail.String())
+		}
 		rep, err := ReadErrorFile(w.spec.ErrorFile)
 		switch {
 		case err != nil:

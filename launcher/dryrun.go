@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -66,11 +67,20 @@ func PlanDryRun(cfg *Config, round rendezvous.Round, spare bool) (DryRunPlan, er
 	round.JobSecret = SecretPlaceholder
 	shared, warnings := SharedEnv(cfg)
 	warnings = append(warnings, secretWarnings(cfg)...)
+	root := "<temporary directory>"
+	if cfg.LogDir != "" {
+		root = filepath.Join(cfg.LogDir, cfg.RunID+"_<random>")
+	}
+	// What the agent adds at its start, as it will be.
+	if cfg.PreemptGrace > 0 {
+		shared = append(shared, (&preemptor{cfg: cfg, stopFile: filepath.Join(root, stopFileName)}).env()...)
+	}
+	if cfg.pythonWorkers() {
+		user, _ := lookupEnv(cfg.Environ, "PYTHONPATH")
+		shared = append(shared, EnvVar{"PYTHONPATH", probe.PythonPath("<temporary directory gorun-python-*>", user)})
+	}
 	errorFile := func(lr int) string {
-		if cfg.LogDir == "" {
-			return filepath.Join("<temporary directory>", attemptName(0), strconv.Itoa(lr), "error.json")
-		}
-		return filepath.Join(cfg.LogDir, cfg.RunID+"_<random>", attemptName(0), strconv.Itoa(lr), "error.json")
+		return filepath.Join(root, attemptName(0), strconv.Itoa(lr), "error.json")
 	}
 	workers := []WorkerSpec{}
 	if !spare {
@@ -103,7 +113,7 @@ func (p DryRunPlan) Write(w io.Writer, format string) error {
 		return enc.Encode(p)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "run id %s: %d workers on this node (dry run: nothing started)\n", p.RunID, len(p.Workers))
+	fmt.Fprintf(&b, "run id %s: %s on this node (dry run: nothing started)\n", p.RunID, plural(len(p.Workers), "worker", "workers"))
 	if p.MasterPortAtLaunch {
 		b.WriteString("MASTER_PORT=0 stands for a free port chosen when the job starts\n")
 	}
@@ -157,4 +167,12 @@ func shellJoin(argv []string) string {
 		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 	}
 	return strings.Join(out, " ")
+}
+
+// plural is "1 worker" or "3 workers".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

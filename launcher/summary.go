@@ -31,6 +31,9 @@ type Failure struct {
 	// Left says that the worker exited 0 while the others ran, before
 	// the failures that followed.
 	Left string `json:"left,omitempty"`
+	// LastLine is the last line the worker wrote to its stderr, shown
+	// when it wrote no error file.
+	LastLine string `json:"last_line,omitempty"`
 	// errorFile is the worker's error file, kept or not, while the run
 	// lasts (writeRootCause).
 	errorFile string
@@ -145,10 +148,33 @@ func formatFailure(idx int, f Failure, noTraceback string) string {
 		}
 	case f.Signal != 0:
 		fmt.Fprintf(&b, "  traceback : Signal %d (%s) received by PID %d\n", int(f.Signal), SignalName(f.Signal), f.PID)
+	case f.LastLine != "":
+		fmt.Fprintf(&b, "  last line : %s\n", f.LastLine)
+		if notStarted(f.LastLine) {
+			noTraceback = "none: the interpreter could not start the script (its last line above)"
+		}
+		fmt.Fprintf(&b, "  traceback : %s\n", noTraceback)
 	default:
 		fmt.Fprintf(&b, "  traceback : %s\n", noTraceback)
 	}
 	return b.String()
+}
+
+// notStarted says whether a worker's last line is Python's own refusal
+// to start the script: a missing file or module.
+func notStarted(line string) bool {
+	return strings.Contains(line, "can't open file") || strings.Contains(line, "No module named") ||
+		strings.Contains(line, "Error while finding module specification")
+}
+
+// lastLine is the last line of text that is not empty, cut to 300 bytes.
+func lastLine(text string) string {
+	lines := strings.Split(strings.TrimRight(text, "\n "), "\n")
+	l := strings.TrimSpace(lines[len(lines)-1])
+	if len(l) > 300 {
+		l = l[:300] + "..."
+	}
+	return l
 }
 
 // trimLines keeps the first head and last tail lines of s, marking the

@@ -81,3 +81,24 @@ func TestFormatSummaryHint(t *testing.T) {
 		})
 	}
 }
+
+// TestFormatSummaryLastLine: a worker without an error file shows the
+// last line of its stderr; one that Python could not start is not told
+// to decorate its main with @record.
+func TestFormatSummaryLastLine(t *testing.T) {
+	for _, tt := range []struct {
+		last, want, not string
+	}{
+		{"python3: can't open file '/w/nosuch.py': [Errno 2] No such file or directory", "could not start the script", "@record"},
+		{"/usr/bin/python3: No module named pkg.train", "could not start the script", "record"},
+		{"ValueError: bad batch", "errors.record to get one", "could not start"},
+	} {
+		got := FormatSummary(Entrypoint{Script: "train.py"}, []Failure{{Rank: 0, ExitCode: 1, LastLine: tt.last}})
+		if !strings.Contains(got, "  last line : "+tt.last) || !strings.Contains(got, tt.want) || strings.Contains(got, tt.not) {
+			t.Errorf("%q: want the line, %q and not %q:\n%s", tt.last, tt.want, tt.not, got)
+		}
+	}
+	if got := lastLine("Traceback:\n  x\nValueError: bad batch\n\n"); got != "ValueError: bad batch" {
+		t.Errorf("lastLine = %q", got)
+	}
+}

@@ -270,3 +270,43 @@ func TestFreePortOnHostName(t *testing.T) {
 		t.Errorf("FreePort(localhost) = %d, %v", p, err)
 	}
 }
+
+func TestParseSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{"30", 30 * time.Second, ""},
+		{"0.5", 500 * time.Millisecond, ""},
+		{"1m30s", 90 * time.Second, ""},
+		{"0", 0, ""},
+		{"-3", 0, "want 0 or more"},
+		{"-3s", 0, "want 0 or more"},
+		{"soon", 0, "want a duration such as 30s or 1m"},
+	} {
+		got, err := ParseSeconds("hang-timeout", tt.in)
+		switch {
+		case tt.err == "" && (err != nil || got != tt.want):
+			t.Errorf("%q: %v, %v; want %v", tt.in, got, err, tt.want)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), "--hang-timeout")):
+			t.Errorf("%q: %v; want an error naming --hang-timeout with %q", tt.in, err, tt.err)
+		}
+	}
+}
+
+func TestOutcomeText(t *testing.T) {
+	for in, want := range map[string]string{
+		"failed: exit code 3: rank 1 on host7 exited with code 3": "failed (exit code 3): rank 1 on host7 exited with code 3",
+		"failed: stopped: SIGTERM on node 0":                      "stopped: SIGTERM on node 0",
+		"failed: no node came in time":                            "failed: no node came in time",
+		"succeeded in round 2":                                    "succeeded in round 2",
+	} {
+		if got := OutcomeText(in); got != want {
+			t.Errorf("OutcomeText(%q) = %q; want %q", in, got, want)
+		}
+	}
+	if got := (&JobFailure{Outcome: "failed: stopped: SIGTERM"}).Error(); got != "rendezvous: job stopped: SIGTERM" {
+		t.Errorf("JobFailure = %q", got)
+	}
+}

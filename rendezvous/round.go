@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -42,7 +43,24 @@ type JobFailure struct {
 	ExitCode int
 }
 
-func (e *JobFailure) Error() string { return ErrJobFailed.Error() + ": " + e.Outcome }
+func (e *JobFailure) Error() string { return "rendezvous: job " + OutcomeText(e.Outcome) }
+
+// OutcomeText says a finished job's outcome in words: the store's
+// "failed: exit code 3: rank 1 ..." reads "failed (exit code 3): rank 1
+// ...", and "failed: stopped: why" reads "stopped: why".
+func OutcomeText(outcome string) string {
+	rest, ok := strings.CutPrefix(outcome, "failed: ")
+	if !ok {
+		return outcome
+	}
+	if why, ok := strings.CutPrefix(rest, "stopped: "); ok {
+		return "stopped: " + why
+	}
+	if code, why, ok := strings.Cut(strings.TrimPrefix(rest, "exit code "), ": "); ok && strings.HasPrefix(rest, "exit code ") {
+		return "failed (exit code " + code + "): " + why
+	}
+	return "failed: " + rest
+}
 
 // Unwrap makes errors.Is(err, ErrJobFailed) true.
 func (e *JobFailure) Unwrap() error { return ErrJobFailed }

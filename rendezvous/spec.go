@@ -90,8 +90,11 @@ func ParseSeconds(flag, s string) (time.Duration, error) {
 		return time.Duration(f * float64(time.Second)), nil
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
+	switch {
+	case err != nil:
 		return 0, fmt.Errorf("--%s=%q: want a duration such as 30s or 1m, or a number of seconds", flag, s)
+	case d < 0:
+		return 0, fmt.Errorf("--%s=%q: want 0 or more", flag, s)
 	}
 	return d, nil
 }

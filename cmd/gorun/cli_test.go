@@ -241,7 +241,10 @@ func TestDryRun(t *testing.T) {
 	for _, v := range plan.Workers[1].Env {
 		env[v.Name] = v.Value
 	}
-	for k, v := range map[string]string{"RANK": "3", "WORLD_SIZE": "4", "GROUP_RANK": "1", "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500"} {
+	// What the agent adds at its start is shown too: the stop file and
+	// signal, and the folder of gorun's Python modules.
+	for k, v := range map[string]string{"RANK": "3", "WORLD_SIZE": "4", "GROUP_RANK": "1", "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500",
+		"GORUN_STOP_FILE": "<temporary directory>/stop", "GORUN_STOP_SIGNAL": "TERM", "PYTHONPATH": "<temporary directory gorun-python-*>"} {
 		if env[k] != v {
 			t.Errorf("%s = %q; want %q", k, env[k], v)
 		}

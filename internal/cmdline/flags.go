@@ -212,7 +212,7 @@ func launchFlags() []cli.Flag {
 		// Rendezvous.
 		str(catRendezvous, fNnodes, "1:1", "number of nodes, N or MIN:MAX", true),
 		integer(catRendezvous, fNodeRank, 0, "this node's rank, for the static backend", true),
-		str(catRendezvous, fRdzvBackend, "static", "rendezvous backend: static (multi-node elastic backends come with the etcd rendezvous)", true),
+		str(catRendezvous, fRdzvBackend, "static", "rendezvous backend: static (fixed nodes, node 0 at --master-addr), c10d (elastic over etcd, embedded at --rdzv-endpoint: torchrun's lines as they are), embedded (the same, named for what it is), etcd or etcd-v2 (an external etcd at --rdzv-endpoint)", true),
 		str(catRendezvous, fRdzvEndpoint, "", "rendezvous endpoint host[:port]", true),
 		str(catRendezvous, fRdzvID, "none", "job id (TORCHELASTIC_RUN_ID)", true),
 		str(catRendezvous, fRdzvConf, "", "backend settings k1=v1,k2=v2", true),

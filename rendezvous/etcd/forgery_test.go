@@ -119,7 +119,7 @@ func TestForgedValuesAreRefused(t *testing.T) {
 			for i, ch := range events {
 				select {
 				case ev, ok := <-ch:
-					if ok && !strings.HasPrefix(ev.Reason, "job finished: succeeded") {
+					if ok && !strings.HasPrefix(ev.Reason, "the job succeeded") {
 						t.Errorf("agent %d: the forged %s ended the round: %q", i, key, ev.Reason)
 					}
 				default:

@@ -154,7 +154,7 @@ func (r *Rendezvous) whileLeased(ctx context.Context) (context.Context, context.
 // that ends round t.
 func (r *Rendezvous) roundOver(ctx context.Context, c *control, t int) (rendezvous.Event, bool) {
 	if c.outcome != "" {
-		return rendezvous.Event{Reason: "job finished: " + c.outcome, Failure: !strings.HasPrefix(c.outcome, "succeeded")}, true
+		return rendezvous.Event{Reason: "the job " + rendezvous.OutcomeText(c.outcome), Failure: !strings.HasPrefix(c.outcome, "succeeded")}, true
 	}
 	if c.round <= t {
 		return rendezvous.Event{}, false

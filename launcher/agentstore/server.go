@@ -1,0 +1,149 @@
+// Package agentstore is the workers' store served by the agent itself, as
+// torchrun 2.x serves it: a server of PyTorch's c10d TCPStore protocol,
+// for clients of PyTorch 2.x (which open each connection with a
+// validation message) and 1.x (which do not; their operations are
+// numbered differently). The agent binds the port before it hands it to
+// the workers (MASTER_PORT, with TORCHELASTIC_USE_AGENT_STORE=True), so
+// that no other process can take it between the choice and rank 0's use,
+// as it could when rank 0 bound a port the launcher had only probed.
+//
+// The store keeps keys, counters and queues in memory; WAIT and BARRIER
+// park the caller until their keys exist or the barrier fills, and a
+// 2.x client's CANCEL_WAIT takes a parked wait back. Reset empties it
+// between attempts: PyTorch 2.x workers use the same keys on every
+// attempt. Like PyTorch's own, the store has no authentication: anyone
+// who reaches the port can read and write it.
+package agentstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// Server serves one store on a listener it owns. Its methods are safe for
+// concurrent use.
+type Server struct {
+	ln net.Listener
+
+	mu      sync.Mutex
+	keys    map[string][]byte
+	queues  map[string][][]byte
+	waiters []*waiter
+	conns   map[*conn]struct{}
+	closed  bool
+	done    chan struct{} // closed by Close
+
+	wg sync.WaitGroup // the accept loop and the connections
+}
+
+// Listen binds port on every address of the host (the wildcard, as
+// PyTorch's TCPStore binds it; 0: a port the kernel picks) and returns a
+// server that does not serve yet.
+func Listen(port int) (*Server, error) {
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return nil, fmt.Errorf("workers' store: listen on port %d: %w", port, err)
+	}
+	return &Server{ln: ln, keys: map[string][]byte{}, queues: map[string][][]byte{}, conns: map[*conn]struct{}{}, done: make(chan struct{})}, nil
+}
+
+// Port is the port the server holds.
+func (s *Server) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
+
+// Serve accepts connections until ctx ends or Close; it returns at once,
+// the server's goroutines running until then.
+func (s *Server) Serve(ctx context.Context) {
+	s.wg.Go(func() {
+		select {
+		case <-ctx.Done():
+			s.Close()
+		case <-s.done:
+		}
+	})
+	s.wg.Go(func() {
+		for {
+			nc, err := s.ln.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue // a transient accept error (EMFILE, an aborted connection)
+			}
+			if tc, ok := nc.(*net.TCPConn); ok {
+				_ = tc.SetNoDelay(true)
+			}
+			c := newConn(s, nc)
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				nc.Close()
+				return
+			}
+			s.conns[c] = struct{}{}
+			s.mu.Unlock()
+			s.wg.Go(c.serve)
+		}
+	})
+}
+
+// Reset empties the store and drops every connection, for the next
+// attempt's workers: the last attempt's are gone, and PyTorch 2.x's use
+// the same keys again.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	s.keys, s.queues, s.waiters = map[string][]byte{}, map[string][][]byte{}, nil
+	conns := s.conns
+	s.conns = map[*conn]struct{}{}
+	s.mu.Unlock()
+	for c := range conns {
+		c.nc.Close()
+	}
+}
+
+// Close stops the server: the listener and every connection (Wait waits
+// for its goroutines).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	conns := s.conns
+	s.conns = nil
+	s.waiters = nil
+	s.mu.Unlock()
+	err := s.ln.Close()
+	for c := range conns {
+		c.nc.Close()
+	}
+	return err
+}
+
+// Wait waits for the server's goroutines after Close or the end of
+// Serve's context.
+func (s *Server) Wait() { s.wg.Wait() }
+
+// forget drops a closed connection and its parked waits.
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+	s.dropWaits(c)
+}
+
+// dropWaits removes c's parked waits; s.mu held.
+func (s *Server) dropWaits(c *conn) {
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if w.c != c {
+			kept = append(kept, w)
+		}
+	}
+	s.waiters = kept
+}
