@@ -241,6 +241,15 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 	}()
 
 	node := rendezvous.Node{Addr: cfg.Hostname, LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role}
+	store, err := a.openWorkerStore(ctx)
+	if err != nil {
+		return Result{ExitCode: 1}, err
+	}
+	if store != nil {
+		defer store.Wait()
+		defer store.Close()
+		node.MasterPort = store.Port()
+	}
 	restarts := 0
 	for {
 		var round rendezvous.Round
@@ -266,6 +275,7 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("join the next round: %w", err)
 		}
 		restarts = round.RestartCount
+		useWorkerStore(store, &round)
 		if !round.SpareSince.IsZero() {
 			a.events.Record(Event{Kind: EventRendezvous, Spare: true, Round: round.Number, Time: round.SpareSince})
 		}

@@ -59,11 +59,14 @@ type SchedulerSetting struct {
 // without creating or starting anything; none when this node would be a
 // hot spare. A round with MasterPort 0 stands
 // for a port chosen at launch. The job secret is shown as
-// SecretPlaceholder: a dry run neither makes nor prints one.
-func PlanDryRun(cfg *Config, round rendezvous.Round, spare bool) (DryRunPlan, error) {
+// SecretPlaceholder: a dry run neither makes nor prints one. agentStore:
+// the rendezvous lets the agent serve the workers' store
+// (AgentStorePorter), which it does for Python workers.
+func PlanDryRun(cfg *Config, round rendezvous.Round, spare, agentStore bool) (DryRunPlan, error) {
 	if err := rendezvous.ValidateRunID(cfg.RunID); err != nil {
 		return DryRunPlan{}, err
 	}
+	round.UseAgentStore = agentStore && cfg.pythonWorkers()
 	round.JobSecret = SecretPlaceholder
 	shared, warnings := SharedEnv(cfg)
 	warnings = append(warnings, secretWarnings(cfg)...)

@@ -148,7 +148,7 @@ func TestDryRunHidesSecret(t *testing.T) {
 		Entrypoint: Entrypoint{Script: "train.py", Python: []string{"python3"}}}
 	round := rendezvous.Round{RunID: "j", GroupWorldSize: 1, WorldSize: 2, RoleWorldSize: 2,
 		MasterAddr: "127.0.0.1", JobSecret: strings.Repeat("cd", 32)}
-	plan, err := PlanDryRun(&cfg, round, false)
+	plan, err := PlanDryRun(&cfg, round, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}

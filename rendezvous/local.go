@@ -66,6 +66,9 @@ func (l *Local) Next(ctx context.Context, node Node) (Round, error) {
 		return Round{}, err
 	}
 	port := l.cfg.MasterPort
+	if node.MasterPort != 0 {
+		port = node.MasterPort // bound by the agent: cfg.MasterPort, or one of its own
+	}
 	if port == 0 {
 		if port, err = FreePort(l.cfg.MasterAddr); err != nil {
 			return Round{}, err
@@ -85,6 +88,10 @@ func (l *Local) Next(ctx context.Context, node Node) (Round, error) {
 		StoreUser:      l.cfg.StoreUser, StorePassword: l.cfg.StorePassword,
 	}, nil
 }
+
+// AgentStorePort is the port the agent's store binds: --master-port, or
+// 0 for a free one.
+func (l *Local) AgentStorePort() int { return l.cfg.MasterPort }
 
 // roundPrefix is round n's key prefix in the store, or "" without one.
 func (l *Local) roundPrefix(n int) string {

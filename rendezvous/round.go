@@ -84,6 +84,10 @@ type Node struct {
 	LocalWorldSize int
 	// Role is the workers' role name (torchrun's --role).
 	Role string
+	// MasterPort is the port this node's agent holds for the workers'
+	// store: the round's master port when this node is its master (0:
+	// the rendezvous finds a free one).
+	MasterPort int
 }
 
 // Validate reports whether n can join a round.

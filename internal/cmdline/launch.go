@@ -90,7 +90,8 @@ func launchAction(c *cli.Context, opts Options) error {
 		return Usage(err)
 	}
 	if c.Bool(fDryRun) {
-		return dryRun(c, &cfg, round, spare, schedName, fromScheduler)
+		_, porter := plan.rdzv.(launcher.AgentStorePorter)
+		return dryRun(c, &cfg, round, spare, porter || plan.elastic != nil, schedName, fromScheduler)
 	}
 	if plan.standalone != nil {
 		// One secret for the job: the store checks it, the workers
@@ -138,12 +139,12 @@ func applyLayoutPlan(path string, cfg *launcher.Config, plan *rendezvousPlan, ro
 }
 
 // dryRun prints what the launch would do (--dry-run).
-func dryRun(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, spare bool, schedName string, fromScheduler []launcher.SchedulerSetting) error {
+func dryRun(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, spare, agentStore bool, schedName string, fromScheduler []launcher.SchedulerSetting) error {
 	format := c.String(fFormat)
 	if format != "text" && format != "json" {
 		return Usagef("--format=%q: want text or json", format)
 	}
-	dry, err := launcher.PlanDryRun(cfg, round, spare)
+	dry, err := launcher.PlanDryRun(cfg, round, spare, agentStore)
 	if err != nil {
 		return Usage(err)
 	}

@@ -327,9 +327,12 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 		return rendezvous.Round{}, err
 	}
 	r.node = node
-	port, err := rendezvous.FreePort(r.cfg.Addr)
-	if err != nil {
-		return rendezvous.Round{}, err
+	port := node.MasterPort // held by the agent
+	if port == 0 {
+		var err error
+		if port, err = rendezvous.FreePort(r.cfg.Addr); err != nil {
+			return rendezvous.Round{}, err
+		}
 	}
 	r.spareSince = time.Time{}
 	me := NodeRecord{ID: r.id, Addr: r.cfg.Addr, MasterPort: port, Nproc: node.LocalWorldSize, Role: node.Role, NodeRank: r.cfg.NodeRank, PrevRank: r.prevRank, PrevRound: r.lastRound}
@@ -424,6 +427,10 @@ func (r *Rendezvous) joinLeased(ctx context.Context, me NodeRecord) (joined, err
 	}
 	return res, err
 }
+
+// AgentStorePort is the port the agent's store binds: 0, a free one
+// (the round's master port is the master node's).
+func (r *Rendezvous) AgentStorePort() int { return 0 }
 
 // roundFor turns a closed round into this node's view of it.
 func (r *Rendezvous) roundFor(res joined) rendezvous.Round {

@@ -458,6 +458,16 @@ func checkJob(t *testing.T, j job, agents []agent, outs []outcome, recs []record
 	if j.waitWorld > 0 {
 		restarts = first["TORCHELASTIC_RESTART_COUNT"]
 	}
+	// gorun's agent serves the workers' store (as torchrun 2.x's does)
+	// except on a static line of several nodes, whose node 0 meets the
+	// others on the master port: then worker rank 0 serves it.
+	agentStore, via := "True", "store"
+	if j.nodeRank != nil && len(agents) > 1 {
+		agentStore, via = "False", "tcp"
+	}
+	if j.gloo {
+		via = "gloo"
+	}
 	var ranks []int
 	for i, rs := range byAgent {
 		base := 0
@@ -469,18 +479,19 @@ func checkJob(t *testing.T, j job, agents []agent, outs []outcome, recs []record
 		for _, r := range rs {
 			ranks = append(ranks, r.int(t, "RANK"))
 			want := map[string]string{
-				"RANK":                       strconv.Itoa(base + r.int(t, "LOCAL_RANK")),
-				"WORLD_SIZE":                 strconv.Itoa(world),
-				"GROUP_WORLD_SIZE":           strconv.Itoa(len(agents)),
-				"ROLE_NAME":                  j.role,
-				"ROLE_RANK":                  strconv.Itoa(base + r.int(t, "LOCAL_RANK")),
-				"ROLE_WORLD_SIZE":            strconv.Itoa(world),
-				"MASTER_ADDR":                cmp.Or(j.masterAddr, first["MASTER_ADDR"]),
-				"MASTER_PORT":                cmp.Or(j.masterPort, first["MASTER_PORT"]),
-				"TORCHELASTIC_RUN_ID":        cmp.Or(j.runID, first["TORCHELASTIC_RUN_ID"]),
-				"TORCHELASTIC_MAX_RESTARTS":  cmp.Or(j.maxRestarts, "0"),
-				"TORCHELASTIC_RESTART_COUNT": restarts,
-				"JOINED":                     fmt.Sprintf("%s sum=%d world=%d", map[bool]string{true: "gloo", false: "tcp"}[j.gloo], world*(world-1)/2, world),
+				"RANK":                         strconv.Itoa(base + r.int(t, "LOCAL_RANK")),
+				"WORLD_SIZE":                   strconv.Itoa(world),
+				"GROUP_WORLD_SIZE":             strconv.Itoa(len(agents)),
+				"ROLE_NAME":                    j.role,
+				"ROLE_RANK":                    strconv.Itoa(base + r.int(t, "LOCAL_RANK")),
+				"ROLE_WORLD_SIZE":              strconv.Itoa(world),
+				"MASTER_ADDR":                  cmp.Or(j.masterAddr, first["MASTER_ADDR"]),
+				"MASTER_PORT":                  cmp.Or(j.masterPort, first["MASTER_PORT"]),
+				"TORCHELASTIC_RUN_ID":          cmp.Or(j.runID, first["TORCHELASTIC_RUN_ID"]),
+				"TORCHELASTIC_MAX_RESTARTS":    cmp.Or(j.maxRestarts, "0"),
+				"TORCHELASTIC_RESTART_COUNT":   restarts,
+				"TORCHELASTIC_USE_AGENT_STORE": agentStore,
+				"JOINED":                       fmt.Sprintf("%s sum=%d world=%d", via, world*(world-1)/2, world),
 			}
 			for k, v := range j.env {
 				want[k] = v

@@ -3,6 +3,7 @@ package torchrun_compat
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,14 +70,13 @@ func TestWorkerEnv(t *testing.T) {
 					"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2", "ROLE_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "1",
 					"MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "2",
 					"TORCHELASTIC_RUN_ID": id, "OMP_NUM_THREADS": "1",
-					"TEST_SENTINEL_PARENT": "FOOBAR", "TORCHELASTIC_USE_AGENT_STORE": "False", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+					"TEST_SENTINEL_PARENT": "FOOBAR", "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 					"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
 				}
 				if torchMajor() < 2 {
 					want["NCCL_ASYNC_ERROR_HANDLING"] = "1"
 				}
 				if l == torchrun {
-					want["TORCHELASTIC_USE_AGENT_STORE"] = "True"
 					if torchMajor() < 2 {
 						// 1.13 sets only the older name and has no
 						// --signals-to-handle.
@@ -109,12 +109,12 @@ func TestWorkerEnv(t *testing.T) {
 			grec := got[gorun][name]
 			for k, tv := range trec {
 				switch {
-				case k == "MASTER_PORT", k == "TORCHELASTIC_USE_AGENT_STORE", k == "TORCHELASTIC_ERROR_FILE":
+				case k == "MASTER_PORT", k == "TORCHELASTIC_ERROR_FILE":
 					continue
 				case k == "PYTHONPATH":
-					// gorun's worker probe first, then the user's.
-					if gv := grec[k]; !strings.HasSuffix(gv, "/probe:"+tv) {
-						t.Errorf("%s: PYTHONPATH: gorun %q; want its probe's folder, then torchrun's %q", name, gv, tv)
+					// gorun's Python modules first, then the user's.
+					if gv := grec[k]; !regexp.MustCompile(`/gorun-python-[0-9]+:`).MatchString(gv) || !strings.HasSuffix(gv, ":"+tv) {
+						t.Errorf("%s: PYTHONPATH: gorun %q; want its modules' folder, then torchrun's %q", name, gv, tv)
 					}
 					continue
 				case k == "HOME", k == "TMPDIR", strings.HasPrefix(k, "PET_"):

@@ -11,7 +11,10 @@ Each entry script of testdata calls run(NAME). The worker:
   (TORCHELASTIC_USE_AGENT_STORE=False: worker rank 0 hosts the store), by
   a TCP exchange in which rank 0 listens on MASTER_PORT, every other rank
   connects and sends its rank, and rank 0 checks it heard ranks
-  1..WORLD_SIZE-1 once each and answers the sum of all ranks;
+  1..WORLD_SIZE-1 once each and answers the sum of all ranks; with the
+  agent's store on (TORCHELASTIC_USE_AGENT_STORE=True), through that
+  store as PyTorch 2.x's TCPStore client speaks to it: every rank sets
+  its key, waits for every rank's and sums them;
 - prints "standin: RANK=... WORLD_SIZE=..." to stdout and
   "standin stderr: RANK=..." to stderr.
 
@@ -22,6 +25,7 @@ wait to be stopped: the agents' next round, with every node, replaces it.
 import json
 import os
 import socket
+import struct
 import sys
 import time
 
@@ -93,6 +97,40 @@ def gloo(rank, world):
     return "sum=%d world=%d" % (t.item(), world)
 
 
+def store_meet(rank, world):
+    """The same through the agent's store, in PyTorch 2.x's TCPStore
+    protocol: validate, set standin/<rank>, wait for every rank's key,
+    get them and sum."""
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    conn = socket.create_connection((addr, port), timeout=DEADLINE)
+    f = conn.makefile("rb")
+
+    def field(b):
+        return struct.pack("<Q", len(b)) + b
+
+    def exact(n):
+        b = f.read(n)
+        if len(b) != n:
+            raise OSError("the store closed the connection")
+        return b
+
+    conn.sendall(b"\x00" + struct.pack("<I", 0x3C85F7CE) + b"\x0d" + struct.pack("<I", os.getpid()))
+    if struct.unpack("<I", exact(4))[0] != os.getpid():
+        raise OSError("the store did not answer the ping")
+    conn.sendall(b"\x01" + field(b"standin/%d" % rank) + field(b"%d" % rank))  # SET
+    keys = [b"standin/%d" % r for r in range(world)]
+    conn.sendall(b"\x06" + struct.pack("<Q", len(keys)) + b"".join(field(k) for k in keys))  # WAIT
+    if exact(1) != b"\x00":
+        raise OSError("the store did not end the wait")
+    total = 0
+    for k in keys:
+        conn.sendall(b"\x03" + field(k))  # GET
+        n = struct.unpack("<Q", exact(8))[0]
+        total += int(exact(n))
+    conn.close()
+    return "sum=%d world=%d" % (total, world)
+
+
 def run(name):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     want = os.environ.get("LAUNCHLINES_WAIT_WORLD")
@@ -109,7 +147,7 @@ def run(name):
     elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         rec["JOINED"] = "tcp " + meet(rank, world)
     else:
-        rec["JOINED"] = "not tried: the agent hosts the store"
+        rec["JOINED"] = "store " + store_meet(rank, world)
     print("standin: RANK=%d WORLD_SIZE=%d LOCAL_RANK=%s GROUP_RANK=%s ROLE_NAME=%s MASTER_ADDR=%s MASTER_PORT=%s %s argv=%s"
           % (rank, world, rec.get("LOCAL_RANK"), rec.get("GROUP_RANK"), rec.get("ROLE_NAME"),
              rec.get("MASTER_ADDR"), rec.get("MASTER_PORT"), rec["JOINED"], rec["ARGV"]), flush=True)
@@ -119,5 +157,5 @@ def run(name):
     with open(os.path.join(out, fname + ".tmp"), "w") as f:
         json.dump(rec, f)
     os.rename(os.path.join(out, fname + ".tmp"), os.path.join(out, fname))
-    if not rec["JOINED"].startswith(("gloo sum=", "tcp sum=")):
+    if not rec["JOINED"].startswith(("gloo sum=", "tcp sum=", "store sum=")):
         sys.exit("standin: did not join the world: " + rec["JOINED"])

@@ -1,0 +1,56 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/gorun-dev/gorun/launcher/agentstore"
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// AgentStorePorter is a rendezvous under which the agent serves the
+// workers' store itself (package agentstore), as torchrun 2.x does for
+// Python workers: AgentStorePort is the port the store must bind (0: one
+// the kernel picks), and the rendezvous takes the port the agent holds
+// (Node.MasterPort) for the round's master. The port is bound before it
+// is handed to anyone, so no other process can take it between the
+// choice and the workers' use (the single node and the etcd backends;
+// the static backend's node 0 meets the others on its port first).
+type AgentStorePorter interface {
+	AgentStorePort() int
+}
+
+// openWorkerStore binds and serves the workers' store for the agent's
+// life when the workers run Python and the rendezvous lets the agent
+// hold the master port; nil otherwise (then worker rank 0 serves it, on
+// a port the rendezvous picked).
+func (a *Agent) openWorkerStore(ctx context.Context) (*agentstore.Server, error) {
+	p, ok := a.rdzv.(AgentStorePorter)
+	if !ok || !a.cfg.pythonWorkers() {
+		return nil, nil
+	}
+	port := p.AgentStorePort()
+	s, err := agentstore.Listen(port)
+	if err != nil {
+		if port != 0 && errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("--master-port=%d is taken by another process (gorun serves the workers' store there, as torchrun 2.x does): free it, or leave --master-port out for a free port: %w", port, err)
+		}
+		return nil, err
+	}
+	s.Serve(ctx)
+	return s, nil
+}
+
+// useWorkerStore makes round's workers use the agents' store: the master
+// node's (group rank 0) serves it, empty for each round's attempt.
+func useWorkerStore(s *agentstore.Server, round *rendezvous.Round) {
+	if s == nil {
+		return
+	}
+	round.UseAgentStore = true
+	if round.GroupRank == 0 {
+		s.Reset()
+	}
+}
