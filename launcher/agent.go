@@ -315,6 +315,9 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	if hv, ok := a.rdzv.(HangVoter); ok && a.cfg.HangTimeout > 0 && round.GroupWorldSize > 1 {
 		att.job = &jobHang{voter: hv, round: round}
 	}
+	if lr, ok := a.rdzv.(LeftRecorder); ok && round.GroupWorldSize > 1 {
+		att.leftRec, att.round = lr, round
+	}
 	if as, ok := a.rdzv.(ArrivalSharer); ok && round.GroupWorldSize > 1 {
 		att.arrivals = &nodeArrivalsPlan{sharer: as, round: round}
 	}
@@ -323,6 +326,8 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	att.finish()
 	// With the output in and the error files written: the root cause first.
 	out.failures, out.left = att.completeFailures(out.failures, out.left, layout), nil
+	att.records.Wait()
+	out.failures = att.remoteLeft(ctx, out.failures)
 	a.recordEnd(att, out)
 
 	res.Signal = out.signal

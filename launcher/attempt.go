@@ -63,6 +63,12 @@ type attempt struct {
 	// job is the attempt's part in the job-wide hang watch (nil: this
 	// node judges alone).
 	job *jobHang
+	// leftRec records the workers that leave early for the other nodes
+	// (nil: one node, or a rendezvous without a store); recording runs
+	// in the background, owned by records.
+	leftRec LeftRecorder
+	round   rendezvous.Round
+	records sync.WaitGroup
 	// arrivals is the attempt's part in the job-wide straggler watch (nil:
 	// none).
 	arrivals *nodeArrivalsPlan
@@ -78,8 +84,7 @@ type attempt struct {
 	// onStraggler hears of each rank the straggler watch names, and of
 	// its recovery (nil: nobody listens).
 	// (node: "" for a rank of this node's; else the straggling node, and
-	// s.Rank its rank most often last). Called from the watch's
-	// goroutines too.
+	// s.Rank -1). Called from the watch's goroutines too.
 	onStraggler func(s probe.Straggler, node string, recovered bool)
 }
 
@@ -488,8 +493,13 @@ func (m *monitoring) exited(p *process) {
 	// killer, before its exit was seen) did, even when it is seen after
 	// the stop began.
 	stoppedByUs := m.stopping && st.Signal == m.sent && m.sent != syscall.SIGKILL
-	if st.Code == 0 && !m.stopping && len(att.running()) > 0 {
-		w.leftAt = st.At // the others go on: see failedAfterLeaving
+	if st.Code == 0 && !m.stopping && m.out.kind == outcomeSucceeded {
+		if len(att.running()) > 0 {
+			w.leftAt = st.At // the others go on: see placeLeft
+			att.recordLeft(w)
+		} else {
+			att.recordNodeDone(st.At) // other nodes' ranks may go on
+		}
 	}
 	if w.judged || w.evidence {
 		return // the hang's verdict already named it, or its stacks were asked for
@@ -629,36 +639,19 @@ func (att *attempt) completeFailures(failures, left []Failure, layout *logLayout
 		}
 		return a.Time.Compare(b.Time)
 	})
-	return placeLeft(failures, left, func(f Failure) string {
-		if w := byRank[f.LocalRank]; w != nil {
+	tail := func(f Failure) string {
+		if w := byRank[f.LocalRank]; w != nil && !f.remote {
 			return w.stderrTail.String()
 		}
 		return ""
-	})
-}
-
-// leftBefore returns, as failures, the workers that exited 0 before t
-// while the others ran: the first failure after one left is most often
-// its consequence (its peers lose it mid-collective), so it leads the
-// summary, with what it did.
-func (att *attempt) leftBefore(t time.Time) []Failure {
-	var out []Failure
-	for _, w := range att.workers {
-		if w.leftAt.IsZero() || w.leftAt.After(t) {
-			continue
-		}
-		done := ""
-		if f, _ := lookupEnv(w.spec.Env, probe.EnvFile); f != "" {
-			if s, ok, err := probe.Read(f); err == nil && ok && s.StepHook {
-				done = fmt.Sprintf(" after %d optimizer steps", s.Steps)
-			}
-		}
-		out = append(out, Failure{
-			LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: w.proc.Pid, ExitCode: 0, Time: w.leftAt, Host: att.cfg.Hostname,
-			Left: fmt.Sprintf("exited 0%s at %s while the other ranks ran; the first failure came %v after it left", done, w.leftAt.Format("15:04:05.000"), t.Sub(w.leftAt).Round(time.Millisecond)),
-		})
 	}
-	return out
+	failures = placeLeft(failures, left, tail)
+	if len(failures) > 0 && failures[0].Left == "" && failures[0].Hung == "" {
+		if c, q := causeOf(failures[0], tail(failures[0])); c == causeLostPeer {
+			failures[0].lostPeer = shortQuote(q) // a rank of another node may have left
+		}
+	}
+	return failures
 }
 
 // describeExit says how a process ended, for a log line.

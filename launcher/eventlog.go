@@ -84,7 +84,7 @@ type StragglerEvent struct {
 	Step      int64     `json:"step"`
 	Recovered bool      `json:"recovered,omitempty"`
 	// Node is the straggling node, "node 1 (host7)", when the job-wide
-	// watch named a whole node (Rank is then its rank most often last).
+	// watch named a whole node (Rank is then -1).
 	Node string `json:"node,omitempty"`
 }
 

@@ -62,7 +62,7 @@ func (r Report) WriteText(w io.Writer) error {
 			}
 			rank := strconv.Itoa(s.Rank)
 			if s.Node != "" {
-				rank = "all of " + s.Node + ", most often " + rank
+				rank = "all of " + s.Node
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t#%d\t%s\t%s\t%.3f\n", rank, s.Group, goodputClock(s.SinceTime), s.Since, step, late, s.LagSeconds)
 		}

@@ -95,8 +95,9 @@ func newLife(spec WorkerSpec, out *progress, now time.Time) *life {
 	return l
 }
 
-// update reads the worker's signs of life at now.
-func (l *life) update(pid int, now time.Time) {
+// update reads the worker's signs of life at now; groupCPU is the CPU
+// time of its process group (0: unknown; its own is read then).
+func (l *life) update(pid int, now time.Time, groupCPU time.Duration) {
 	seen := func(t time.Time, why string) {
 		if t.After(l.last) {
 			l.last, l.why = t, why
@@ -116,9 +117,13 @@ func (l *life) update(pid int, now time.Time) {
 			}
 		}
 	}
-	if cpu, err := proc.CPUTime(pid); err == nil {
+	cpu, err := groupCPU, error(nil)
+	if cpu == 0 {
+		cpu, err = proc.CPUTime(pid)
+	}
+	if err == nil {
 		if used, wall := cpu-l.cpu, now.Sub(l.cpuAt); l.cpu > 0 && wall > 0 && float64(used) >= computing*float64(wall) {
-			seen(now, "CPU time (computing)")
+			seen(now, "CPU time (computing, its children's included)")
 		}
 		l.cpu, l.cpuAt = cpu, now
 	}

@@ -5,10 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 	"github.com/gorun-dev/gorun/launcher/probe"
 )
@@ -42,11 +44,11 @@ func TestLifeSigns(t *testing.T) {
 			out := newProgress(filepath.Join(dir, "heartbeat"), start)
 			l := newLife(spec, out, start)
 			writeAt(t, filepath.Join(dir, probe.SnapshotFile), fmt.Sprintf(`{"version":1,"pid":9,"time_ns":%d,"steps":3,"stack":[["t.py",3,"main"]]}`, start.UnixNano()), start)
-			l.update(-1, start) // a pid that has no CPU time to read
+			l.update(-1, start, 0) // a pid that has no CPU time to read
 			base := l.last
 			at := start.Add(30 * time.Second)
 			tc.sign(t, dir, out, at)
-			l.update(-1, at)
+			l.update(-1, at, 0)
 			switch {
 			case tc.want == "" && l.last != base:
 				t.Errorf("moved to %v by %q", l.last, l.why)
@@ -57,27 +59,53 @@ func TestLifeSigns(t *testing.T) {
 	}
 }
 
-// A worker that computes shows CPU time; one that sleeps does not.
+// A worker that computes shows CPU time, also when its children compute
+// (a data loader's workers, a subprocess) while it waits; one whose
+// group sleeps does not.
 func TestLifeCPU(t *testing.T) {
-	spin := exec.Command("sh", "-c", "while :; do :; done")
-	sleep := exec.Command("sleep", "60")
-	for _, c := range []*exec.Cmd{spin, sleep} {
-		if err := c.Start(); err != nil {
+	cases := []struct {
+		name, script string
+		alive        bool
+	}{
+		{"computes", "while :; do :; done", true},
+		{"waits for a child that computes", "sh -c 'while :; do :; done' & wait", true},
+		{"sleeps", "sleep 60", false},
+	}
+	lives := make([]*life, len(cases))
+	pids := make([]int, len(cases))
+	start := time.Now()
+	for i, c := range cases {
+		cmd := exec.Command("sh", "-c", c.script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // as gorun starts workers
+		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+		defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }()
+		pids[i], lives[i] = cmd.Process.Pid, newLife(WorkerSpec{}, newProgress("", start), start)
 	}
-	start := time.Now()
-	spinner, sleeper := newLife(WorkerSpec{}, newProgress("", start), start), newLife(WorkerSpec{}, newProgress("", start), start)
-	spinner.update(spin.Process.Pid, start)
-	sleeper.update(sleep.Process.Pid, start)
-	proctest.WaitFor(t, "the spinning shell's CPU time to count", 20*time.Second, func() bool {
-		spinner.update(spin.Process.Pid, time.Now())
-		return spinner.why == "CPU time (computing)"
-	})
-	sleeper.update(sleep.Process.Pid, time.Now())
-	if sleeper.why != "its start" {
-		t.Errorf("a sleeping process showed %q", sleeper.why)
+	update := func(now time.Time) {
+		cpus, err := proc.GroupCPUTimes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cases {
+			lives[i].update(pids[i], now, cpus[pids[i]])
+		}
+	}
+	update(start)
+	for i, c := range cases {
+		if !c.alive {
+			continue
+		}
+		proctest.WaitFor(t, c.name+": CPU time to count", 20*time.Second, func() bool {
+			update(time.Now())
+			return strings.HasPrefix(lives[i].why, "CPU time (computing")
+		})
+	}
+	for i, c := range cases {
+		if !c.alive && lives[i].why != "its start" {
+			t.Errorf("%s: showed %q", c.name, lives[i].why)
+		}
 	}
 }
 

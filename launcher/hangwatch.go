@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/watchdog"
 )
@@ -136,12 +137,16 @@ func (h *hangWatch) check(now time.Time) {
 	att := h.att
 	running, alive := 0, false
 	var snaps []probe.Snapshot
+	var cpus map[int]time.Duration
+	if h.timeout > 0 {
+		cpus, _ = proc.GroupCPUTimes() // each worker leads its own group
+	}
 	for i, w := range att.workers {
 		if w.proc == nil || w.proc.Exited() {
 			continue
 		}
 		running++
-		h.lives[i].update(w.proc.Pid, now)
+		h.lives[i].update(w.proc.Pid, now, cpus[w.proc.Pid])
 		if now.Sub(h.lives[i].last) <= h.timeout {
 			alive = true
 		}
@@ -211,18 +216,28 @@ func (h *hangWatch) localVerdict() bool {
 	return world <= len(h.att.workers) || h.localCause() != ""
 }
 
-// localCause says which of this node's ranks left or is outside any
-// collective (the others' nodes wait for it), or "".
+// localCause says which of this node's ranks left, or is outside any
+// collective while another of its ranks waits in one (the others' nodes
+// wait for it), or "". A node whose ranks are all outside collectives
+// cannot tell that anyone waits: the vote decides.
 func (h *hangWatch) localCause() string {
+	outside, waiting := -1, false
 	for i, w := range h.att.workers {
 		if !w.leftAt.IsZero() {
 			return fmt.Sprintf("rank %d exited 0 at %s while the others ran", w.spec.Rank, w.leftAt.Format("15:04:05.000"))
 		}
-		if s := h.lives[i].snapshot(); s != nil {
-			if _, in := s.InFlight(); !in && s.Where() == "" {
-				return fmt.Sprintf("rank %d is outside any collective while the others wait", w.spec.Rank)
-			}
+		s := h.lives[i].snapshot()
+		if s == nil {
+			continue
 		}
+		if _, in := s.InFlight(); in || s.Where() != "" {
+			waiting = true
+		} else if outside < 0 {
+			outside = w.spec.Rank
+		}
+	}
+	if outside >= 0 && waiting {
+		return fmt.Sprintf("rank %d is outside any collective while the others wait", outside)
 	}
 	return ""
 }
@@ -328,39 +343,36 @@ func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
 	}
 	text := strings.Join(v.Lines, "; ")
 	now := time.Now()
-	var roots []*worker
-	for _, w := range att.workers {
-		if slices.Contains(v.Root, w.spec.Rank) {
-			roots = append(roots, w)
-		}
-	}
-	// Root ranks on other nodes lead this node's summary.
-	for _, f := range v.remote {
-		if !slices.ContainsFunc(roots, func(w *worker) bool { return w.spec.Rank == f.Rank }) {
-			f.Time, f.Hung = now, v.idle+": "+text
-			m.out.failures = append(m.out.failures, f)
-		}
-	}
-	blameless := len(roots) == 0 && len(v.remote) == 0
-	if blameless {
-		// Nobody to blame that gorun can see: the lowest running rank
-		// carries the verdict, and the summary says so.
-		if r := att.running(); len(r) > 0 {
-			roots = r[:1]
-		}
-	}
-	m.out.kind = outcomeFailed
-	for _, w := range roots {
+	local := func(w *worker, blameless bool) Failure {
 		pid := 0
 		if w.proc != nil {
 			pid = w.proc.Pid
 		}
-		m.out.failures = append(m.out.failures, Failure{
-			LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: pid, ExitCode: ExitHung, Time: now, Host: cfg.Hostname,
-			Hung: v.idle + ": " + text, blameless: blameless,
-		})
 		w.judged = true
+		return Failure{LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: pid, ExitCode: ExitHung, Time: now, Host: cfg.Hostname,
+			Hung: v.idle + ": " + text, blameless: blameless}
 	}
+	// The root ranks in rank order, wherever they ran: every node's
+	// summary leads with the same one.
+	for _, r := range uniqueRanks(v.Root) {
+		if i := slices.IndexFunc(att.workers, func(w *worker) bool { return w.spec.Rank == r }); i >= 0 {
+			m.out.failures = append(m.out.failures, local(att.workers[i], false))
+			continue
+		}
+		if i := slices.IndexFunc(v.remote, func(f Failure) bool { return f.Rank == r }); i >= 0 {
+			f := v.remote[i]
+			f.Time, f.Hung = now, v.idle+": "+text
+			m.out.failures = append(m.out.failures, f)
+		}
+	}
+	if len(m.out.failures) == 0 {
+		// Nobody to blame that gorun can see: the lowest running rank
+		// carries the verdict, and the summary says so.
+		if r := att.running(); len(r) > 0 {
+			m.out.failures = append(m.out.failures, local(r[0], true))
+		}
+	}
+	m.out.kind = outcomeFailed
 	sig := evidenceSignal(cfg.Entrypoint)
 	m.stopping, m.sent = true, syscall.SIGTERM
 	m.att.pre.plainStop()
@@ -378,4 +390,11 @@ func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
 	}
 	m.timer = time.NewTimer(cfg.StopTimeout)
 	m.grace = m.timer.C
+}
+
+// uniqueRanks returns rs sorted, each once.
+func uniqueRanks(rs []int) []int {
+	out := slices.Clone(rs)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

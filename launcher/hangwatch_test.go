@@ -24,6 +24,7 @@ func TestLocalVerdict(t *testing.T) {
 		{"every rank here", "2", []probe.Snapshot{waiting, waiting}, false, true},
 		{"others elsewhere, all waiting", "4", []probe.Snapshot{waiting, waiting}, false, false},
 		{"others elsewhere, one outside", "4", []probe.Snapshot{waiting, outside}, false, true},
+		{"others elsewhere, all outside: nobody here waits", "4", []probe.Snapshot{outside, outside}, false, false},
 		{"others elsewhere, one left", "4", []probe.Snapshot{waiting, waiting}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,11 +1,17 @@
 package launcher
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/gorun-dev/gorun/launcher/probe"
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // stderrTailSize is how much of the end of a worker's stderr gorun keeps
@@ -158,4 +164,113 @@ func shortQuote(q string) string {
 		q = q[:maxQuote] + "..."
 	}
 	return q
+}
+
+// leftBefore returns, as failures, the workers that exited 0 before t
+// while the others ran (placeLeft decides whether they lead).
+func (att *attempt) leftBefore(t time.Time) []Failure {
+	var out []Failure
+	for _, w := range att.workers {
+		if w.leftAt.IsZero() || w.leftAt.After(t) {
+			continue
+		}
+		out = append(out, Failure{
+			LocalRank: w.spec.LocalRank, Rank: w.spec.Rank, PID: w.proc.Pid, ExitCode: 0, Time: w.leftAt, Host: att.cfg.Hostname,
+			Left: fmt.Sprintf("%s; the first failure came %v after it left", leftText(w), t.Sub(w.leftAt).Round(time.Millisecond)),
+		})
+	}
+	return out
+}
+
+// leftText says what a worker that exited 0 while the others ran did.
+func leftText(w *worker) string {
+	done := ""
+	if f, _ := lookupEnv(w.spec.Env, probe.EnvFile); f != "" {
+		if s, ok, err := probe.Read(f); err == nil && ok && s.StepHook {
+			done = fmt.Sprintf(" after %d optimizer steps", s.Steps)
+		}
+	}
+	return fmt.Sprintf("exited 0%s at %s while the other ranks ran", done, w.leftAt.Format("15:04:05.000"))
+}
+
+// LeftRecorder is a rendezvous that keeps, for the round, the ranks that
+// exited 0 while the others ran (the etcd backends): a node whose ranks
+// then lose their peer names the rank that left on another node.
+type LeftRecorder interface {
+	RecordLeft(ctx context.Context, round rendezvous.Round, left rendezvous.LeftRank) error
+	LeftRanks(ctx context.Context, round rendezvous.Round, wait time.Duration) ([]rendezvous.LeftRank, error)
+}
+
+// leftRecordTimeout bounds recording a rank that left; leftWait bounds
+// the wait for another node's record once a rank lost its peer.
+const (
+	leftRecordTimeout = 5 * time.Second
+	leftWait          = 2 * time.Second
+)
+
+// recordLeft records w, which just exited 0 while the others ran, for
+// the other nodes, in the background (att.records owns it).
+func (att *attempt) recordLeft(w *worker) {
+	if att.leftRec == nil {
+		return
+	}
+	l := rendezvous.LeftRank{Rank: w.spec.Rank, LocalRank: w.spec.LocalRank, PID: w.proc.Pid, Host: att.cfg.Hostname, At: w.leftAt, Left: leftText(w)}
+	att.records.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), leftRecordTimeout)
+		defer cancel()
+		if err := att.leftRec.RecordLeft(ctx, att.round, l); err != nil {
+			att.cfg.Log.Debugf("%v", err)
+		}
+	})
+}
+
+// recordNodeDone records, for the other nodes, that every worker of this
+// node exited 0 at t: should the other nodes' ranks then lose their peers,
+// this node's ranks left while they ran.
+func (att *attempt) recordNodeDone(t time.Time) {
+	if att.leftRec == nil || len(att.workers) == 0 {
+		return
+	}
+	lo, hi := att.workers[0].spec.Rank, att.workers[0].spec.Rank
+	for _, w := range att.workers {
+		lo, hi = min(lo, w.spec.Rank), max(hi, w.spec.Rank)
+	}
+	ranks := fmt.Sprintf("ranks %d-%d", lo, hi)
+	if lo == hi {
+		ranks = fmt.Sprintf("rank %d", lo)
+	}
+	l := rendezvous.LeftRank{Rank: lo, LocalRank: 0, Host: att.cfg.Hostname, At: t,
+		Left: fmt.Sprintf("exited 0 at %s, all of node %d (%s: its part done), while other nodes' ranks ran", t.Format("15:04:05.000"), att.round.GroupRank, ranks)}
+	att.records.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), leftRecordTimeout)
+		defer cancel()
+		if err := att.leftRec.RecordLeft(ctx, att.round, l); err != nil {
+			att.cfg.Log.Debugf("%v", err)
+		}
+	})
+}
+
+// remoteLeft puts first the ranks of other nodes that left before the
+// first failure, when that failure says it lost a peer and no rank of
+// this node left.
+func (att *attempt) remoteLeft(ctx context.Context, failures []Failure) []Failure {
+	if att.leftRec == nil || len(failures) == 0 || failures[0].lostPeer == "" {
+		return failures
+	}
+	first := failures[0]
+	ls, err := att.leftRec.LeftRanks(ctx, att.round, leftWait)
+	if err != nil {
+		att.cfg.Log.Debugf("the ranks that left on other nodes: %v", err)
+		return failures
+	}
+	var lead []Failure
+	for _, l := range ls {
+		if l.Host == att.cfg.Hostname && slices.ContainsFunc(att.workers, func(w *worker) bool { return w.spec.Rank == l.Rank }) {
+			continue // this node's own: placeLeft saw it
+		}
+		lead = append(lead, Failure{Rank: l.Rank, LocalRank: l.LocalRank, PID: l.PID, Host: l.Host, Time: l.At, remote: true,
+			Left: fmt.Sprintf("%s (on another node); rank %d's error says it lost a peer: %q", l.Left, first.Rank, first.lostPeer)})
+	}
+	slices.SortFunc(lead, func(a, b Failure) int { return a.Time.Compare(b.Time) })
+	return append(lead, failures...)
 }

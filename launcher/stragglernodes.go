@@ -46,7 +46,8 @@ type nodeArrivals struct {
 	ClockErrorUs int64  `json:"clock_error_us"`
 	// Arrivals are the newest sampled collectives of the default group
 	// (sequence numbers that are multiples of a power of two, the same
-	// on every node for the same pace), with the node's last rank in each.
+	// on every node for the same pace), when the node's first rank
+	// entered each.
 	Arrivals []probe.Arrival `json:"arrivals"`
 	// Steps, StepTimesNs and StepHook are the optimizer steps of the
 	// node's lowest rank (in step with the others).
@@ -104,7 +105,7 @@ func (n *nodeWatch) start(ctx context.Context, h *hangWatch) {
 // sample takes this node's newest snapshots (one per running rank) at
 // now, and every n.every hands the newest samples to the sender.
 func (n *nodeWatch) sample(now time.Time, snaps []probe.Snapshot) {
-	arr := probe.LastArrivals(snaps, probe.RecorderSize)
+	arr := probe.FirstArrivals(snaps, probe.RecorderSize)
 	if len(arr) == 0 {
 		return
 	}
@@ -189,7 +190,6 @@ func (n *nodeWatch) compare(ctx context.Context, h *hangWatch) {
 	clocks := make([]clock.State, n.round.GroupWorldSize)
 	seen := make([]bool, n.round.GroupWorldSize)
 	hosts := make([]string, n.round.GroupWorldSize)
-	lastRank := map[int]map[int]int{} // node: rank: times it was the node's last
 	saidClock, saidForm := false, false
 	for rep := range n.sharer.WatchArrivals(ctx, n.round) {
 		var a nodeArrivals
@@ -203,11 +203,6 @@ func (n *nodeWatch) compare(ctx context.Context, h *hangWatch) {
 		node := rep.GroupRank
 		seen[node], hosts[node] = true, a.Host
 		clocks[node] = clock.State{BootID: a.BootID, Synced: a.Synced, Error: time.Duration(a.ClockErrorUs) * time.Microsecond}
-		counts := map[int]int{}
-		for _, ar := range a.Arrivals {
-			counts[ar.Rank]++
-		}
-		lastRank[node] = counts
 		known := clocks[:0:0]
 		for i, c := range clocks {
 			if seen[i] {
@@ -226,45 +221,34 @@ func (n *nodeWatch) compare(ctx context.Context, h *hangWatch) {
 		strag.Observe(probe.NodeSnapshot(node, a.Arrivals, probe.Snapshot{Steps: a.Steps, StepTimesNs: a.StepTimesNs, StepHook: a.StepHook}))
 		named, recovered := strag.Check()
 		for _, s := range named {
-			log.Warnf("straggler watch: %s", nodeStragglerText(s, hosts[s.Rank], mostOften(lastRank[s.Rank])))
-			h.nodeStraggler(s, hosts[s.Rank], mostOften(lastRank[s.Rank]), false)
+			log.Warnf("straggler watch: %s", nodeStragglerText(s, hosts[s.Rank]))
+			h.nodeStraggler(s, hosts[s.Rank], false)
 		}
 		for _, s := range recovered {
 			log.Infof("straggler watch: node %d (%s) no longer enters collectives last", s.Rank, hosts[s.Rank])
-			h.nodeStraggler(s, hosts[s.Rank], mostOften(lastRank[s.Rank]), true)
+			h.nodeStraggler(s, hosts[s.Rank], true)
 		}
 	}
 }
 
 // nodeStragglerText says it for a log line; s.Rank is the node's group
 // rank.
-func nodeStragglerText(s probe.Straggler, host string, rank int) string {
+func nodeStragglerText(s probe.Straggler, host string) string {
 	step := ""
 	if s.Step >= 0 {
 		step = fmt.Sprintf(", step %d", s.Step)
 	}
-	return fmt.Sprintf("node %d (%s) is a straggler: its ranks entered last %d of the last %d sampled collectives of group 0, %v after the next-latest node (median); since collective #%d at %s%s; its last rank was most often rank %d",
-		s.Rank, host, s.Late, s.Window, s.Lag.Round(time.Millisecond), s.Since, s.SinceTime.Format("15:04:05.000"), step, rank)
-}
-
-// mostOften is the key with the highest count (the lowest on a tie).
-func mostOften(counts map[int]int) int {
-	best, n := -1, -1
-	for k, c := range counts {
-		if c > n || c == n && k < best {
-			best, n = k, c
-		}
-	}
-	return best
+	return fmt.Sprintf("node %d (%s) is a straggler: all its ranks came late together (its first one after every other node's first) in %d of the last %d sampled collectives of group 0, %v after the next-latest node (median); since collective #%d at %s%s",
+		s.Rank, host, s.Late, s.Window, s.Lag.Round(time.Millisecond), s.Since, s.SinceTime.Format("15:04:05.000"), step)
 }
 
 // nodeStraggler records a straggling node (s.Rank its group rank) for
-// the goodput report, with the rank most often last on it.
-func (h *hangWatch) nodeStraggler(s probe.Straggler, host string, rank int, recovered bool) {
+// the goodput report; the event's rank is -1: the whole node.
+func (h *hangWatch) nodeStraggler(s probe.Straggler, host string, recovered bool) {
 	if h.att.onStraggler == nil {
 		return
 	}
 	node := fmt.Sprintf("node %d (%s)", s.Rank, host)
-	s.Rank = rank
+	s.Rank = -1
 	h.att.onStraggler(s, node, recovered)
 }

@@ -41,8 +41,10 @@ type Failure struct {
 	// the job.
 	blameless bool
 	// remote: the rank ran on another node (Host); a job-wide hang
-	// verdict named it.
+	// verdict, or its record of leaving early, named it.
 	remote bool
+	// lostPeer quotes the failure's error where it says it lost a peer.
+	lostPeer string
 }
 
 // Traceback lines shown in the summary: a longer traceback keeps its first

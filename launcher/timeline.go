@@ -80,6 +80,8 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 // timeline: "rank 1 on host7 exited with code 3".
 func (f Failure) reason() string {
 	switch {
+	case f.Hung != "" && f.blameless:
+		return fmt.Sprintf("a hang no rank can be blamed for (rank %d on %s stands for the job): %s", f.Rank, f.Host, f.Hung)
 	case f.Hung != "":
 		return fmt.Sprintf("rank %d on %s held the others up: %s", f.Rank, f.Host, f.Hung)
 	case f.Left != "":

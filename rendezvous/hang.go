@@ -23,3 +23,15 @@ type NodeReport struct {
 	GroupRank int
 	Value     []byte
 }
+
+// LeftRank is a rank that exited 0 while the others ran.
+type LeftRank struct {
+	Rank      int       `json:"rank"`
+	LocalRank int       `json:"local_rank"`
+	PID       int       `json:"pid"`
+	Host      string    `json:"host"`
+	At        time.Time `json:"at"`
+	// Left says what it did, in words ("exited 0 after 21 optimizer
+	// steps at ...").
+	Left string `json:"left"`
+}

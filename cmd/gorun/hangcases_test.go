@@ -37,6 +37,8 @@ func TestHangAndStragglerVerdicts(t *testing.T) {
 	}{
 		{"healthy, only rank 0 prints", []string{"--hang-timeout", "4s", "--", "--steps", "80", "--print-every", "1000"}, 0,
 			nil, []string{"hang:", "straggler watch"}, ""},
+		{"healthy, each batch a data loader worker's 5 s of CPU", []string{"--hang-timeout", "3s", "--", "--fault", "loader", "--delay", "5", "--steps", "3", "--fault-step", "99"}, 0,
+			nil, []string{"hang:"}, ""},
 		{"rank 1 sleeps before all_reduce #20", []string{"--hang-timeout", "6s", "--", "--fault", "sleep"}, 124,
 			[]string{"hang:   rank 1 never entered all_reduce #", "(ranks 0, 2 wait in it)", "rank 1 is outside any collective, at " + faultScript + ":",
 				"Root Cause (the rank that held the others up)", "rank      : 1 (local_rank: 1)"}, nil, "missing ranks: {1}"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ func TestHangVerdictAcrossNodes(t *testing.T) {
 	py := torchPython(t)
 	cases := []struct {
 		name  string
+		nproc string // per node; "" for 2
 		fault []string
 		code  int
 		want  []string // on both nodes
@@ -24,23 +26,29 @@ func TestHangVerdictAcrossNodes(t *testing.T) {
 		wantOne []string
 		not     []string
 	}{
-		{"rank 3 sleeps: node 1 sees the cause and declares", []string{"--fault", "sleep", "--fault-rank", "3"}, 124,
+		{"rank 3 sleeps: node 1 sees the cause and declares", "", []string{"--fault", "sleep", "--fault-rank", "3"}, 124,
 			[]string{"node 1 declared the job hung", "rank 3 never entered all_reduce #", "(ranks 0, 1, 2 wait in it)",
 				"Root Cause (the rank that held the others up)", "rank      : 3 (local_rank: 1)"}, nil, nil},
-		{"rank 3 desyncs: every node is quiet, node 0 declares", []string{"--fault", "desync", "--fault-rank", "3"}, 124,
+		{"rank 3 desyncs: every node is quiet, node 0 declares", "", []string{"--fault", "desync", "--fault-rank", "3"}, 124,
 			[]string{"node 0 declared the job hung: no rank of any of the 2 nodes showed a sign of life", "rank 3 called broadcast",
 				"rank      : 3 (local_rank: 1)"}, nil, nil},
-		{"rank 0 evaluates alone for 10 s, only rank 0 prints", []string{"--fault", "evaluate", "--fault-rank", "0", "--delay", "10", "--steps", "30", "--print-every", "1000"}, 0,
+		{"rank 0 evaluates alone for 10 s, only rank 0 prints", "", []string{"--fault", "evaluate", "--fault-rank", "0", "--delay", "10", "--steps", "30", "--print-every", "1000"}, 0,
 			nil, nil, []string{"declared the job hung", "hang:"}},
-		{"node 1's ranks three times slower", []string{"--fault", "slow", "--fault-rank", "2,3", "--steps", "80"}, 0,
-			nil, []string{"straggler watch: node 1 (", ") is a straggler: its ranks entered last"}, []string{"rank 2 is a straggler", "rank 3 is a straggler", "node 0 ("}},
+		{"node 1's ranks three times slower", "", []string{"--fault", "slow", "--fault-rank", "2,3", "--steps", "80"}, 0,
+			nil, []string{"straggler watch: node 1 (", ") is a straggler: all its ranks came late together"}, []string{"rank 2 is a straggler", "rank 3 is a straggler", "node 0 ("}},
+		{"rank 3 alone three times slower: a rank of node 1, not node 1", "", []string{"--fault", "slow", "--fault-rank", "3", "--steps", "80"}, 0,
+			nil, []string{"straggler watch: rank 3 is a straggler"}, []string{"node 1 (", "node 0 ("}},
+		{"rank 1, all of node 1, exits 0 early: node 0's rank loses its peer", "1", []string{"--fault", "exit0", "--fault-rank", "1"}, 1,
+			nil, []string{"Root Cause (the rank that left while the others ran)", "all of node 1 (rank 1: its part done), while other nodes' ranks ran (on another node); rank 0's error says it lost a peer"},
+			[]string{"Root Cause (first observed failure)"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+			nproc := cmp.Or(tc.nproc, "2")
 			nodes := startNodes(t, 2, func(i int) []string {
-				return append(elasticArgs(ep, "hangnodes", i, "--nnodes=2", "--nproc-per-node=2", "--hang-timeout=4s", "--python", py, faultScript), tc.fault...)
+				return append(elasticArgs(ep, "hangnodes", i, "--nnodes=2", "--nproc-per-node="+nproc, "--hang-timeout=4s", "--python", py, faultScript), tc.fault...)
 			})
 			for i, n := range nodes {
 				if code := waitExit(t, n.cmd); code != tc.code {

@@ -8,21 +8,21 @@ import (
 	"github.com/gorun-dev/gorun/watchdog"
 )
 
-// Arrival is when the last of one node's ranks entered a collective of
-// the default group (group 0, which spans every rank), and which rank
-// that was: what a node tells the others for the job-wide straggler
-// watch.
+// Arrival is when the first of one node's ranks entered a collective of
+// the default group (group 0, which spans every rank): what a node tells
+// the others for the job-wide straggler watch. A node whose first rank
+// is late is late as a whole (a slow host, a throttled link); one slow
+// rank among punctual ones is its own node's straggler, not the node.
 type Arrival struct {
 	Seq    int64 `json:"seq"`
-	Rank   int   `json:"rank"`
 	TimeNs int64 `json:"t"`
 }
 
-// LastArrivals returns, oldest first, for the newest n collectives of the
-// default group that every one of snaps' ranks entered, the rank that
-// entered last and when.
-func LastArrivals(snaps []Snapshot, n int) []Arrival {
-	last := map[int64]Arrival{}
+// FirstArrivals returns, oldest first, for the newest n collectives of
+// the default group that every one of snaps' ranks entered, when the
+// first of them entered it.
+func FirstArrivals(snaps []Snapshot, n int) []Arrival {
+	first := map[int64]int64{}
 	count := map[int64]int{}
 	ranks := 0
 	for _, s := range snaps {
@@ -35,15 +35,15 @@ func LastArrivals(snaps []Snapshot, n int) []Arrival {
 				continue
 			}
 			count[e.CollectiveSeqID]++
-			if a, ok := last[e.CollectiveSeqID]; !ok || e.TimeCreatedNs > a.TimeNs {
-				last[e.CollectiveSeqID] = Arrival{Seq: e.CollectiveSeqID, Rank: *s.Rank, TimeNs: e.TimeCreatedNs}
+			if t, ok := first[e.CollectiveSeqID]; !ok || e.TimeCreatedNs < t {
+				first[e.CollectiveSeqID] = e.TimeCreatedNs
 			}
 		}
 	}
 	var out []Arrival
 	for seq, c := range count {
 		if c == ranks {
-			out = append(out, last[seq])
+			out = append(out, Arrival{Seq: seq, TimeNs: first[seq]})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })

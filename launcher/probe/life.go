@@ -97,12 +97,33 @@ func (s Snapshot) Where() string {
 
 // Top returns the innermost n frames, innermost first, as "file:line in
 // function ← ...".
+// When none of them is the script's own code, the innermost frame that
+// is follows ("... ← ... ← train.py:46 in batches"): a rank blocked in a data
+// loader's queue is placed in the script, not only in the standard
+// library.
 func (s Snapshot) Top(n int) string {
-	parts := make([]string, 0, n)
+	parts := make([]string, 0, n+1)
+	own := false
 	for _, f := range s.Stack[:min(n, len(s.Stack))] {
 		parts = append(parts, f.String())
+		own = own || f.Own()
+	}
+	if !own {
+		for _, f := range s.Stack[min(n, len(s.Stack)):] {
+			if f.Own() {
+				parts = append(parts, "...", f.String())
+				break
+			}
+		}
 	}
 	return strings.Join(parts, " ← ")
+}
+
+// Own reports whether the frame is in the user's code: not in Python's
+// standard library or an installed package.
+func (f Frame) Own() bool {
+	return !strings.HasPrefix(f.File, "<") && !strings.Contains(f.File, "/lib/python3.") && !strings.Contains(f.File, "/lib64/python3.") &&
+		!strings.Contains(f.File, "site-packages") && !strings.Contains(f.File, "dist-packages")
 }
 
 // Dump turns the snapshot's flight recorder into a rank's dump for

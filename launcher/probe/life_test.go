@@ -134,3 +134,21 @@ func TestTrimmed(t *testing.T) {
 		t.Errorf("round trip: %v, top %q", err, back.Top(1))
 	}
 }
+
+func TestTopFindsTheScript(t *testing.T) {
+	lib := Frame{File: "/usr/lib/python3.11/selectors.py", Line: 415, Func: "select"}
+	pkg := Frame{File: "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", Line: 1, Func: "_next_data"}
+	own := Frame{File: "/work/train.py", Line: 46, Func: "batches"}
+	for _, tt := range []struct {
+		stack []Frame
+		want  string
+	}{
+		{[]Frame{own, lib}, "/work/train.py:46 in batches ← /usr/lib/python3.11/selectors.py:415 in select"},
+		{[]Frame{lib, lib, pkg, pkg, own}, "/usr/lib/python3.11/selectors.py:415 in select ← /usr/lib/python3.11/selectors.py:415 in select ← /venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:1 in _next_data ← ... ← /work/train.py:46 in batches"},
+		{[]Frame{lib, lib, lib, lib}, "/usr/lib/python3.11/selectors.py:415 in select ← /usr/lib/python3.11/selectors.py:415 in select ← /usr/lib/python3.11/selectors.py:415 in select"},
+	} {
+		if got := (Snapshot{Stack: tt.stack}).Top(3); got != tt.want {
+			t.Errorf("Top(3) = %q; want %q", got, tt.want)
+		}
+	}
+}

@@ -10,4 +10,5 @@ var (
 	_ launcher.HangReporter  = (*Rendezvous)(nil)
 	_ launcher.HangVoter     = (*Rendezvous)(nil)
 	_ launcher.ArrivalSharer = (*Rendezvous)(nil)
+	_ launcher.LeftRecorder  = (*Rendezvous)(nil)
 )

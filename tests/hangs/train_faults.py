@@ -12,6 +12,8 @@ of the faults gorun's hang and straggler watch must name, on --fault-rank
   slowafter   every step from --fault-step on takes --delay seconds longer
   evaluate    compute alone for --delay seconds at --fault-step (an
               evaluation on one rank) while the others wait in all_reduce
+  loader      (every rank, healthy) each batch takes a data loader's worker
+              process --delay seconds of CPU while the rank itself waits
 """
 import argparse
 import os
@@ -37,7 +39,27 @@ def parse():
     return p.parse_args()
 
 
+class BusyDataset(torch.utils.data.Dataset):
+    """Each item costs its loader worker `cost` seconds of CPU."""
+
+    def __init__(self, cost, rank):
+        self.cost, self.rank = cost, rank
+
+    def __len__(self):
+        return 1 << 20
+
+    def __getitem__(self, i):
+        end = time.monotonic() + self.cost
+        while time.monotonic() < end:
+            pass
+        g = torch.Generator().manual_seed(self.rank * 100003 + i)
+        return torch.randn(16, 32, generator=g), torch.randn(16, 1, generator=g)
+
+
 def batches(rank, args):
+    if args.fault == "loader":
+        yield from torch.utils.data.DataLoader(BusyDataset(args.delay, rank), batch_size=None, num_workers=1)
+        return
     g = torch.Generator().manual_seed(rank)
     step = 0
     while True:

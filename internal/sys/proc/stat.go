@@ -61,3 +61,50 @@ func Catches(pid int, sig syscall.Signal) (bool, error) {
 	}
 	return false, fmt.Errorf("/proc/%d/status: no SigCgt line", pid)
 }
+
+// GroupCPUTimes returns the CPU time used by each process group of the
+// host, keyed by group id: every member's user and system time, all its
+// threads, and its reaped children's, from /proc/<pid>/stat. A worker
+// that computes in its children (a data loader's workers, a
+// subprocess) uses CPU time in its group though its own is idle.
+// Processes that end while it reads are left out.
+func GroupCPUTimes() (map[int]time.Duration, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]time.Duration{}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		// After the name: state(3) ppid(4) pgrp(5) ... utime(14)
+		// stime(15) cutime(16) cstime(17), counted from 1.
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		pgrp, err := strconv.Atoi(f[2])
+		if err != nil {
+			continue
+		}
+		var ticks int64
+		for _, v := range f[11:15] {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				continue
+			}
+			ticks += n
+		}
+		out[pgrp] += time.Duration(ticks) * time.Second / userHZ
+	}
+	return out, nil
+}
