@@ -1,6 +1,8 @@
 package etcd
 
 import (
+	"strings"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -11,8 +13,12 @@ import (
 // port sits in front of etcd's single port; a simple auth token reaches
 // only the one member that made it, over the job's TLS; and the storage
 // version is written once the first term is known, etcd retrying until
-// then.
+// then; and a new store's first election waits for its own bootstrap
+// configuration to be applied (raft retries the campaign at once).
 func harmlessEtcdLine(msg string) bool {
+	if strings.HasSuffix(msg, " cannot campaign at term 1 since there are still pending configuration changes to apply") {
+		return true
+	}
 	switch msg {
 	case "Running http and grpc server on single port. This is not recommended for production.",
 		"simple token is not cryptographically signed",
