@@ -60,6 +60,16 @@ type Event struct {
 	// set.
 	Step      int    `json:"step,omitempty"`
 	FirstStep int    `json:"first_step,omitempty"`
+	// ProgressFrom says where the steps came from, for EventEnd:
+	// "progress file" (gorun's helpers), "probe" (the optimizer steps
+	// gorun's probe counted in a script that knows nothing of gorun), or
+	// "" (none: not measured).
+	ProgressFrom string `json:"progress_from,omitempty"`
+	// Checkpoint is when the attempt's last checkpoint was written (the
+	// probe saw torch.save or torch.distributed.checkpoint.save return),
+	// after CheckpointStep steps, for EventEnd; zero when none was seen.
+	Checkpoint     time.Time `json:"checkpoint,omitzero"`
+	CheckpointStep int       `json:"checkpoint_step,omitempty"`
 	Node      string `json:"node,omitempty"`   // host, for EventStart
 	RunID     string `json:"run_id,omitempty"` // for EventStart
 	Spare     bool   `json:"spare,omitempty"`  // for EventRendezvous: this node waited as a hot spare

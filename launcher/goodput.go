@@ -65,13 +65,25 @@ type AttemptReport struct {
 	LastStep          *int    `json:"last_step,omitempty"`
 	StartupSeconds    float64 `json:"startup_seconds"`
 	ProductiveSeconds float64 `json:"productive_seconds"`
+	// ProgressFrom says where its steps came from ("progress file",
+	// "probe"; "" when not measured).
+	ProgressFrom string `json:"progress_from,omitempty"`
+	// Checkpoint is when its last checkpoint was seen written, after
+	// CheckpointStep steps (zero, nil: none seen).
+	Checkpoint     time.Time `json:"checkpoint,omitzero"`
+	CheckpointStep *int      `json:"checkpoint_step,omitempty"`
 }
 
 // FailureLoss is the time a failed or interrupted attempt cost: from its
 // last reported step (its spawn when it reported none) to the next spawn,
 // the report's end, or a stop request, whichever comes first.
 type FailureLoss struct {
-	Attempt     int       `json:"attempt"`
+	Attempt int `json:"attempt"`
+	// Since says where the loss starts: "checkpoint" (the attempt's last
+	// checkpoint: the steps after it are redone), "step" (its last step:
+	// no checkpoint seen, so the steps since the last one gorun did not
+	// see are lost too), or "spawn" (no step measured).
+	Since       string    `json:"since"`
 	How         string    `json:"how"`
 	Reason      string    `json:"reason,omitempty"`
 	From        time.Time `json:"from"`
@@ -194,6 +206,11 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 		case a.ended:
 			e, ar.Ended, ar.How, ar.Reason = a.end.Time, a.end.Time, a.end.How, a.end.Reason
 			first, last, firstStep, lastStep = a.end.FirstProgress, a.end.LastProgress, a.end.FirstStep, a.end.Step
+			ar.ProgressFrom, ar.Checkpoint = a.end.ProgressFrom, a.end.Checkpoint
+			if !a.end.Checkpoint.IsZero() {
+				step := a.end.CheckpointStep
+				ar.CheckpointStep = &step
+			}
 		case ok && p.Seen:
 			first, last, firstStep, lastStep = p.FirstTime, p.Time, p.FirstStep, p.Step
 		}
@@ -225,9 +242,16 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 				tl.waitFor(next, t.rdzv)
 			}
 		case EndFailed, EndInterrupted:
-			tl.add(last, GoodputProductive, i, -1)
+			upTo, since := last, "step"
+			switch {
+			case !ar.Measured:
+				since = "spawn"
+			case !ar.Checkpoint.IsZero():
+				upTo, since = clampGoodputTime(ar.Checkpoint, first, last), "checkpoint"
+			}
+			tl.add(upTo, GoodputProductive, i, -1)
 			from := tl.cursor
-			causes = append(causes, FailureLoss{Attempt: ar.Attempt, How: ar.How, Reason: ar.Reason, From: from, To: next})
+			causes = append(causes, FailureLoss{Attempt: ar.Attempt, Since: since, How: ar.How, Reason: ar.Reason, From: from, To: next})
 			tl.add(next, GoodputLost, i, len(causes)-1)
 		case EndStopped, EndPreempted:
 			cat := GoodputTeardown

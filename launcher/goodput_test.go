@@ -31,6 +31,32 @@ func ended(s float64, attempt int, how string, first, last float64) Event {
 	return e
 }
 
+// goodputCase returns the case of goodputCases named name.
+func goodputCase(t *testing.T, name string) struct {
+	name     string
+	events   []Event
+	now      float64
+	running  map[int]Progress
+	want     map[string]float64
+	failures int
+} {
+	t.Helper()
+	for _, c := range goodputCases() {
+		if c.name == name {
+			return c
+		}
+	}
+	t.Fatalf("no goodput case %q", name)
+	panic("unreachable")
+}
+
+// checkpointed adds a checkpoint at s (after step) to an end event whose
+// steps the probe counted.
+func checkpointed(e Event, s float64, step int) Event {
+	e.ProgressFrom, e.Checkpoint, e.CheckpointStep = "probe", at(s), step
+	return e
+}
+
 // checkSums fails unless the categories add up to the wall time and the
 // per-attempt and per-failure figures add up to their categories.
 func checkSums(t *testing.T, r Report) {
@@ -98,6 +124,10 @@ func goodputCases() []struct {
 			events: []Event{start, spawn(1, 0), ended(10, 0, EndInterrupted, 2, 8), spawn(20, 1),
 				ended(30, 1, EndFailed, 21, 29), spawn(40, 2), ended(50, 2, EndSucceeded, 41, 50), exit(50, 0)},
 			want: map[string]float64{"rendezvous": 1, "startup": 3, "productive": 6 + 8 + 9, "lost": 12 + 11}},
+		{name: "failure after a checkpoint, steps from the probe", failures: 1,
+			events: []Event{start, spawn(2, 0), checkpointed(ended(50, 0, EndFailed, 5, 45), 30, 60), spawn(60, 1),
+				ended(100, 1, EndSucceeded, 62, 100), exit(100, 0)},
+			want: map[string]float64{"rendezvous": 2, "startup": 3 + 2, "productive": 25 + 38, "lost": 30}},
 		{name: "success without progress", now: 1,
 			events: []Event{start, spawn(2, 0), ended(100, 0, EndSucceeded, -1, -1), exit(100, 0)},
 			want:   map[string]float64{"rendezvous": 2, "productive": 98}},
@@ -212,7 +242,7 @@ func TestGoodputAttempts(t *testing.T) {
 	if !a.Measured || a.ProductiveSeconds != 35 || a.StartupSeconds != 3 || *a.FirstStep != 1 || *a.LastStep != 100 || a.WorldSize != 16 {
 		t.Errorf("attempt 0: %+v", a)
 	}
-	r, err = ComputeReport(goodputCases()[3].events, gt0, nil) // success without progress
+	r, err = ComputeReport(goodputCase(t, "success without progress").events, gt0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +351,7 @@ func TestGoodputErrors(t *testing.T) {
 func TestGoodputOutput(t *testing.T) {
 	for i, c := range goodputCases() {
 		switch c.name {
-		case "failure and restart", "interrupted twice", "running with progress":
+		case "failure and restart", "interrupted twice", "running with progress", "failure after a checkpoint, steps from the probe", "failure without progress":
 		default:
 			continue
 		}

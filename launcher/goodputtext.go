@@ -38,11 +38,11 @@ func (r Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "%-12s %12.3f %10s\n", "total", r.WallSeconds, r.percent(r.WallSeconds))
 	var tw *tabwriter.Writer
 	if len(r.Failures) > 0 {
-		fmt.Fprintf(&b, "\nfailures (time lost from the last step to the next attempt):\n")
+		fmt.Fprintf(&b, "\nfailures (time lost from the last checkpoint, else the last step seen, to the next attempt):\n")
 		tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
-		fmt.Fprintf(tw, "attempt\thow\tlost (s)\tfrom\tto\treason\n")
+		fmt.Fprintf(tw, "attempt\thow\tlost (s)\tsince\tfrom\tto\treason\n")
 		for _, f := range r.Failures {
-			fmt.Fprintf(tw, "%d\t%s\t%.3f\t%s\t%s\t%s\n", f.Attempt, f.How, f.LostSeconds,
+			fmt.Fprintf(tw, "%d\t%s\t%.3f\t%s\t%s\t%s\t%s\n", f.Attempt, f.How, f.LostSeconds, lossSince(f.Since),
 				goodputClock(f.From), goodputClock(f.To), goodputOrDash(goodputOneLine(f.Reason, 0)))
 		}
 		tw.Flush()
@@ -71,7 +71,7 @@ func (r Report) WriteText(w io.Writer) error {
 	if len(r.Attempts) > 0 {
 		fmt.Fprintf(&b, "\nattempts:\n")
 		tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
-		fmt.Fprintf(tw, "attempt\tround\tworld\tspawned\tended\thow\tstartup (s)\tproductive (s)\tsteps\n")
+		fmt.Fprintf(tw, "attempt\tround\tworld\tspawned\tended\thow\tstartup (s)\tproductive (s)\tsteps\tfrom\tcheckpoint\n")
 		for _, a := range r.Attempts {
 			startup := fmt.Sprintf("%.3f", a.StartupSeconds)
 			if !a.Measured {
@@ -81,13 +81,49 @@ func (r Report) WriteText(w io.Writer) error {
 			if !a.Ended.IsZero() {
 				ended = goodputClock(a.Ended)
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.3f\t%s\n", a.Attempt, a.Round, a.WorldSize,
-				goodputClock(a.Spawned), ended, a.How, startup, a.ProductiveSeconds, a.steps())
+			ckpt := "-"
+			if a.CheckpointStep != nil {
+				ckpt = fmt.Sprintf("%s (step %d)", goodputClock(a.Checkpoint), *a.CheckpointStep)
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\n", a.Attempt, a.Round, a.WorldSize,
+				goodputClock(a.Spawned), ended, a.How, startup, a.ProductiveSeconds, a.steps(), goodputOrDash(a.ProgressFrom), ckpt)
 		}
 		tw.Flush()
 	}
+	if note := r.unmeasured(); note != "" {
+		fmt.Fprintf(&b, "\nnote: %s\n", note)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// lossSince says where a failure's loss starts, for the table.
+func lossSince(s string) string {
+	switch s {
+	case "checkpoint":
+		return "checkpoint"
+	case "step":
+		return "last step (no checkpoint seen)"
+	case "spawn":
+		return "spawn (no step seen)"
+	}
+	return "-"
+}
+
+// unmeasured says which attempts reported no step, and what that makes of
+// the figures; "" when every attempt did.
+func (r Report) unmeasured() string {
+	var as []string
+	for _, a := range r.Attempts {
+		if !a.Measured {
+			as = append(as, strconv.Itoa(a.Attempt))
+		}
+	}
+	if len(as) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("steps not measured in attempt %s (no progress file, and no optimizer step seen: PyTorch 1.x, --worker-probe=off, or not PyTorch): its startup counts as productive, and a failed attempt is lost whole",
+		strings.Join(as, ", "))
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -115,6 +151,9 @@ func (r Report) Short() string {
 		restarts = ", " + goodputPlural(r.Restarts, "restart")
 	}
 	line := fmt.Sprintf("goodput: %s of %s%s", r.headline(), goodputDuration(r.WallSeconds), restarts)
+	if r.unmeasured() != "" {
+		line = fmt.Sprintf("goodput: %s of %s%s, steps not measured (gorun report says more)", r.headline(), goodputDuration(r.WallSeconds), restarts)
+	}
 	if len(parts) > 0 {
 		line += ": " + strings.Join(parts, ", ")
 	}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
 // openEvents starts this node's timeline: in memory, and with --log-dir
@@ -56,6 +58,35 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 		ps = append(ps, p)
 	}
 	p := MergeProgress(ps...)
+	from := ""
+	if p.Seen {
+		from = "progress file"
+	}
+	var ckpt time.Time
+	ckptStep := 0
+	for _, w := range att.workers {
+		path, ok := lookupEnv(w.spec.Env, probe.EnvFile)
+		if !ok {
+			continue
+		}
+		s, ok, err := probe.Read(path)
+		if err != nil || !ok {
+			continue
+		}
+		if !p.Seen {
+			// A script that knows nothing of gorun: the optimizer steps
+			// its probe counted.
+			ps = append(ps, probeProgress(s))
+		}
+		if s.Saves > 0 && time.Unix(0, s.LastSaveNs).After(ckpt) {
+			ckpt, ckptStep = time.Unix(0, s.LastSaveNs), int(s.StepsAtSave)
+		}
+	}
+	if !p.Seen {
+		if p = MergeProgress(ps...); p.Seen {
+			from = "probe"
+		}
+	}
 	ev := Event{Kind: EventEnd, Attempt: att.number, How: endHow(out, a.pre.active())}
 	switch out.kind {
 	case outcomeFailed:
@@ -73,6 +104,7 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 	if p.Seen {
 		ev.FirstProgress, ev.LastProgress, ev.Step, ev.FirstStep = p.FirstTime, p.Time, p.Step, p.FirstStep
 	}
+	ev.ProgressFrom, ev.Checkpoint, ev.CheckpointStep = from, ckpt, ckptStep
 	a.events.Record(ev)
 }
 
@@ -181,4 +213,15 @@ func writeReportFile(path string, r Report) error {
 		return err
 	}
 	return f.Close()
+}
+
+// probeProgress is a worker's progress as its probe counted the
+// optimizer steps (Seen false without a step: PyTorch 1.x has no global
+// step hook).
+func probeProgress(s probe.Snapshot) Progress {
+	if !s.StepHook || s.Steps == 0 || s.FirstStepNs == 0 || len(s.StepTimesNs) == 0 {
+		return Progress{}
+	}
+	return Progress{Seen: true, FirstStep: 1, Step: int(s.Steps),
+		FirstTime: time.Unix(0, s.FirstStepNs), Time: time.Unix(0, s.StepTimesNs[len(s.StepTimesNs)-1])}
 }

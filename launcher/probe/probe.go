@@ -146,6 +146,14 @@ type Snapshot struct {
 	Steps       int64   `json:"steps"`
 	StepTimesNs []int64 `json:"step_times_ns"`
 	StepHook    bool    `json:"step_hook"`
+	// FirstStepNs is when the first optimizer step ended (0: none).
+	FirstStepNs int64 `json:"first_step_ns"`
+	// Saves counts the checkpoints the script wrote (torch.save and
+	// torch.distributed.checkpoint.save calls that returned), the last at
+	// LastSaveNs after StepsAtSave optimizer steps.
+	Saves       int   `json:"saves"`
+	LastSaveNs  int64 `json:"last_save_ns"`
+	StepsAtSave int64 `json:"steps_at_save"`
 	// Dumped is the last request id served.
 	Dumped string `json:"dumped"`
 	// Rank and WorldSize are torch.distributed's, once initialised (Rank

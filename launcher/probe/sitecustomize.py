@@ -57,6 +57,11 @@ class _Probe(object):
         self.pid = os.getpid()
         self.steps = 0
         self.step_times = []
+        self.first_step = 0  # time of the first optimizer step
+        self.saves = 0  # torch.save / torch.distributed.checkpoint.save calls that returned
+        self.last_save = 0
+        self.steps_at_save = 0
+        self.saves_hooked = set()
         self.hooked = False  # looked for the optimizer's hook
         self.step_hook = False  # and registered it
         self.handled = ""
@@ -69,7 +74,10 @@ class _Probe(object):
         import time
 
         self.steps += 1
-        self.step_times.append(time.time_ns())
+        now = time.time_ns()
+        if not self.first_step:
+            self.first_step = now
+        self.step_times.append(now)
         if len(self.step_times) > self.MAX_STEP_TIMES:
             del self.step_times[0]
 
@@ -83,6 +91,34 @@ class _Probe(object):
             return
         register(self.on_step)
         self.hooked = self.step_hook = True
+
+    def on_save(self):
+        import time
+
+        self.saves += 1
+        self.last_save = time.time_ns()
+        self.steps_at_save = self.steps
+
+    def hook_saves(self):
+        """Wraps torch.save and torch.distributed.checkpoint.save, once
+        their modules are loaded, to see the script's checkpoints."""
+        for name, attr in (("torch", "save"), ("torch.distributed.checkpoint", "save")):
+            mod = sys.modules.get(name)
+            if mod is None or name in self.saves_hooked or not callable(getattr(mod, attr, None)):
+                continue
+            self.saves_hooked.add(name)
+            setattr(mod, attr, self.wrap_save(getattr(mod, attr)))
+
+    def wrap_save(self, orig):
+        import functools
+
+        @functools.wraps(orig)
+        def save(*args, **kwargs):
+            out = orig(*args, **kwargs)
+            self.on_save()
+            return out
+
+        return save
 
     def stack(self):
         import threading
@@ -156,6 +192,10 @@ class _Probe(object):
             "steps": self.steps,
             "step_times_ns": list(self.step_times),
             "step_hook": self.step_hook,
+            "first_step_ns": self.first_step,
+            "saves": self.saves,
+            "last_save_ns": self.last_save,
+            "steps_at_save": self.steps_at_save,
             "dumped": self.dumped,
         }
         dist = self.distributed()
@@ -257,6 +297,7 @@ class _Probe(object):
                 return  # gorun's attempt folder is gone
             try:
                 self.hook_optimizer()
+                self.hook_saves()
                 self.serve_request()
                 self.write(self.path, json.dumps(self.snapshot()))
             except Exception as e:

@@ -12,6 +12,7 @@ of the faults gorun's hang and straggler watch must name, on --fault-rank
   slowafter   every step from --fault-step on takes --delay seconds longer
   evaluate    compute alone for --delay seconds at --fault-step (an
               evaluation on one rank) while the others wait in all_reduce
+  raise       raise an exception at --fault-step (after its optimizer step)
   loader      (every rank, healthy) each batch takes a data loader's worker
               process --delay seconds of CPU while the rank itself waits
 """
@@ -96,6 +97,8 @@ def main():
         opt.step()
         if args.fault == "exit0" and mine and step == args.fault_step:
             return
+        if args.fault == "raise" and mine and step == args.fault_step:
+            raise RuntimeError("a fault at step %d" % step)
         t = loss.detach().clone()
         if step == args.fault_step and mine and args.fault == "evaluate":
             end = time.monotonic() + args.delay
