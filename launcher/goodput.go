@@ -40,7 +40,8 @@ type Report struct {
 	EffectiveTrainingTimeRatio float64         `json:"effective_training_time_ratio"`
 	Attempts                   []AttemptReport `json:"attempts"`
 	Failures                   []FailureLoss   `json:"failures"`
-	// Restarts is the number of attempts after the first.
+	// Restarts is the number of failure restarts (the last attempt's
+	// number); rounds a membership change started are not counted.
 	Restarts int `json:"restarts"`
 	// Stragglers are the ranks the straggler watch named, and their
 	// recoveries, in order.
@@ -185,7 +186,12 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 		code := t.exit.Code
 		r.ExitCode = &code
 	}
-	r.Restarts = max(len(t.attempts)-1, 0)
+	// Restarts counts failure restarts, as the agent does: an elastic
+	// round that a membership change (a node joining or lost) started
+	// runs the same attempt number again, and is not one.
+	if n := len(t.attempts); n > 0 {
+		r.Restarts = t.attempts[n-1].spawn.Attempt
+	}
 	r.Stragglers = t.stragglers
 	tl := &goodputTimeline{cursor: start}
 	var causes []FailureLoss

@@ -128,6 +128,10 @@ func goodputCases() []struct {
 			events: []Event{start, spawn(2, 0), checkpointed(ended(50, 0, EndFailed, 5, 45), 30, 60), spawn(60, 1),
 				ended(100, 1, EndSucceeded, 62, 100), exit(100, 0)},
 			want: map[string]float64{"rendezvous": 2, "startup": 3 + 2, "productive": 25 + 38, "lost": 30}},
+		{name: "a node joins: a new round, the same attempt",
+			events: []Event{start, spawn(2, 0), ended(20, 0, EndInterrupted, 3, 19), ev(20, EventSpawn, Event{Attempt: 0, Round: 2, WorldSize: 24}),
+				ended(40, 0, EndSucceeded, 21, 40), exit(40, 0)},
+			want: map[string]float64{"rendezvous": 2, "startup": 1 + 1, "productive": 16 + 19, "lost": 1}, failures: 1},
 		{name: "success without progress", now: 1,
 			events: []Event{start, spawn(2, 0), ended(100, 0, EndSucceeded, -1, -1), exit(100, 0)},
 			want:   map[string]float64{"rendezvous": 2, "productive": 98}},
@@ -241,6 +245,9 @@ func TestGoodputAttempts(t *testing.T) {
 	a := r.Attempts[0]
 	if !a.Measured || a.ProductiveSeconds != 35 || a.StartupSeconds != 3 || *a.FirstStep != 1 || *a.LastStep != 100 || a.WorldSize != 16 {
 		t.Errorf("attempt 0: %+v", a)
+	}
+	if r, err := ComputeReport(goodputCase(t, "a node joins: a new round, the same attempt").events, gt0, nil); err != nil || r.Restarts != 0 || len(r.Attempts) != 2 {
+		t.Errorf("a membership change: %d restarts, %d attempts, %v; want 0 restarts (the agent counts none), 2 attempts", r.Restarts, len(r.Attempts), err)
 	}
 	r, err = ComputeReport(goodputCase(t, "success without progress").events, gt0, nil)
 	if err != nil {
