@@ -311,6 +311,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		return res, false, err
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
 	att.pre = a.pre
 	if hv, ok := a.rdzv.(HangVoter); ok && a.cfg.HangTimeout > 0 && round.GroupWorldSize > 1 {
 		att.job = &jobHang{voter: hv, round: round}
@@ -321,13 +322,15 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	if as, ok := a.rdzv.(ArrivalSharer); ok && round.GroupWorldSize > 1 {
 		att.arrivals = &nodeArrivalsPlan{sharer: as, round: round}
 	}
-	out := att.monitor(ctx, a.signals, a.rdzv.Watch(wctx, round))
-	stopWatch()
+	events := a.rdzv.Watch(wctx, round)
+	out := att.monitor(ctx, a.signals, events)
 	att.finish()
 	// With the output in and the error files written: the root cause first.
 	out.failures, out.left = att.completeFailures(out.failures, out.left, layout), nil
 	att.records.Wait()
 	out.failures = att.remoteLeft(ctx, out.failures)
+	a.lostNode(&out, events)
+	stopWatch()
 	a.recordEnd(att, out)
 
 	res.Signal = out.signal
@@ -573,4 +576,39 @@ func (a *Agent) interruptible(ctx context.Context, preemptible bool, fn func(con
 		return 0, errPreemptedIdle
 	}
 	return 0, err
+}
+
+// lostNodeWait bounds the wait, after a failure that says it lost a peer,
+// for the round to end because a node was lost (the node's lease ends at
+// once when its agent dies: its presence connection closes).
+const lostNodeWait = 5 * time.Second
+
+// lostNode turns a failure into the round's interruption when the failure
+// said its rank lost a peer and the round then ended without a failure
+// (a node was lost): the failure is the loss's consequence, not a
+// failure of the job's own, and takes no restart from --max-restarts
+// (torchrun's agents count a lost node's round as a membership change,
+// not a restart, too). events is the round's watch.
+func (a *Agent) lostNode(out *outcome, events <-chan rendezvous.Event) {
+	if events == nil || out.kind != outcomeFailed || len(out.failures) == 0 || out.failures[0].lostPeer == "" || out.failures[0].Left != "" {
+		return
+	}
+	ev := out.late
+	if ev == nil {
+		t := time.NewTimer(lostNodeWait)
+		defer t.Stop()
+		select {
+		case e, ok := <-events:
+			if ok {
+				ev = &e
+			}
+		case <-t.C:
+		}
+	}
+	if ev == nil || ev.Failure || ev.Reason == "" {
+		return
+	}
+	f := out.failures[0]
+	a.cfg.Log.Warnf("%s; rank %d's failure (%q) is its consequence: the round ends for the lost node, and no restart is counted", ev.Reason, f.Rank, f.lostPeer)
+	out.kind, out.event = outcomeInterrupted, *ev
 }

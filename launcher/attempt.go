@@ -106,6 +106,9 @@ type outcome struct {
 	// worker that does not handle it), not cleanly.
 	stoppedBySignal bool
 	failures        []Failure
+	// late is the round's end that came while the workers stopped (nil:
+	// none): a lost node, when a failure said it lost a peer.
+	late *rendezvous.Event
 	// left are the workers that exited 0 before the first failure while
 	// the others ran (placeLeft decides where they go).
 	left   []Failure
@@ -401,6 +404,8 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 				m.out.kind, m.out.event = outcomeInterrupted, ev
 				att.cfg.Log.Warnf("round ended: %s; stopping the workers", ev.Reason)
 				m.beginStop(syscall.SIGTERM)
+			} else {
+				m.out.late = &ev // see Agent.lostNode
 			}
 		case now := <-hangs.tick():
 			if !m.stopping {

@@ -197,7 +197,7 @@ func TestElasticLostNodeSurvivorsReform(t *testing.T) {
 			t.Errorf("node %d exit %d; want 143\n%s", i, code, n.stderr)
 		}
 	}
-	if !strings.Contains(nodes[0].stderr.String()+nodes[1].stderr.String(), "left (its lease ended)") {
+	if !strings.Contains(nodes[0].stderr.String()+nodes[1].stderr.String(), "was lost: its lease ended") {
 		t.Errorf("no node reported the lost node:\n%s\n%s", nodes[0].stderr, nodes[1].stderr)
 	}
 }

@@ -89,7 +89,7 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 					continue
 				}
 				if r.isMember(ctx, t, rec, id, ev.PrevKv) {
-					r.endRound(ctx, t, "node "+id+" left (its lease ended)")
+					r.endRound(ctx, t, lostNodeReason(id, r.lostAddr(ctx, ev.PrevKv, id)))
 				}
 			}
 		case wr, ok := <-waiterWatch:
@@ -465,4 +465,28 @@ func (r *Rendezvous) deleteIfUnchanged(ctx context.Context, kv *mvccpb.KeyValue)
 	if r.ifUnchanged(ctx, key, kv.ModRevision, clientv3.OpDelete(key)) {
 		r.cfg.Log.Warnf("rendezvous: removed the refused value of %s", key)
 	}
+}
+
+// lostNodeReason says that a member of the round was lost, for every
+// node's log: the agent's id (host, pid, random) and the address its
+// workers were reached at.
+func lostNodeReason(id, addr string) string {
+	at := ""
+	if addr != "" {
+		at = " at " + addr
+	}
+	return "node " + id + at + " was lost: its lease ended (the agent was killed, its host went down, or it was cut off from etcd)"
+}
+
+// lostAddr is the address in a lost member's last join record, "" when
+// it cannot be read.
+func (r *Rendezvous) lostAddr(ctx context.Context, kv *mvccpb.KeyValue, id string) string {
+	if kv == nil {
+		return ""
+	}
+	n, err := r.openNode(ctx, kv, id)
+	if err != nil {
+		return ""
+	}
+	return n.Addr
 }

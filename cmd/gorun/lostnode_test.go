@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+)
+
+// TestLostNodeIsNoFailure: three agents train an unchanged PyTorch script
+// (gloo) with --max-restarts=0; SIGKILL of an agent that does not host
+// the store makes the survivors' ranks lose their peer ("Connection
+// closed by peer"), yet the survivors name the lost node, count no
+// restart, train again in a round of two and finish: a lost node is a
+// membership change, not a failure of the job.
+func TestLostNodeIsNoFailure(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	marks := t.TempDir()
+	script := filepath.Join(marks, "train.py")
+	body := `import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+world = dist.get_world_size()
+open(os.path.join(sys.argv[1], "world%d.rank%d" % (world, dist.get_rank())), "w").close()
+steps = 400 if world == 3 else 20
+for step in range(steps):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    time.sleep(0.05)
+if dist.get_rank() == 0:
+    print("done world %d restart %s" % (world, os.environ["TORCHELASTIC_RESTART_COUNT"]), flush=True)
+dist.destroy_process_group()
+`
+	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, 3, func(i int) []string {
+		return elasticArgs(ep, "lostnode", i, "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=0",
+			"--rdzv-conf=last_call_timeout=0.5", "--python", py, script, marks)
+	})
+	proctest.WaitFor(t, "three ranks training", 120*time.Second, func() bool {
+		m, _ := filepath.Glob(filepath.Join(marks, "world3.rank*"))
+		return len(m) == 3
+	})
+	victim := nodes[2]
+	_ = victim.cmd.Process.Signal(syscall.SIGKILL)
+	waitExit(t, victim.cmd)
+	var logs string
+	for i, n := range nodes[:2] {
+		if code := waitExit(t, n.cmd); code != 0 {
+			t.Errorf("survivor %d: exit %d; want 0 (a lost node is no failure)", i, code)
+		}
+		logs += n.stdout.String() + n.stderr.String()
+	}
+	for _, w := range []string{"was lost: its lease ended", "is its consequence: the round ends for the lost node, and no restart is counted", "done world 2 restart 0"} {
+		if !strings.Contains(logs, w) {
+			t.Errorf("the survivors do not say %q", w)
+		}
+	}
+	if strings.Contains(logs, "no restarts left") {
+		t.Errorf("a survivor counted the lost node as a failure")
+	}
+	if t.Failed() {
+		t.Logf("survivors:\n%s", logs)
+	}
+}
