@@ -58,8 +58,8 @@ type Event struct {
 	// Step is the last step number seen, -1 or absent when none; FirstStep
 	// the first. They are known only when LastProgress (FirstProgress) is
 	// set.
-	Step      int    `json:"step,omitempty"`
-	FirstStep int    `json:"first_step,omitempty"`
+	Step      int `json:"step,omitempty"`
+	FirstStep int `json:"first_step,omitempty"`
 	// ProgressFrom says where the steps came from, for EventEnd:
 	// "progress file" (gorun's helpers), "probe" (the optimizer steps
 	// gorun's probe counted in a script that knows nothing of gorun), or
@@ -70,9 +70,9 @@ type Event struct {
 	// after CheckpointStep steps, for EventEnd; zero when none was seen.
 	Checkpoint     time.Time `json:"checkpoint,omitzero"`
 	CheckpointStep int       `json:"checkpoint_step,omitempty"`
-	Node      string `json:"node,omitempty"`   // host, for EventStart
-	RunID     string `json:"run_id,omitempty"` // for EventStart
-	Spare     bool   `json:"spare,omitempty"`  // for EventRendezvous: this node waited as a hot spare
+	Node           string    `json:"node,omitempty"`   // host, for EventStart
+	RunID          string    `json:"run_id,omitempty"` // for EventStart
+	Spare          bool      `json:"spare,omitempty"`  // for EventRendezvous: this node waited as a hot spare
 	// Straggler is what the straggler watch found, for EventStraggler.
 	Straggler *StragglerEvent `json:"straggler,omitempty"`
 }
