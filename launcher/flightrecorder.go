@@ -34,6 +34,9 @@ const hangReportWait = 10 * time.Second
 func (a *Agent) reportHang(ctx context.Context, round rendezvous.Round, dir string) {
 	cfg := &a.cfg
 	dumps, _ := watchdog.ReadDumps(dir) // none: not a collective's failure
+	if len(dumps) == 0 {
+		return // nothing of this node's to merge (a PyTorch job writes none here)
+	}
 	nodes := 1
 	if hr, ok := a.rdzv.(HangReporter); ok && round.GroupWorldSize > 1 {
 		trimmed := make([]watchdog.Dump, len(dumps))

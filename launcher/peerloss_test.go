@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/sirupsen/logrus"
 )
 
 func TestPlaceLeft(t *testing.T) {
@@ -66,5 +69,45 @@ func TestOutputTailKeepsTheEnd(t *testing.T) {
 	got := tail.String()
 	if len(got) != stderrTailSize || !strings.HasSuffix(got, "RuntimeError: the last words\n") {
 		t.Fatalf("tail of %d bytes ending %q, want %d bytes ending with the last line", len(got), got[len(got)-40:], stderrTailSize)
+	}
+}
+
+// TestLostNodeTurnsAFailureIntoAnInterruption: a failure that says it
+// lost a peer is a lost node's consequence when the round then ends
+// without a failure; not when another node's workers failed, nor when no
+// round's end can come (one node), nor for a failure of its own.
+func TestLostNodeTurnsAFailureIntoAnInterruption(t *testing.T) {
+	lost := rendezvous.Event{Reason: "node n2 at 10.0.0.3 was lost: its lease ended"}
+	failed := rendezvous.Event{Reason: "failure: rank 4 on n3 exited with code 1", Failure: true}
+	cases := []struct {
+		name     string
+		lostPeer string
+		late     *rendezvous.Event
+		event    *rendezvous.Event
+		noWatch  bool
+		want     outcomeKind
+	}{
+		{"the node's loss comes after the failure", "Connection closed by peer", nil, &lost, false, outcomeInterrupted},
+		{"it came while the workers stopped", "Connection closed by peer", &lost, nil, false, outcomeInterrupted},
+		{"another node's workers failed", "Connection closed by peer", nil, &failed, false, outcomeFailed},
+		{"a failure of its own", "", nil, &lost, false, outcomeFailed},
+		{"one node: no round's end", "Connection closed by peer", nil, nil, true, outcomeFailed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Agent{cfg: Config{Log: logrus.New()}}
+			out := outcome{kind: outcomeFailed, late: tc.late, failures: []Failure{{Rank: 1, ExitCode: 1, lostPeer: tc.lostPeer}}}
+			var events chan rendezvous.Event
+			if !tc.noWatch {
+				events = make(chan rendezvous.Event, 1)
+				if tc.event != nil {
+					events <- *tc.event
+				}
+			}
+			a.lostNode(&out, events)
+			if out.kind != tc.want {
+				t.Errorf("outcome %v; want %v", out.kind, tc.want)
+			}
+		})
 	}
 }

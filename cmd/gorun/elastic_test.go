@@ -263,7 +263,7 @@ func TestElasticStoreHostLostIsReported(t *testing.T) {
 	})
 	code := waitExit(t, nodes[1].cmd)
 	msg := nodes[1].stderr.String()
-	if code == 0 || !strings.Contains(msg, ep) || !strings.Contains(msg, "may have exited") {
+	if code == 0 || !strings.Contains(msg, ep) || !strings.Contains(msg, "hosted by the agent on that host, refuses connections") {
 		t.Errorf("survivor exit %d; want a failure naming the store at %s:\n%s", code, ep, msg)
 	}
 }

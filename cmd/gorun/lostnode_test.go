@@ -58,7 +58,10 @@ dist.destroy_process_group()
 		}
 		logs += n.stdout.String() + n.stderr.String()
 	}
-	for _, w := range []string{"was lost: its lease ended", "is its consequence: the round ends for the lost node, and no restart is counted", "done world 2 restart 0"} {
+	// The survivors' ranks fail first (their peer gone), or the round's
+	// end comes first: either way no restart (Agent.lostNode's unit test
+	// holds the first order).
+	for _, w := range []string{"was lost: its lease ended", "done world 2 restart 0"} {
 		if !strings.Contains(logs, w) {
 			t.Errorf("the survivors do not say %q", w)
 		}
@@ -68,5 +71,51 @@ dist.destroy_process_group()
 	}
 	if t.Failed() {
 		t.Logf("survivors:\n%s", logs)
+	}
+}
+
+// TestStoreHostLostIsNamed: the embedded store of a plain c10d line has
+// one member, on the endpoint's agent; SIGKILL of that agent ends the
+// survivor's job at once (not after connect_timeout's 60 s), naming the
+// store's host and the way to a store that outlives it.
+func TestStoreHostLostIsNamed(t *testing.T) {
+	t.Parallel()
+	py := torchPython(t)
+	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
+	marks := t.TempDir()
+	script := filepath.Join(marks, "train.py")
+	body := `import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+open(os.path.join(sys.argv[1], "rank%d" % dist.get_rank()), "w").close()
+for step in range(100000):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    time.sleep(0.05)
+`
+	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, 2, func(i int) []string {
+		return elasticArgs(ep, "storehost", i, "--nnodes=2", "--nproc-per-node=1", "--python", py, script, marks)
+	})
+	proctest.WaitFor(t, "both ranks training", 120*time.Second, func() bool {
+		m, _ := filepath.Glob(filepath.Join(marks, "rank*"))
+		return len(m) == 2
+	})
+	host := nodes[0] // --local-addr=127.0.0.1: the endpoint's host
+	_ = host.cmd.Process.Signal(syscall.SIGKILL)
+	waitExit(t, host.cmd)
+	survivor := nodes[1]
+	if code := waitExit(t, survivor.cmd); code != 1 {
+		t.Errorf("survivor: exit %d; want 1", code)
+	}
+	s := survivor.stderr.String()
+	for _, w := range []string{"the job's store is gone: its only member, at " + ep + ", hosted by the agent on that host", "store_hosts=h1+h2+h3"} {
+		if !strings.Contains(s, w) {
+			t.Errorf("survivor does not say %q:\n%s", w, s)
+		}
+	}
+	if strings.Contains(s, "flight recorder: could not gather") || strings.Contains(s, "did not answer within") {
+		t.Errorf("survivor says what does not concern it:\n%s", s)
 	}
 }

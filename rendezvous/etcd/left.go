@@ -25,6 +25,8 @@ func (r *Rendezvous) RecordLeft(ctx context.Context, round rendezvous.Round, lef
 	if err != nil {
 		return err
 	}
+	ctx, stop := r.whileStore(ctx)
+	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	key := r.k.leftPrefix(round.Number) + strconv.Itoa(left.Rank)
@@ -39,11 +41,13 @@ func (r *Rendezvous) RecordLeft(ctx context.Context, round rendezvous.Round, lef
 // it is milliseconds behind the failure it caused elsewhere).
 func (r *Rendezvous) LeftRanks(ctx context.Context, round rendezvous.Round, wait time.Duration) ([]rendezvous.LeftRank, error) {
 	prefix := r.k.leftPrefix(round.Number)
+	ctx, stop := r.whileStore(ctx)
+	defer stop()
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var watch clientv3.WatchChan
 	for {
-		gctx, gcancel := context.WithTimeout(ctx, callTimeout)
+		gctx, gcancel := context.WithTimeout(ctx, min(callTimeout, wait))
 		resp, err := r.cli.Get(gctx, prefix, clientv3.WithPrefix())
 		gcancel()
 		if err != nil {

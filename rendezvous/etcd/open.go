@@ -218,6 +218,9 @@ func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, a
 		// the node's presence; the user's own TLS is etcd's.
 		Presence: jobStore && tlsCfg != nil && !c.userTLS(),
 	}
+	if p.embedded && !hosting && p.members == nil && len(p.endpoints) == 1 {
+		cfg.SoleStoreHost = p.endpoints[0]
+	}
 	cli, r, err := connect(ctx, ccfg, cfg, jobStore, p.embedded && !hosting, log)
 	for shared != nil && !hosting && (errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, ErrNotJobStore) || errors.Is(err, errTokenRefused)) {
 		// The token file was an earlier job's, read before this job's host

@@ -83,6 +83,11 @@ type Config struct {
 	// connection, so that the store ends its lease as soon as the node's
 	// process is gone, not a TTL later (presence.go).
 	Presence bool
+	// SoleStoreHost is the store's only member when another agent of the
+	// job hosts it (the embedded store of a c10d line), "" otherwise:
+	// watched, so that its loss ends the rendezvous's waits at once
+	// (watchStoreHost).
+	SoleStoreHost string
 	// Token is the job's secret, the same on every node: the values the
 	// job writes are sealed with a key derived from it, and a value that
 	// is not is refused. Nil: the first node makes one and keeps it in
@@ -109,6 +114,11 @@ type Rendezvous struct {
 	// life ends with Close (stop), and with it the lease's keep-alive.
 	life context.Context
 	stop context.CancelFunc
+	// storeAlive ends when the store is gone for good (storeGone, with
+	// goneWhy's reason): see watchStoreHost.
+	storeAlive context.Context
+	storeGone  context.CancelFunc
+	goneWhy    atomic.Pointer[error]
 	// prevRank is the group rank of the last round this node ran, and
 	// lastRound that round's number (-1 before the first).
 	prevRank  int
@@ -178,6 +188,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 		id:   fmt.Sprintf("%s-%d-%016x", strings.ReplaceAll(host, "/", "_"), os.Getpid(), rand.Uint64()),
 		life: life, stop: stop, prevRank: -1, lastRound: -1, joining: -1,
 	}
+	r.storeAlive, r.storeGone = context.WithCancel(context.Background())
 	shape, err := marshal(sh)
 	if err != nil {
 		stop()
@@ -200,6 +211,9 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	if err := r.openLease(ctx); err != nil {
 		stop()
 		return nil, err
+	}
+	if cfg.SoleStoreHost != "" {
+		go r.watchStoreHost(cfg.SoleStoreHost) // ends with r.life (Close)
 	}
 	return r, nil
 }
@@ -309,6 +323,9 @@ func (r *Rendezvous) Close(ctx context.Context) error {
 	r.stop()
 	lease := r.lease.Load()
 	lease.ended()
+	if r.goneErr() != nil {
+		return nil // the store, and the lease with it, is gone
+	}
 	rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
 	_, err := r.cli.Revoke(rctx, lease.id)
 	cancel()
@@ -326,6 +343,11 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 	if err := node.Validate(); err != nil {
 		return rendezvous.Round{}, err
 	}
+	if err := r.goneErr(); err != nil {
+		return rendezvous.Round{}, err
+	}
+	ctx, stop := r.whileStore(ctx)
+	defer stop()
 	r.node = node
 	port := node.MasterPort // held by the agent
 	if port == 0 {
@@ -365,6 +387,9 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 			return rendezvous.Round{}, err
 		}
 		lastErr = err
+		if gone := r.goneErr(); gone != nil {
+			return rendezvous.Round{}, gone
+		}
 		now := time.Now()
 		if unreachable.IsZero() {
 			unreachable = now

@@ -25,6 +25,8 @@ func (r *Rendezvous) Watch(ctx context.Context, round rendezvous.Round) <-chan r
 		defer close(out)
 		lctx, cancel, lease := r.whileLeased(ctx)
 		defer cancel()
+		lctx, stop := r.whileStore(lctx)
+		defer stop()
 		// A broken watch (a leader change in a store of several members)
 		// does not end the round while the lease holds: the round's state
 		// is read again and the watches replay what they missed.
@@ -34,6 +36,8 @@ func (r *Rendezvous) Watch(ctx context.Context, round rendezvous.Round) <-chan r
 		switch {
 		case ctx.Err() != nil:
 			return
+		case r.goneErr() != nil:
+			ev = rendezvous.Event{Reason: r.goneErr().Error()}
 		case lease.lost():
 			ev = rendezvous.Event{Reason: "this node's lease ended: etcd at " + strings.Join(r.cli.Endpoints(), ",") + " unreachable for longer than the lease TTL"}
 		case err != nil:
@@ -195,6 +199,8 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 	// reach the others' consensus would otherwise wait forever.
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.UnreachableTimeout)
 	defer cancel()
+	ctx, stop := r.whileStore(ctx)
+	defer stop()
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
 		restart, done, err := r.failOnce(cctx, t, reason, exitCode, retriable)
@@ -202,6 +208,8 @@ func (r *Rendezvous) Fail(ctx context.Context, round rendezvous.Round, reason st
 		switch {
 		case done:
 			return restart, err
+		case r.goneErr() != nil:
+			return false, r.goneErr()
 		case ctx.Err() != nil:
 			return false, fmt.Errorf("rendezvous: report the failure: etcd at %s did not answer within %v: %w", strings.Join(r.cli.Endpoints(), ","), r.cfg.UnreachableTimeout, err)
 		}
