@@ -364,7 +364,7 @@ func TestReportOfAJobWithOneFailure(t *testing.T) {
 			t.Errorf("the text report lacks %q:\n%s", want, text.stdout)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^0 +failed +\d+\.\d{3} +\S+ +\S+ +rank 1 on `).MatchString(text.stdout) {
+	if !regexp.MustCompile(`(?m)^0 +failed +\d+\.\d{3} +.+ +\d\d:\d\d:\S+ +\d\d:\d\d:\S+ +rank 1 on `).MatchString(text.stdout) {
 		t.Errorf("the text report's failures do not name rank 1:\n%s", text.stdout)
 	}
 
@@ -497,7 +497,7 @@ func TestReportOfARunningJob(t *testing.T) {
 	if !strings.Contains(text.stdout, "(still running)") || strings.Contains(text.stdout, "exit code") {
 		t.Errorf("the report of a running job does not say it runs:\n%s", text.stdout)
 	}
-	if !regexp.MustCompile(`(?m)^0 +0 +2 +\S+ +- +running +\d+\.\d{3} +\d+\.\d{3} +\d+-\d+$`).MatchString(text.stdout) {
+	if !regexp.MustCompile(`(?m)^0 +0 +2 +\S+ +- +running +\d+\.\d{3} +\d+\.\d{3} +\d+-\d+ +- +-$`).MatchString(text.stdout) {
 		t.Errorf("the running attempt is not listed as running, with its steps:\n%s", text.stdout)
 	}
 
