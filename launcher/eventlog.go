@@ -67,7 +67,8 @@ type Event struct {
 	ProgressFrom string `json:"progress_from,omitempty"`
 	// Checkpoint is when the attempt's last checkpoint was written (the
 	// probe saw torch.save or torch.distributed.checkpoint.save return),
-	// after CheckpointStep steps, for EventEnd; zero when none was seen.
+	// after CheckpointStep steps (-1: unknown), for EventEnd; zero when
+	// none was seen.
 	Checkpoint     time.Time `json:"checkpoint,omitzero"`
 	CheckpointStep int       `json:"checkpoint_step,omitempty"`
 	Node           string    `json:"node,omitempty"`   // host, for EventStart

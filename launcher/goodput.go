@@ -213,7 +213,7 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 			e, ar.Ended, ar.How, ar.Reason = a.end.Time, a.end.Time, a.end.How, a.end.Reason
 			first, last, firstStep, lastStep = a.end.FirstProgress, a.end.LastProgress, a.end.FirstStep, a.end.Step
 			ar.ProgressFrom, ar.Checkpoint = a.end.ProgressFrom, a.end.Checkpoint
-			if !a.end.Checkpoint.IsZero() {
+			if !a.end.Checkpoint.IsZero() && a.end.CheckpointStep >= 0 {
 				step := a.end.CheckpointStep
 				ar.CheckpointStep = &step
 			}
@@ -250,6 +250,11 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 		case EndFailed, EndInterrupted:
 			upTo, since := last, "step"
 			switch {
+			case !ar.Checkpoint.IsZero() && !ar.Measured:
+				// No steps, but a checkpoint: what came before it is kept
+				// (its startup counted as productive, as for a success
+				// without steps).
+				upTo, since = clampGoodputTime(ar.Checkpoint, s, e), "checkpoint"
 			case !ar.Measured:
 				since = "spawn"
 			case !ar.Checkpoint.IsZero():

@@ -54,6 +54,9 @@ func goodputCase(t *testing.T, name string) struct {
 // steps the probe counted.
 func checkpointed(e Event, s float64, step int) Event {
 	e.ProgressFrom, e.Checkpoint, e.CheckpointStep = "probe", at(s), step
+	if step < 0 {
+		e.ProgressFrom = "" // the probe counted no step (PyTorch 1.x)
+	}
 	return e
 }
 
@@ -132,6 +135,10 @@ func goodputCases() []struct {
 			events: []Event{start, spawn(2, 0), ended(20, 0, EndInterrupted, 3, 19), ev(20, EventSpawn, Event{Attempt: 0, Round: 2, WorldSize: 24}),
 				ended(40, 0, EndSucceeded, 21, 40), exit(40, 0)},
 			want: map[string]float64{"rendezvous": 2, "startup": 1 + 1, "productive": 16 + 19, "lost": 1}, failures: 1},
+		{name: "failure after a checkpoint, no steps (PyTorch 1.x)", failures: 1,
+			events: []Event{start, spawn(2, 0), checkpointed(ended(50, 0, EndFailed, -1, -1), 30, -1), spawn(60, 1),
+				ended(100, 1, EndSucceeded, 62, 100), exit(100, 0)},
+			want: map[string]float64{"rendezvous": 2, "startup": 2, "productive": 28 + 38, "lost": 30}},
 		{name: "success without progress", now: 1,
 			events: []Event{start, spawn(2, 0), ended(100, 0, EndSucceeded, -1, -1), exit(100, 0)},
 			want:   map[string]float64{"rendezvous": 2, "productive": 98}},
@@ -358,7 +365,8 @@ func TestGoodputErrors(t *testing.T) {
 func TestGoodputOutput(t *testing.T) {
 	for i, c := range goodputCases() {
 		switch c.name {
-		case "failure and restart", "interrupted twice", "running with progress", "failure after a checkpoint, steps from the probe", "failure without progress":
+		case "failure and restart", "interrupted twice", "running with progress", "failure after a checkpoint, steps from the probe", "failure without progress",
+			"failure after a checkpoint, no steps (PyTorch 1.x)":
 		default:
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -82,8 +83,11 @@ func (r Report) WriteText(w io.Writer) error {
 				ended = goodputClock(a.Ended)
 			}
 			ckpt := "-"
-			if a.CheckpointStep != nil {
+			switch {
+			case a.CheckpointStep != nil:
 				ckpt = fmt.Sprintf("%s (step %d)", goodputClock(a.Checkpoint), *a.CheckpointStep)
+			case !a.Checkpoint.IsZero():
+				ckpt = goodputClock(a.Checkpoint) + " (step unknown)"
 			}
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\n", a.Attempt, a.Round, a.WorldSize,
 				goodputClock(a.Spawned), ended, a.How, startup, a.ProductiveSeconds, a.steps(), goodputOrDash(a.ProgressFrom), ckpt)
@@ -115,14 +119,14 @@ func lossSince(s string) string {
 func (r Report) unmeasured() string {
 	var as []string
 	for _, a := range r.Attempts {
-		if !a.Measured {
-			as = append(as, strconv.Itoa(a.Attempt))
+		if n := strconv.Itoa(a.Attempt); !a.Measured && !slices.Contains(as, n) {
+			as = append(as, n)
 		}
 	}
 	if len(as) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("steps not measured in attempt %s (no progress file, and no optimizer step seen: PyTorch 1.x, --worker-probe=off, or not PyTorch): its startup counts as productive, and a failed attempt is lost whole",
+	return fmt.Sprintf("steps not measured in attempt %s (no progress file, and no optimizer step seen: PyTorch 1.x, --worker-probe=off, or not PyTorch): its startup counts as productive, and a failed attempt is lost whole, or from its last checkpoint when one was seen",
 		strings.Join(as, ", "))
 }
 

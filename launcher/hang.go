@@ -95,9 +95,10 @@ func newLife(spec WorkerSpec, out *progress, now time.Time) *life {
 	return l
 }
 
-// update reads the worker's signs of life at now; groupCPU is the CPU
-// time of its process group (0: unknown; its own is read then).
-func (l *life) update(pid int, now time.Time, groupCPU time.Duration) {
+// update reads the worker's signs of life at now; treeCPU is the CPU
+// time of the worker and all it started (0: unknown; its own is read
+// then).
+func (l *life) update(pid int, now time.Time, treeCPU time.Duration) {
 	seen := func(t time.Time, why string) {
 		if t.After(l.last) {
 			l.last, l.why = t, why
@@ -117,7 +118,7 @@ func (l *life) update(pid int, now time.Time, groupCPU time.Duration) {
 			}
 		}
 	}
-	cpu, err := groupCPU, error(nil)
+	cpu, err := treeCPU, error(nil)
 	if cpu == 0 {
 		cpu, err = proc.CPUTime(pid)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,6 +70,7 @@ func TestLifeCPU(t *testing.T) {
 	}{
 		{"computes", "while :; do :; done", true},
 		{"waits for a child that computes", "sh -c 'while :; do :; done' & wait", true},
+		{"waits for a child in a session of its own", `setsid sh -c 'echo $$ > "$SPIN_PID"; while :; do :; done' & wait`, true},
 		{"sleeps", "sleep 60", false},
 	}
 	lives := make([]*life, len(cases))
@@ -77,14 +79,25 @@ func TestLifeCPU(t *testing.T) {
 	for i, c := range cases {
 		cmd := exec.Command("sh", "-c", c.script)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // as gorun starts workers
+		spinPID := filepath.Join(t.TempDir(), "pid")
+		cmd.Env = append(os.Environ(), "SPIN_PID="+spinPID)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }()
+		defer func() {
+			// The session's own child is out of the group: by its pid.
+			if b, err := os.ReadFile(spinPID); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+		}()
 		pids[i], lives[i] = cmd.Process.Pid, newLife(WorkerSpec{}, newProgress("", start), start)
 	}
 	update := func(now time.Time) {
-		cpus, err := proc.GroupCPUTimes()
+		cpus, err := proc.TreeCPUTimes(pids)
 		if err != nil {
 			t.Fatal(err)
 		}

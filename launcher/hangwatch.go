@@ -139,7 +139,13 @@ func (h *hangWatch) check(now time.Time) {
 	var snaps []probe.Snapshot
 	var cpus map[int]time.Duration
 	if h.timeout > 0 {
-		cpus, _ = proc.GroupCPUTimes() // each worker leads its own group
+		var pids []int
+		for _, w := range att.workers {
+			if w.proc != nil && !w.proc.Exited() {
+				pids = append(pids, w.proc.Pid)
+			}
+		}
+		cpus, _ = proc.TreeCPUTimes(pids)
 	}
 	for i, w := range att.workers {
 		if w.proc == nil || w.proc.Exited() {

@@ -123,6 +123,8 @@ func formatFailure(idx int, f Failure, noTraceback string) string {
 	}
 	if f.Signal != 0 {
 		fmt.Fprintf(&b, "  exitcode  : %d (signal %d, %s; pid: %d)\n", f.ExitCode, int(f.Signal), SignalName(f.Signal), f.PID)
+	} else if f.PID == 0 {
+		fmt.Fprintf(&b, "  exitcode  : %d (pid: unknown%s)\n", f.ExitCode, map[bool]string{true: ", on another node"}[f.remote])
 	} else {
 		fmt.Fprintf(&b, "  exitcode  : %d (pid: %d)\n", f.ExitCode, f.PID)
 	}

@@ -80,6 +80,9 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 		}
 		if s.Saves > 0 && time.Unix(0, s.LastSaveNs).After(ckpt) {
 			ckpt, ckptStep = time.Unix(0, s.LastSaveNs), int(s.StepsAtSave)
+			if !s.StepHook {
+				ckptStep = -1 // PyTorch 1.x: the steps are not counted
+			}
 		}
 	}
 	if !p.Seen {

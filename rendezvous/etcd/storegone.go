@@ -59,7 +59,7 @@ func (r *Rendezvous) watchStoreHost(ep string) {
 func (r *Rendezvous) markGone(err error) {
 	r.goneWhy.Store(&err)
 	r.storeGone()
-	r.cfg.Log.Errorf("%v", err)
+	r.cfg.Log.Debugf("%v", err) // the round's end and the agent's exit say it
 }
 
 // goneErr is the reason the store is gone, nil while it is not.

@@ -62,20 +62,27 @@ func Catches(pid int, sig syscall.Signal) (bool, error) {
 	return false, fmt.Errorf("/proc/%d/status: no SigCgt line", pid)
 }
 
-// GroupCPUTimes returns the CPU time used by each process group of the
-// host, keyed by group id: every member's user and system time, all its
-// threads, and its reaped children's, from /proc/<pid>/stat. A worker
-// that computes in its children (a data loader's workers, a
-// subprocess) uses CPU time in its group though its own is idle.
-// Processes that end while it reads are left out.
-func GroupCPUTimes() (map[int]time.Duration, error) {
+// TreeCPUTimes returns the CPU time used by each of roots and everything
+// it started, keyed by root: every process whose parent chain leads to
+// the root, or that is in the root's process group (a child orphaned to
+// init stays there), each with all its threads and its reaped children's
+// time, from /proc/<pid>/stat. A worker that computes in its children (a
+// data loader's workers, a subprocess, one in a session of its own)
+// uses CPU time in its tree though its own is idle. Processes that end
+// while it reads are left out.
+func TreeCPUTimes(roots []int) (map[int]time.Duration, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	out := map[int]time.Duration{}
+	type stat struct {
+		ppid, pgrp int
+		cpu        time.Duration
+	}
+	procs := map[int]stat{}
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -92,19 +99,43 @@ func GroupCPUTimes() (map[int]time.Duration, error) {
 		if len(f) < 15 {
 			continue
 		}
-		pgrp, err := strconv.Atoi(f[2])
-		if err != nil {
+		ppid, err1 := strconv.Atoi(f[1])
+		pgrp, err2 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil {
 			continue
 		}
 		var ticks int64
 		for _, v := range f[11:15] {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				continue
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				ticks += n
 			}
-			ticks += n
 		}
-		out[pgrp] += time.Duration(ticks) * time.Second / userHZ
+		procs[pid] = stat{ppid: ppid, pgrp: pgrp, cpu: time.Duration(ticks) * time.Second / userHZ}
+	}
+	isRoot := map[int]bool{}
+	for _, r := range roots {
+		isRoot[r] = true
+	}
+	out := map[int]time.Duration{}
+	for pid, st := range procs {
+		root := 0
+		switch {
+		case isRoot[pid]:
+			root = pid
+		case isRoot[st.pgrp]:
+			root = st.pgrp
+		default:
+			for p, hops := st.ppid, 0; p > 1 && hops < 64; hops++ {
+				if isRoot[p] {
+					root = p
+					break
+				}
+				p = procs[p].ppid
+			}
+		}
+		if root != 0 {
+			out[root] += st.cpu
+		}
 	}
 	return out, nil
 }
