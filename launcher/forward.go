@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/launcher/probe"
+	"github.com/gorun-dev/gorun/watchdog"
 )
 
 // forward passes a signal that does not stop the job (SIGUSR1, SIGUSR2)
@@ -18,7 +19,7 @@ func (att *attempt) forward(sig syscall.Signal) {
 	cfg := att.cfg
 	if sig == syscall.SIGUSR1 && cfg.probes() && len(att.workers) > 0 {
 		if req := envOf(att.workers[0].spec, probe.EnvRequest); req != "" {
-			id := "usr1-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+			id := watchdog.LiveSnapshotID + strconv.FormatInt(time.Now().UnixNano(), 10)
 			if err := probe.Request(req, id); err != nil {
 				cfg.Log.Warnf("SIGUSR1: %v", err)
 			} else {

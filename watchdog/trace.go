@@ -93,7 +93,13 @@ func ReadDumps(dir string) ([]Dump, error) {
 	return dumps, nil
 }
 
-// Analyze merges the ranks' dumps into a verdict.
+// LiveSnapshotID begins the request id of dumps asked of a running job
+// (gorun's SIGUSR1): their Reason holds it.
+const LiveSnapshotID = "usr1-"
+
+// Analyze merges the ranks' dumps into a verdict. Dumps of a running job
+// (LiveSnapshotID) are each rank's at its own moment: the verdict says so
+// first, for a collective in flight there is no hang.
 func Analyze(dumps []Dump) Verdict {
 	var v Verdict
 	world := 0
@@ -127,6 +133,13 @@ func Analyze(dumps []Dump) Verdict {
 	}
 	if len(v.Summary) == 0 {
 		v.Summary = []string{"every rank completed every collective it enqueued: no hang and no desync in these dumps"}
+	}
+	live := len(dumps) > 0
+	for _, d := range dumps {
+		live = live && strings.Contains(d.Reason, LiveSnapshotID)
+	}
+	if live {
+		v.Summary = append([]string{"these dumps are a snapshot of a running job (SIGUSR1), each rank's taken at its own moment: a collective that some ranks completed and others had not reached yet was in flight, not hung"}, v.Summary...)
 	}
 	return v
 }

@@ -35,6 +35,15 @@ func dumpOf(rank, world int, calls []call) Dump {
 	return rec.Dump(rank, world, "test", t)
 }
 
+// live marks dumps as a running job's snapshot, as a SIGUSR1 request
+// does.
+func live(ds []Dump) []Dump {
+	for i := range ds {
+		ds[i].Reason = "gorun request " + LiveSnapshotID + "1796300000"
+	}
+	return ds
+}
+
 func TestTraceVerdicts(t *testing.T) {
 	done := func(op string, n int64) call { return call{op, n, StateCompleted} }
 	for _, c := range []struct {
@@ -57,6 +66,12 @@ func TestTraceVerdicts(t *testing.T) {
 			dumpOf(0, 2, []call{done("all_gather", 2), done("barrier", 0)}),
 			dumpOf(1, 2, []call{done("all_gather", 2), done("barrier", 0)}),
 		}},
+		// A running job's snapshot (SIGUSR1): rank 1 had not reached the
+		// all_reduce the others were in; said to be in flight, not hung.
+		{"live", live([]Dump{
+			dumpOf(0, 2, []call{done("broadcast", 4), {"all_reduce", 8, StateStarted}}),
+			dumpOf(1, 2, []call{done("broadcast", 4)}),
+		})},
 		// Rank 1 left no dump; rank 0's collective never started.
 		{"missing", []Dump{
 			dumpOf(0, 2, []call{done("all_gather", 2), {"all_reduce", 4, StateScheduled}}),
