@@ -123,6 +123,16 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 		vars = append(vars, EnvVar{"OMP_NUM_THREADS", "1"})
 		warnings = append(warnings, "setting OMP_NUM_THREADS=1 for each worker, as torchrun does, to avoid overloading the system; set it yourself to tune it for your application")
 	}
+	// gorun reads the workers' output through pipes, where Python
+	// block-buffers stdout: the lines a program printed before it raised
+	// would come after its traceback (on a terminal, which torchrun
+	// without redirects hands its workers, stdout is line-buffered).
+	// gorun runs Python scripts with -u, as torchrun does; other programs
+	// (--no-python: a python command, a shell script) get the same
+	// through the environment, unless the user set it.
+	if _, set := lookupEnv(cfg.Environ, "PYTHONUNBUFFERED"); !set && cfg.Entrypoint.NoPython && !cfg.Entrypoint.RunPath {
+		vars = append(vars, EnvVar{"PYTHONUNBUFFERED", "1"})
+	}
 	// With --hang-timeout, Python prints every thread's traceback on the
 	// SIGABRT that gorun sends a hung worker.
 	if _, set := lookupEnv(cfg.Environ, "PYTHONFAULTHANDLER"); !set && cfg.HangTimeout > 0 {

@@ -87,6 +87,30 @@ func TestSharedEnvOMP(t *testing.T) {
 	}
 }
 
+// TestSharedEnvUnbuffered: a program gorun does not run with python -u
+// (--no-python) gets PYTHONUNBUFFERED=1, so that a Python behind it
+// prints its lines before its traceback, not at exit; unless the user
+// set it.
+func TestSharedEnvUnbuffered(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		e       Entrypoint
+		environ []string
+		want    string
+	}{
+		{"--no-python python3", Entrypoint{Script: "python3", NoPython: true}, nil, "1"},
+		{"--no-python, the user's value", Entrypoint{Script: "train.sh", NoPython: true}, []string{"PYTHONUNBUFFERED="}, ""},
+		{"a script: python -u already", Entrypoint{Script: "train.py", Python: []string{"python3"}}, nil, ""},
+		{"--run-path: python -u already", Entrypoint{Script: "train.py", NoPython: true, RunPath: true}, nil, ""},
+	} {
+		cfg := Config{NprocPerNode: 1, Environ: tt.environ, Entrypoint: tt.e}
+		vars, _ := SharedEnv(&cfg)
+		if got := envMap(vars)["PYTHONUNBUFFERED"]; got != tt.want {
+			t.Errorf("%s: PYTHONUNBUFFERED=%q; want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
 func TestPlanWorkersEnvironment(t *testing.T) {
 	cfg := Config{
 		NprocPerNode: 2, Role: "trainer", MaxRestarts: 3,
