@@ -650,13 +650,7 @@ func (att *attempt) completeFailures(failures, left []Failure, layout *logLayout
 		}
 		return ""
 	}
-	failures = placeLeft(failures, left, tail)
-	if len(failures) > 0 && failures[0].Left == "" && failures[0].Hung == "" {
-		if c, q := causeOf(failures[0], tail(failures[0])); c == causeLostPeer {
-			failures[0].lostPeer = shortQuote(q) // a rank of another node may have left
-		}
-	}
-	return failures
+	return placeLeft(failures, left, tail)
 }
 
 // describeExit says how a process ended, for a log line.

@@ -360,7 +360,7 @@ func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
 	}
 	// The root ranks in rank order, wherever they ran: every node's
 	// summary leads with the same one.
-	for _, r := range uniqueRanks(v.Root) {
+	for _, r := range slices.Compact(slices.Sorted(slices.Values(v.Root))) {
 		if i := slices.IndexFunc(att.workers, func(w *worker) bool { return w.spec.Rank == r }); i >= 0 {
 			m.out.failures = append(m.out.failures, local(att.workers[i], false))
 			continue
@@ -396,11 +396,4 @@ func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
 	}
 	m.timer = time.NewTimer(cfg.StopTimeout)
 	m.grace = m.timer.C
-}
-
-// uniqueRanks returns rs sorted, each once.
-func uniqueRanks(rs []int) []int {
-	out := slices.Clone(rs)
-	slices.Sort(out)
-	return slices.Compact(out)
 }

@@ -125,22 +125,30 @@ func causeOf(f Failure, stderrTail string) (cause failureCause, quote string) {
 	return causeOwn, ""
 }
 
-// placeLeft decides where the workers that exited 0 before the first
-// failure (left) go in the ordered failures. They lead when the first
+// placeLeft reads why the first of the ordered failures failed (marking
+// it when it lost a peer) and decides where the workers that exited 0
+// before it (left) go. They lead when the first
 // failure says it lost a peer; they are left out when it failed on its
 // own (finishing first is no failure); when gorun saw no error text of
 // the first failure, they follow it, saying that gorun cannot tell.
 func placeLeft(failures, left []Failure, tailOf func(Failure) string) []Failure {
-	if len(left) == 0 || len(failures) == 0 || failures[0].Hung != "" {
+	if len(failures) == 0 || failures[0].Hung != "" {
+		return failures
+	}
+	cause, quote := causeOf(failures[0], tailOf(failures[0]))
+	if cause == causeLostPeer {
+		// Marked: a rank of another node may have left (remoteLeft), or
+		// a node been lost (Agent.lostNode).
+		failures[0].lostPeer = shortQuote(quote)
+	}
+	if len(left) == 0 {
 		return failures
 	}
 	first := failures[0]
-	cause, quote := causeOf(first, tailOf(first))
 	switch cause {
 	case causeLostPeer:
-		quote = shortQuote(quote)
 		for i := range left {
-			left[i].Left += fmt.Sprintf("; rank %d's error says it lost a peer: %q", first.Rank, quote)
+			left[i].Left += fmt.Sprintf("; rank %d's error says it lost a peer: %q", first.Rank, first.lostPeer)
 		}
 		return append(left, failures...)
 	case causeOwn:
@@ -215,13 +223,7 @@ func (att *attempt) recordLeft(w *worker) {
 		return
 	}
 	l := rendezvous.LeftRank{Rank: w.spec.Rank, LocalRank: w.spec.LocalRank, PID: w.proc.Pid, Host: att.cfg.Hostname, At: w.leftAt, Left: leftText(w)}
-	att.records.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), leftRecordTimeout)
-		defer cancel()
-		if err := att.leftRec.RecordLeft(ctx, att.round, l); err != nil {
-			att.cfg.Log.Debugf("%v", err)
-		}
-	})
+	att.record(l)
 }
 
 // recordNodeDone records, for the other nodes, that every worker of this
@@ -241,6 +243,12 @@ func (att *attempt) recordNodeDone(t time.Time) {
 	}
 	l := rendezvous.LeftRank{Rank: lo, LocalRank: 0, Host: att.cfg.Hostname, At: t,
 		Left: fmt.Sprintf("exited 0 at %s, all of node %d (%s: its part done), while other nodes' ranks ran", t.Format("15:04:05.000"), att.round.GroupRank, ranks)}
+	att.record(l)
+}
+
+// record records l for the other nodes, in the background (att.records
+// owns it).
+func (att *attempt) record(l rendezvous.LeftRank) {
 	att.records.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), leftRecordTimeout)
 		defer cancel()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -23,7 +22,6 @@ func TestLostNodeIsNoFailure(t *testing.T) {
 	py := torchPython(t)
 	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
 	marks := t.TempDir()
-	script := filepath.Join(marks, "train.py")
 	body := `import os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 world = dist.get_world_size()
@@ -37,9 +35,7 @@ if dist.get_rank() == 0:
     print("done world %d restart %s" % (world, os.environ["TORCHELASTIC_RESTART_COUNT"]), flush=True)
 dist.destroy_process_group()
 `
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := writePython(t, marks, body)
 	nodes := startNodes(t, 3, func(i int) []string {
 		return elasticArgs(ep, "lostnode", i, "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=0",
 			"--rdzv-conf=last_call_timeout=0.5", "--python", py, script, marks)
@@ -83,7 +79,6 @@ func TestStoreHostLostIsNamed(t *testing.T) {
 	py := torchPython(t)
 	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
 	marks := t.TempDir()
-	script := filepath.Join(marks, "train.py")
 	body := `import os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 open(os.path.join(sys.argv[1], "rank%d" % dist.get_rank()), "w").close()
@@ -92,9 +87,7 @@ for step in range(100000):
     dist.all_reduce(t)
     time.sleep(0.05)
 `
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := writePython(t, marks, body)
 	nodes := startNodes(t, 2, func(i int) []string {
 		return elasticArgs(ep, "storehost", i, "--nnodes=2", "--nproc-per-node=1", "--python", py, script, marks)
 	})

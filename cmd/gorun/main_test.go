@@ -120,6 +120,17 @@ func writeScript(t *testing.T, body string) string {
 	return p
 }
 
+// writePython writes a Python script, train.py, into dir and returns its
+// path.
+func writePython(t *testing.T, dir, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, "train.py")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // linesWithPrefix returns the stdout lines of local rank r without the
 // prefix, in order.
 func linesWithPrefix(out, prefix string) []string {

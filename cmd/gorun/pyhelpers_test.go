@@ -16,15 +16,12 @@ func TestPythonHelpersImportable(t *testing.T) {
 	t.Parallel()
 	py := testPython(t)
 	dir := t.TempDir()
-	script := filepath.Join(dir, "train.py")
 	body := `import gorun_preempt, gorun_heartbeat, os, sys
 for m in (gorun_preempt, gorun_heartbeat):
     print(os.path.basename(m.__file__), len(open(m.__file__, "rb").read()))
 print("alone:", os.listdir(os.path.dirname(os.path.abspath(sys.argv[0]))))
 `
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := writePython(t, dir, body)
 	var want []string
 	for _, m := range []string{"gorun_preempt.py", "gorun_heartbeat.py"} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "launcher", "pyhelpers", m))

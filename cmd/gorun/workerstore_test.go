@@ -2,8 +2,6 @@ package main
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +17,6 @@ func TestAgentServesTheWorkersStore(t *testing.T) {
 	t.Parallel()
 	py := torchPython(t)
 	dir := t.TempDir()
-	script := filepath.Join(dir, "train.py")
 	body := `import os, socket, sys, torch, torch.distributed as dist
 port, attempt = int(os.environ["MASTER_PORT"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 s = socket.socket(socket.AF_INET6)
@@ -37,9 +34,7 @@ dist.destroy_process_group()
 if attempt == 0 and os.environ["RANK"] == "1":
     sys.exit(3)
 `
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := writePython(t, dir, body)
 	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--max-restarts=1", "--python", py, script)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)

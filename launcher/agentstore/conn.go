@@ -142,6 +142,17 @@ func (c *conn) key() (string, error) {
 	return string(b), err
 }
 
+// keyValue reads a key and a value: the fields of SET, APPEND and
+// QUEUE_PUSH, each pair of MULTI_SET, and COMPARE_SET's first two.
+func (c *conn) keyValue() (string, []byte, error) {
+	k, err := c.key()
+	if err != nil {
+		return "", nil, err
+	}
+	v, err := c.bytes(maxValue)
+	return k, v, err
+}
+
 // keyList reads a count and that many keys.
 func (c *conn) keyList() ([]string, error) {
 	n, err := c.u64()
@@ -182,11 +193,7 @@ func (c *conn) handle(o op) error {
 		}
 		return c.reply(binary.LittleEndian.AppendUint32(nil, nonce))
 	case opSet, opAppend:
-		k, err := c.key()
-		if err != nil {
-			return err
-		}
-		v, err := c.bytes(maxValue)
+		k, v, err := c.keyValue()
 		if err != nil {
 			return err
 		}
@@ -202,30 +209,20 @@ func (c *conn) handle(o op) error {
 		if err != nil || n > maxKeysInAQuery {
 			return errors.Join(errBadQuery, err)
 		}
-		kv := make([][2][]byte, n)
-		for i := range kv {
-			k, err := c.bytes(maxKey)
-			if err != nil {
+		keys, values := make([]string, n), make([][]byte, n)
+		for i := range keys {
+			if keys[i], values[i], err = c.keyValue(); err != nil {
 				return err
 			}
-			v, err := c.bytes(maxValue)
-			if err != nil {
-				return err
-			}
-			kv[i] = [2][]byte{k, v}
 		}
 		s.update(func() {
-			for _, p := range kv {
-				s.keys[string(p[0])] = p[1]
+			for i, k := range keys {
+				s.keys[k] = values[i]
 			}
 		})
 		return nil
 	case opCompareSet:
-		k, err := c.key()
-		if err != nil {
-			return err
-		}
-		expected, err := c.bytes(maxValue)
+		k, expected, err := c.keyValue()
 		if err != nil {
 			return err
 		}
@@ -350,11 +347,7 @@ func (c *conn) handle(o op) error {
 		}
 		return c.reply([]byte{callbackOK})
 	case opQueuePush:
-		k, err := c.key()
-		if err != nil {
-			return err
-		}
-		v, err := c.bytes(maxValue)
+		k, v, err := c.keyValue()
 		if err != nil {
 			return err
 		}
