@@ -32,7 +32,7 @@ func (a *Agent) openWorkerStore(ctx context.Context) (*agentstore.Server, error)
 		return nil, nil
 	}
 	port := p.AgentStorePort()
-	s, err := agentstore.Listen(port)
+	s, err := agentstore.Listen(port, a.cfg.Log)
 	if err != nil {
 		if port != 0 && errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("--master-port=%d is taken by another process (gorun serves the workers' store there, as torchrun 2.x does): free it, or leave --master-port out for a free port: %w", port, err)

@@ -90,10 +90,18 @@ func (c *conn) serve() {
 	}
 	for {
 		code, err := c.r.ReadByte()
-		if err != nil || int(code) >= len(table) {
+		if err != nil {
 			return
 		}
-		if err := c.handle(table[code]); err != nil {
+		if int(code) >= len(table) {
+			err = fmt.Errorf("%w: operation %d", errBadQuery, code)
+		} else {
+			err = c.handle(table[code])
+		}
+		if err != nil {
+			if errors.Is(err, errBadQuery) {
+				c.s.log.Warnf("workers' store: closed the connection from %s: %v", c.nc.RemoteAddr(), err)
+			}
 			return
 		}
 	}
@@ -130,7 +138,7 @@ func (c *conn) bytes(limit int) ([]byte, error) {
 		return nil, err
 	}
 	if n > uint64(limit) {
-		return nil, fmt.Errorf("%w: a field of %d bytes", errBadQuery, n)
+		return nil, fmt.Errorf("%w: a field of %d bytes, more than the %d allowed", errBadQuery, n, limit)
 	}
 	b := make([]byte, n)
 	_, err = io.ReadFull(c.r, b)
@@ -160,7 +168,7 @@ func (c *conn) keyList() ([]string, error) {
 		return nil, err
 	}
 	if n > maxKeysInAQuery {
-		return nil, fmt.Errorf("%w: %d keys", errBadQuery, n)
+		return nil, fmt.Errorf("%w: %d keys, more than the %d allowed", errBadQuery, n, maxKeysInAQuery)
 	}
 	keys := make([]string, n)
 	for i := range keys {
@@ -182,8 +190,11 @@ func (c *conn) handle(o op) error {
 	switch o {
 	case opValidate:
 		magic, err := c.u32()
-		if err != nil || magic != validateMagic {
-			return errBadQuery
+		if err != nil {
+			return err
+		}
+		if magic != validateMagic {
+			return fmt.Errorf("%w: validation magic %#x, want %#x", errBadQuery, magic, validateMagic)
 		}
 		return nil
 	case opPing:
@@ -206,8 +217,11 @@ func (c *conn) handle(o op) error {
 		return nil
 	case opMultiSet:
 		n, err := c.u64()
-		if err != nil || n > maxKeysInAQuery {
-			return errors.Join(errBadQuery, err)
+		if err != nil {
+			return err
+		}
+		if n > maxKeysInAQuery {
+			return fmt.Errorf("%w: %d pairs, more than the %d allowed", errBadQuery, n, maxKeysInAQuery)
 		}
 		keys, values := make([]string, n), make([][]byte, n)
 		for i := range keys {

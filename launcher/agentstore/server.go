@@ -22,12 +22,15 @@ import (
 	"net"
 	"strconv"
 	"sync"
+
+	"github.com/sirupsen/logrus"
 )
 
 // Server serves one store on a listener it owns. Its methods are safe for
 // concurrent use.
 type Server struct {
-	ln net.Listener
+	ln  net.Listener
+	log logrus.FieldLogger
 
 	mu      sync.Mutex
 	keys    map[string][]byte
@@ -42,13 +45,14 @@ type Server struct {
 
 // Listen binds port on every address of the host (the wildcard, as
 // PyTorch's TCPStore binds it; 0: a port the kernel picks) and returns a
-// server that does not serve yet.
-func Listen(port int) (*Server, error) {
+// server that does not serve yet. log hears of connections closed for a
+// query that is not the protocol.
+func Listen(port int, log logrus.FieldLogger) (*Server, error) {
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
 	if err != nil {
 		return nil, fmt.Errorf("workers' store: listen on port %d: %w", port, err)
 	}
-	return &Server{ln: ln, keys: map[string][]byte{}, queues: map[string][][]byte{}, conns: map[*conn]struct{}{}, done: make(chan struct{})}, nil
+	return &Server{ln: ln, log: log, keys: map[string][]byte{}, queues: map[string][][]byte{}, conns: map[*conn]struct{}{}, done: make(chan struct{})}, nil
 }
 
 // Port is the port the server holds.

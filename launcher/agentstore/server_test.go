@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/testkit/torchpy"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
 // pythons are PyTorch 2.x (the reference) and Debian's 1.13, where they
@@ -38,7 +40,15 @@ func pythons(t *testing.T) []torchpy.Choice {
 
 func serve(t *testing.T) *Server {
 	t.Helper()
-	s, err := Listen(0)
+	s, _ := serveLogged(t)
+	return s
+}
+
+// serveLogged serves a store whose log the test reads.
+func serveLogged(t *testing.T) (*Server, *logtest.Hook) {
+	t.Helper()
+	log, hook := logtest.NewNullLogger()
+	s, err := Listen(0, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +58,7 @@ func serve(t *testing.T) *Server {
 		cancel()
 		s.Wait()
 	})
-	return s
+	return s, hook
 }
 
 func run(t *testing.T, py string, env []string, args ...string) {
@@ -90,7 +100,7 @@ func TestPyTorchClients(t *testing.T) {
 // TestCloseEndsEverything: Close ends parked waits' connections and the
 // accept loop; Wait returns.
 func TestCloseEndsEverything(t *testing.T) {
-	s, err := Listen(0)
+	s, err := Listen(0, logrus.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +146,7 @@ func query(code byte, fields ...[]byte) []byte {
 // came; a query that is not the protocol (an unknown operation, a field
 // past the limits) ends that connection alone.
 func TestBarrierAndBadQueries(t *testing.T) {
-	s := serve(t)
+	s, hook := serveLogged(t)
 	a, b := dial(t, s), dial(t, s)
 	barrier := query(18, field([]byte("bar")), u64Bytes(2))
 	if _, err := a.Write(barrier); err != nil {
@@ -156,17 +166,27 @@ func TestBarrierAndBadQueries(t *testing.T) {
 			t.Errorf("%s caller: %v, %v; want released", name, got, err)
 		}
 	}
-	for name, q := range map[string][]byte{
-		"unknown operation": {99},
-		"a 1 TiB key":       query(3, u64Bytes(1<<40)),
+	for name, tc := range map[string]struct {
+		q   []byte
+		log string
+	}{
+		"unknown operation": {[]byte{99}, "not a TCPStore query: operation 99"},
+		"a 1 TiB key":       {query(3, u64Bytes(1<<40)), "not a TCPStore query: a field of 1099511627776 bytes, more than the 65536 allowed"},
 	} {
 		c := dial(t, s)
-		if _, err := c.Write(q); err != nil {
+		if _, err := c.Write(tc.q); err != nil {
 			t.Fatal(err)
 		}
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 			t.Errorf("%s: read %v; want the connection closed", name, err)
+		}
+		logged := false
+		for _, e := range hook.AllEntries() {
+			logged = logged || strings.Contains(e.Message, "workers' store: closed the connection from 127.0.0.1:") && strings.Contains(e.Message, tc.log)
+		}
+		if !logged {
+			t.Errorf("%s: no log line naming %q", name, tc.log)
 		}
 	}
 	// The store still serves the others.
