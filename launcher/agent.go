@@ -407,7 +407,6 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 	att.onStraggler = func(s probe.Straggler, node string, recovered bool) {
 		a.events.Record(Event{Kind: EventStraggler, Attempt: attemptN, Straggler: stragglerEvent(s, node, recovered)})
 	}
-	a.group.startGuard()   // the workers are forked: off the launch's path
 	a.warm.fill(att.stdin) // the next (re)start's interpreters
 	a.events.Record(Event{Kind: EventSpawn, Time: spawned, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
 	a.startSweep(ctx)

@@ -49,8 +49,6 @@ type jobGroup struct {
 	// kept are processes of the cgroup that are not leftovers: the warm
 	// interpreters waiting for their round (warm.go).
 	kept map[int]bool
-	// guardRead is the pipe's read end until the guardian starts.
-	guardRead *os.File
 }
 
 // guardianScript is the guardian's program: $1 is the job's cgroup ("" for
@@ -86,7 +84,9 @@ fi
 const EnvJobCgroup = "GORUN_JOB_CGROUP"
 
 // newJobGroup makes the job's cgroup where it can (and useCgroup allows)
-// and the guardian's pipe; startGuard starts the guardian.
+// and starts the guardian. The agent makes it in the background at its
+// start and waits for it before the first worker's fork: a gorun
+// SIGKILLed at any moment after that fork leaves nothing behind.
 func newJobGroup(log logrus.FieldLogger, useCgroup bool) *jobGroup {
 	g := &jobGroup{log: log}
 	if !useCgroup {
@@ -105,24 +105,14 @@ func newJobGroup(log logrus.FieldLogger, useCgroup bool) *jobGroup {
 		log.Warnf("no guardian for the workers' descendants: %v", err)
 		return g
 	}
-	g.guard, g.guardRead = w, r
+	g.guard = w
+	g.startGuardian(r, g.cgroup)
 	return g
 }
 
-// startGuard starts the guardian, once, in the background. The agent
-// calls it right after the first workers' forks, off their way: what
-// gorun tells the guardian before it runs waits in the pipe.
-func (g *jobGroup) startGuard() {
-	if g.guardRead == nil {
-		return
-	}
-	r := g.guardRead
-	g.guardRead = nil
-	go g.startGuardian(r, g.cgroup)
-}
-
 // startGuardian starts the guardian of cgroup ("" for none) on the
-// pipe's read end r and reaps it when it ends.
+// pipe's read end r, and a goroutine that reaps it when it ends (once
+// told "end", or when gorun is gone).
 func (g *jobGroup) startGuardian(r *os.File, cgroup string) {
 	cmd := exec.Command("/bin/sh", "-c", guardianScript, "gorun-guardian", cgroup)
 	cmd.Stdin = r
@@ -134,13 +124,11 @@ func (g *jobGroup) startGuardian(r *os.File, cgroup string) {
 	r.Close()
 	if err != nil {
 		g.log.Warnf("no guardian for the workers' descendants (%v): a SIGKILLed gorun may leave them", err)
-		g.mu.Lock()
 		g.guard.Close()
 		g.guard = nil
-		g.mu.Unlock()
 		return
 	}
-	_ = cmd.Wait()
+	go func() { _ = cmd.Wait() }()
 }
 
 // say writes one line to the guardian.
@@ -212,13 +200,6 @@ func (g *jobGroup) noCgroup(err error) {
 // job's end does not wait for the kernel to take the cgroup down; without
 // a guardian, close does it itself.
 func (g *jobGroup) close() {
-	if g.guardRead != nil {
-		// The guardian never started: no worker did either.
-		g.guardRead.Close()
-		g.guardRead = nil
-		g.guard.Close()
-		g.guard = nil
-	}
 	g.say("end")
 	g.mu.Lock()
 	guarded := g.guard != nil

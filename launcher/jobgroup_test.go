@@ -1,14 +1,21 @@
 package launcher
 
 import (
+	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/gorun-dev/gorun/internal/sys/cgroup"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 // TestSweepJobCgroups: the cgroup of a gorun that is gone is removed (and
@@ -54,4 +61,50 @@ func TestSweepJobCgroups(t *testing.T) {
 	if _, err := os.Stat(alive); err != nil {
 		t.Errorf("the live pid's cgroup was removed: %v", err)
 	}
+}
+
+// TestGuardianRunsBeforeAnyWorker: the guardian runs once newJobGroup
+// returns (the agent waits for it before the first fork), so a gorun
+// SIGKILLed right after a worker's fork still has its workers' process
+// groups killed. It had been started after the first forks, and a kill
+// in that window under load left a worker's children behind.
+func TestGuardianRunsBeforeAnyWorker(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	g := newJobGroup(log, false)
+	pids := guardians(t)
+	g.close()
+	if len(pids) != 1 {
+		t.Fatalf("guardians running when newJobGroup returned: %v; want one", pids)
+	}
+	proctest.WaitGone(t, "the guardian told \"end\"", 20*time.Second, pids)
+}
+
+// guardians lists this process's children that run the guardian.
+func guardians(t *testing.T) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		cmdline, err2 := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || err2 != nil {
+			continue
+		}
+		// ppid is the second field after the command's closing parenthesis.
+		rest := string(stat[bytes.LastIndexByte(stat, ')')+2:])
+		var state string
+		var ppid int
+		if _, err := fmt.Sscan(rest, &state, &ppid); err == nil && ppid == os.Getpid() && bytes.Contains(cmdline, []byte("gorun-guardian")) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
