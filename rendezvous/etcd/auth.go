@@ -18,8 +18,9 @@ import (
 const jobRole = "gorun-job"
 
 // setUpAuth turns authentication on in the running store e, whose client
-// port is not open yet: it creates root (with a random password nobody
-// keeps) and the job's user and role, which may read and write the auth
+// port is not open yet: it creates root (with a random password, which
+// it returns: only a growable store keeps it, for its membership calls)
+// and the job's user and role, which may read and write the auth
 // prefix only. It does nothing if authentication is on already (a kept
 // data directory). In a store of several members every member that
 // starts does it, through raft, for all: each step may be done twice
@@ -27,7 +28,7 @@ const jobRole = "gorun-job"
 // member whose step fails because another turned authentication on first
 // is done. So a majority of the members starts the store, member 0 or
 // not.
-func setUpAuth(ctx context.Context, e *embed.Etcd, cfg ServerConfig) error {
+func setUpAuth(ctx context.Context, e *embed.Etcd, cfg ServerConfig) (string, error) {
 	prefix := cfg.AuthPrefix
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -44,11 +45,11 @@ func setUpAuth(ctx context.Context, e *embed.Etcd, cfg ServerConfig) error {
 		return err == nil && st.Enabled
 	}
 	if enabled() {
-		return nil
+		return "", nil
 	}
 	rootPassword, err := rendezvous.NewToken()
 	if err != nil {
-		return err
+		return "", err
 	}
 	steps := []struct {
 		what string
@@ -76,12 +77,12 @@ func setUpAuth(ctx context.Context, e *embed.Etcd, cfg ServerConfig) error {
 	for _, st := range steps {
 		if err := st.do(); err != nil {
 			if cfg.clustered() && enabled() {
-				return nil // another member finished first
+				return "", nil // another member finished first
 			}
-			return fmt.Errorf("embedded etcd: %s: %w", st.what, err)
+			return "", fmt.Errorf("embedded etcd: %s: %w", st.what, err)
 		}
 	}
-	return nil
+	return string(rootPassword), nil
 }
 
 func ignoreExists(err error) error {

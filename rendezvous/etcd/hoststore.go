@@ -80,7 +80,7 @@ type storeServer interface{ Close() error }
 // a companion process (startMember). A single member whose port another
 // agent on this host has bound is left to that agent (taken is true)
 // unless is_host=true insisted.
-func hostStore(ctx context.Context, c Conf, token Token, endpoint string, members []storeMember, member int, log logrus.FieldLogger) (server storeServer, taken bool, err error) {
+func hostStore(ctx context.Context, c Conf, token Token, endpoint string, members []storeMember, member int, grows bool, log logrus.FieldLogger) (server storeServer, taken bool, err error) {
 	if members != nil {
 		log.Infof("hosting member %d of the job's store at %s; it serves once a majority of its %d members run (%s)", member, members[member].client, len(members), strings.Join(clients(members), ","))
 		m, err := startMember(ctx, c, token, members, member, log)
@@ -107,6 +107,17 @@ func hostStore(ctx context.Context, c Conf, token Token, endpoint string, member
 	}
 	cfg := ServerConfig{ClientAddr: endpoint, Dir: dir.Path(), Token: token, AuthPrefix: c.prefix, LogLevel: c.storeLogLevel,
 		CertFile: c.tls.CertFile, KeyFile: c.tls.KeyFile, TrustedCAFile: c.tls.TrustedCAFile}
+	if grows {
+		// Members join it later, at its peer port: the endpoint's next
+		// when free (a firewall opened for the store), else another.
+		cfg.Growable = true
+		host, port, _ := net.SplitHostPort(endpoint)
+		p, _ := strconv.Atoi(port)
+		if _, cfg.PeerAddr, err = memberPorts(ctx, host, p); err != nil {
+			_ = dir.Remove()
+			return nil, false, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoint, err)
+		}
+	}
 	s, err := StartServer(ctx, cfg)
 	if err != nil {
 		_ = dir.Remove()

@@ -49,7 +49,7 @@ func keepLease(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, t
 
 // present holds the lease's presence at the store (presence.go) while
 // the keep-alive lasts.
-func (l *keptLease) present(endpoints []string, tlsCfg *tls.Config, log logrus.FieldLogger) {
+func (l *keptLease) present(endpoints func() []string, tlsCfg *tls.Config, log logrus.FieldLogger) {
 	l.presence = make(chan struct{})
 	go func() {
 		defer close(l.presence)

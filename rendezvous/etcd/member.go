@@ -59,7 +59,7 @@ var ErrMemberTaken = errors.New("the store went on without this member (its plac
 type memberProcess struct {
 	argv   []string
 	token  Token
-	index  int
+	what   string // "member 1", for the log
 	dir    *tempdir.Dir
 	log    logrus.FieldLogger
 	stderr io.Writer
@@ -79,28 +79,42 @@ type memberProcess struct {
 // and returns once it serves (a majority of the members run), it fails,
 // or ctx ends.
 func startMember(ctx context.Context, c Conf, token Token, members []storeMember, index int, log logrus.FieldLogger) (*memberProcess, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("host member %d of the embedded store: this program's path: %w", index, err)
-	}
-	dir, err := tempdir.New("store-member")
-	if err != nil {
-		return nil, fmt.Errorf("host member %d of the embedded store: data folder: %w", index, err)
-	}
 	var peers []string
 	for _, m := range members {
 		peers = append(peers, m.peer)
 	}
-	argv := []string{exe, "store", "--listen", members[index].client, "--cluster", strings.Join(peers, ","),
-		"--member", strconv.Itoa(index), "--data-dir", dir.Path(), "--log-level", c.storeLogLevel, "--token-stdin", "--stop-on-stdin-close",
-		"--ready-timeout", c.connect.String(), "--prefix", c.prefix}
+	return runMember(ctx, c, token, log, fmt.Sprintf("member %d", index), members[index].client,
+		"--cluster", strings.Join(peers, ","), "--member", strconv.Itoa(index), "--ready-timeout", c.connect.String())
+}
+
+// joinMember starts member name of a running store, which added it as a
+// learner at peer (initial: the store's members, as Server.AddLearner
+// gave them), serving clients at client, and returns once it serves.
+func joinMember(ctx context.Context, c Conf, token Token, name, client, peer, initial string, log logrus.FieldLogger) (*memberProcess, error) {
+	return runMember(ctx, c, token, log, "member "+name, client,
+		"--peer-listen", peer, "--join", initial, "--name", name, "--ready-timeout", c.connect.String())
+}
+
+// runMember starts a member (what, serving clients at client; args: its
+// place in the store) in a companion process, and returns once it serves.
+func runMember(ctx context.Context, c Conf, token Token, log logrus.FieldLogger, what, client string, args ...string) (*memberProcess, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("host %s of the embedded store: this program's path: %w", what, err)
+	}
+	dir, err := tempdir.New("store-member")
+	if err != nil {
+		return nil, fmt.Errorf("host %s of the embedded store: data folder: %w", what, err)
+	}
+	argv := append([]string{exe, "store", "--listen", client}, args...)
+	argv = append(argv, "--data-dir", dir.Path(), "--log-level", c.storeLogLevel, "--token-stdin", "--stop-on-stdin-close", "--prefix", c.prefix)
 	if c.tls.CertFile != "" {
 		argv = append(argv, "--cert", c.tls.CertFile, "--key", c.tls.KeyFile)
 		if c.tls.TrustedCAFile != "" {
 			argv = append(argv, "--cacert", c.tls.TrustedCAFile)
 		}
 	}
-	m := &memberProcess{argv: argv, token: token, index: index, dir: dir, log: log, stderr: os.Stderr,
+	m := &memberProcess{argv: argv, token: token, what: what, dir: dir, log: log, stderr: os.Stderr,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go m.supervise(ready)
@@ -111,7 +125,7 @@ func startMember(ctx context.Context, c Conf, token Token, members []storeMember
 	}
 	if err != nil {
 		m.Close()
-		return nil, fmt.Errorf("host member %d of the embedded store at %s: %w", index, members[index].client, err)
+		return nil, fmt.Errorf("host %s of the embedded store at %s: %w", what, client, err)
 	}
 	return m, nil
 }
@@ -145,16 +159,16 @@ func (m *memberProcess) supervise(ready chan<- error) {
 		}
 		switch {
 		case err != nil:
-			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, err)
+			m.log.Errorf("%s of the job's store: %v; this node goes on as a client of the other members", m.what, err)
 			return
 		case status.Exited() && status.ExitStatus() == MemberTakenExit:
-			m.log.Errorf("member %d of the job's store: %v; this node goes on as a client of the other members", m.index, ErrMemberTaken)
+			m.log.Errorf("%s of the job's store: %v; this node goes on as a client of the other members", m.what, ErrMemberTaken)
 			return
 		case failed >= memberMaxFailedStarts:
-			m.log.Errorf("member %d of the job's store %s, and %d starts in a row did not serve; this node goes on as a client of the other members", m.index, how, failed)
+			m.log.Errorf("%s of the job's store %s, and %d starts in a row did not serve; this node goes on as a client of the other members", m.what, how, failed)
 			return
 		}
-		m.log.Warnf("member %d of the job's store %s; starting it again from its data in %s", m.index, how, m.dir.Path())
+		m.log.Warnf("%s of the job's store %s; starting it again from its data in %s", m.what, how, m.dir.Path())
 		if !ctxtime.SleepUnless(m.stop, delay) {
 			return
 		}
@@ -215,7 +229,7 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	for lines.Scan() {
 		if !served && strings.HasPrefix(lines.Text(), "gorun store: member ") {
 			served = true
-			m.log.Infof("member %d of the job's store serves at %s (pid %d; authentication on; peers over mutual TLS)", m.index, m.argv[3], p.Pid)
+			m.log.Infof("%s of the job's store serves at %s (pid %d; authentication on; peers over mutual TLS)", m.what, m.argv[3], p.Pid)
 			if ready != nil {
 				ready <- nil
 				ready = nil
@@ -267,7 +281,7 @@ func (m *memberProcess) Close() error {
 		return nil
 	}
 	if err := m.dir.Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("member %d of the job's store: remove its data: %w", m.index, err)
+		return fmt.Errorf("%s of the job's store: remove its data: %w", m.what, err)
 	}
 	return nil
 }

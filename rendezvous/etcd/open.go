@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -61,10 +63,14 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 		release()
 		return nil, err
 	}
-	s := &Session{Rendezvous: r, hosting: server != nil, release: func() {
+	s := &Session{Rendezvous: r, release: func() {
 		cli.Close()
 		release()
 	}}
+	s.hosting.Store(server != nil)
+	if p.grows {
+		s.startGrowth(c, token, p.endpoints[0], server)
+	}
 	switch {
 	case p.embedded && p.members != nil:
 		s.hint = "a majority of the nodes hosting the embedded store's members (" + strings.Join(p.endpoints, ",") + ") may have exited"
@@ -91,6 +97,9 @@ type storePlan struct {
 	member  int
 	// host: this node hosts the store (or its member).
 	host bool
+	// grows: the store is one member, at the endpoint, that grows to
+	// three as nodes take part (grow.go).
+	grows bool
 }
 
 // planStore reads where the job's store is (--rdzv-endpoint, or the
@@ -122,6 +131,7 @@ func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storePlan, er
 	if p.embedded && c.isHost != nil && (p.members == nil || !*c.isHost) {
 		p.host = *c.isHost
 	}
+	p.grows = p.embedded && p.members == nil && spec.MaxNodes >= growVoters && !c.userTLS()
 	return p, nil
 }
 
@@ -154,7 +164,7 @@ func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf
 	var server storeServer
 	if p.host {
 		var lost bool
-		if server, lost, err = hostStore(ctx, c, token, p.endpoints[0], p.members, p.member, log); err != nil {
+		if server, lost, err = hostStore(ctx, c, token, p.endpoints[0], p.members, p.member, p.grows, log); err != nil {
 			shared.release()
 			return nil, nil, nil, err
 		}
@@ -246,7 +256,12 @@ func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, a
 type Session struct {
 	*Rendezvous
 	// hosting: this node hosts the store, or a member of it.
-	hosting bool
+	hosting atomic.Bool
+	// grower (on the store's first host) and joiner (on the other nodes)
+	// grow a store of one member (grow.go); stopGrowth ends them.
+	grower     *storeGrower
+	joiner     *storeJoiner
+	stopGrowth func()
 	// hint explains a lost store on the nodes that do not host it.
 	hint string
 	// release closes the client, stops the store and releases the shared
@@ -257,6 +272,9 @@ type Session struct {
 // Next joins the next round; a lost embedded store is explained.
 func (s *Session) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Round, error) {
 	round, err := s.Rendezvous.Next(ctx, node)
+	if err == nil && s.grower != nil {
+		s.grower.roundClosed(round.Number, round.GroupWorldSize)
+	}
 	if err != nil && s.hint != "" && (errors.Is(err, rendezvous.ErrJoinTimeout) || errors.Is(err, ErrUnreachable)) {
 		err = fmt.Errorf("%w (%s)", err, s.hint)
 	}
@@ -265,8 +283,11 @@ func (s *Session) Next(ctx context.Context, node rendezvous.Node) (rendezvous.Ro
 
 // Close leaves the job, then, on the hosting node, waits for the others.
 func (s *Session) Close(ctx context.Context) error {
+	if s.stopGrowth != nil {
+		s.stopGrowth()
+	}
 	err := s.Rendezvous.Close(ctx)
-	if s.hosting {
+	if s.hosting.Load() {
 		wctx, cancel := context.WithTimeout(ctx, leaveTimeout)
 		defer cancel()
 		s.Rendezvous.WaitForOthersToLeave(wctx)
@@ -276,4 +297,35 @@ func (s *Session) Close(ctx context.Context) error {
 
 // Release closes the client and stops what Open started (the store this
 // node hosts); call it after Close.
-func (s *Session) Release() { s.release() }
+func (s *Session) Release() {
+	if s.stopGrowth != nil {
+		s.stopGrowth()
+	}
+	if s.joiner != nil {
+		s.joiner.close()
+	}
+	s.release()
+}
+
+// startGrowth starts the store's growth: the grower on the node hosting
+// its first member (server), the joiner on the others.
+func (s *Session) startGrowth(c Conf, token Token, endpoint string, server storeServer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	s.stopGrowth = func() {
+		cancel()
+		wg.Wait()
+	}
+	if sw, ok := server.(*sweptServer); ok {
+		s.grower = newStoreGrower(s.Rendezvous, sw.Server, c.connect)
+		wg.Go(func() { s.grower.run(ctx) })
+		return
+	}
+	if server != nil {
+		return
+	}
+	_, port, _ := net.SplitHostPort(endpoint)
+	p, _ := strconv.Atoi(port)
+	s.joiner = &storeJoiner{r: s.Rendezvous, c: c, token: token, port: p, hosting: func() { s.hosting.Store(true) }}
+	wg.Go(func() { s.joiner.run(ctx) })
+}

@@ -40,7 +40,7 @@ func TestOpenHostsTheStoreAndReleasesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.hosting {
+	if !s.hosting.Load() {
 		t.Error("the node named by the endpoint does not host the store")
 	}
 	if dirs, _ := filepath.Glob(filepath.Join(tmp, "gorun-store-*")); len(dirs) != 1 {
@@ -129,8 +129,8 @@ func TestOpenTwoAgentsOnOneHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer second.Release()
-	if !first.hosting || second.hosting {
-		t.Fatalf("hosting: first %v, second %v; want the first alone", first.hosting, second.hosting)
+	if !first.hosting.Load() || second.hosting.Load() {
+		t.Fatalf("hosting: first %v, second %v; want the first alone", first.hosting.Load(), second.hosting.Load())
 	}
 	rounds := make(chan rendezvous.Round, 2)
 	errs := make(chan error, 2)

@@ -223,16 +223,18 @@ func presenceTLS(token Token) (*tls.Config, error) {
 }
 
 // holdPresence keeps a presence connection for lease id at one of
-// endpoints until ctx ends. When it breaks, it reconnects at once to the
+// endpoints (read at each try: a store that grew has more) until ctx
+// ends. When it breaks, it reconnects at once to the
 // same endpoint, whose member counts the grace (another member's count is
 // its own), and moves to the next only when that one cannot be reached.
 // A store that does not serve presence (an older gorun's) or refuses the
 // claim makes it give up, saying so in log: the lease then ends with its
 // TTL.
-func holdPresence(ctx context.Context, endpoints []string, tlsCfg *tls.Config, id clientv3.LeaseID, log logrus.FieldLogger) {
+func holdPresence(ctx context.Context, endpoints func() []string, tlsCfg *tls.Config, id clientv3.LeaseID, log logrus.FieldLogger) {
 	delay := time.Duration(0)
 	for i := 0; ctx.Err() == nil; {
-		endpoint := endpoints[i%len(endpoints)]
+		eps := endpoints()
+		endpoint := eps[i%len(eps)]
 		held, refused := presentOnce(ctx, endpoint, tlsCfg, id)
 		if refused != nil {
 			log.Warnf("the store at %s keeps no presence for this node (%v): if this node is killed, the others notice only when its lease ends (lease_ttl)", endpoint, refused)

@@ -276,7 +276,7 @@ func TestPresenceRefusalIsLogged(t *testing.T) {
 	log.SetOutput(&logged)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	holdPresence(ctx, []string{ln.Addr().String()}, cfg, 42, log) // returns once refused
+	holdPresence(ctx, func() []string { return []string{ln.Addr().String()} }, cfg, 42, log) // returns once refused
 	if ctx.Err() != nil {
 		t.Fatal("holdPresence went on after the store refused presence")
 	}

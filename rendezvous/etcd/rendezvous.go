@@ -119,6 +119,9 @@ type Rendezvous struct {
 	storeAlive context.Context
 	storeGone  context.CancelFunc
 	goneWhy    atomic.Pointer[error]
+	// grown is set once the store has growVoters voting members
+	// (grow.go): its first host's loss is then no longer its end.
+	grown atomic.Bool
 	// prevRank is the group rank of the last round this node ran, and
 	// lastRound that round's number (-1 before the first).
 	prevRank  int
@@ -230,7 +233,7 @@ func (r *Rendezvous) openLease(ctx context.Context) error {
 	}
 	l := keepLease(r.life, r.cli, grant.ID, time.Duration(ttl)*time.Second)
 	if r.presenceTLS != nil {
-		l.present(r.cli.Endpoints(), r.presenceTLS, r.cfg.Log)
+		l.present(r.cli.Endpoints, r.presenceTLS, r.cfg.Log)
 	}
 	r.lease.Store(l)
 	return nil

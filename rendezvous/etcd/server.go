@@ -1,9 +1,9 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -83,6 +83,16 @@ type ServerConfig struct {
 	// of them run.
 	Cluster []string
 	Member  int
+	// Growable makes a store of one member that others can join later
+	// (growserver.go): its peer port speaks the job's mutual TLS (Token
+	// required), its auth tokens are good at every member, and the root
+	// password stays with the Server for the membership calls.
+	Growable bool
+	// Join, for a member joining a running store, is that store's
+	// members as etcd's initial cluster (name=https://host:port,...,
+	// this one included), as Server.AddLearner returned it; Name is this
+	// member's name in it, and PeerAddr its peer address.
+	Join, Name string
 
 	// peerTLS is the member's peer TLS and authToken etcd's auth token
 	// setting, made by StartServer; peerListen is the address the peer
@@ -94,6 +104,10 @@ type ServerConfig struct {
 
 // clustered reports whether cfg is a member of a store of several.
 func (cfg ServerConfig) clustered() bool { return len(cfg.Cluster) > 1 }
+
+// peered reports whether cfg's member has (or may have) peers: one of a
+// store of several, a growable one, or one that joins.
+func (cfg ServerConfig) peered() bool { return cfg.clustered() || cfg.Growable || cfg.Join != "" }
 
 // memberName is the etcd name of member i.
 func memberName(i int) string { return "gorun-" + strconv.Itoa(i) }
@@ -117,6 +131,9 @@ type Server struct {
 	// level is etcd's log level: Close silences it, as etcd logs errors
 	// even for a normal shutdown.
 	level zap.AtomicLevel
+	// socket is etcd's client socket; root, for a growable store, the
+	// root password, for the membership calls (growserver.go).
+	socket, root string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -144,6 +161,10 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	// Clients ping as often as ClientKeepAliveTime (etcd refuses pings
 	// more often than every 5 s by default).
 	ec.GRPCKeepAliveMinTime = ClientKeepAliveTime / 2
+	if cfg.Growable || cfg.Join != "" {
+		growableConfig(ec, cfg)
+		return ec
+	}
 	if !cfg.clustered() {
 		peer := url.URL{Scheme: "https", Host: cfg.PeerAddr}
 		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{{Scheme: "https", Host: cfg.peerListen}}, []url.URL{peer}
@@ -162,7 +183,7 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	}
 	ec.InitialCluster = strings.Join(initial, ",")
 	// Members of different jobs never take each other for their own.
-	ec.InitialClusterToken = "gorun-" + hex.EncodeToString(cfg.Token.Derive("gorun etcd cluster token v1")[:8])
+	ec.InitialClusterToken = clusterToken(cfg.Token)
 	ec.ClusterState = embed.ClusterStateFlagNew
 	ec.PeerTLSInfo = cfg.peerTLS
 	ec.AuthToken = cfg.authToken
@@ -225,19 +246,25 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	socket := filepath.Join(s.runDir, "client.sock")
+	s.socket = socket
 	if err := s.setUpClientPort(&cfg, clientListen, socket); err != nil {
 		return nil, err
 	}
 	if err := s.startEtcd(ctx, cfg, logger, socket); err != nil {
 		return nil, err
 	}
-	if cfg.Password != "" {
-		if err := setUpAuth(ctx, s.etcd, cfg); err != nil {
+	if cfg.Password != "" && cfg.Join == "" {
+		// A member that joins finds authentication on: it came by raft.
+		root, err := setUpAuth(ctx, s.etcd, cfg)
+		if err != nil {
 			return nil, err
+		}
+		if cfg.Growable {
+			s.root = root
 		}
 	}
 	s.errc = make(chan error, 1)
-	if !cfg.clustered() {
+	if !cfg.peered() {
 		s.closePeerPort()
 	}
 	go s.forwardErrors()
@@ -257,6 +284,12 @@ func (cfg ServerConfig) withDefaults() (ServerConfig, error) {
 	}
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "panic"
+	}
+	if err := cfg.checkGrowth(); err != nil {
+		return cfg, err
+	}
+	if cfg.Growable || cfg.Join != "" {
+		cfg.TickMs, cfg.ElectionMs = cmp.Or(cfg.TickMs, ClusterTickMs), cmp.Or(cfg.ElectionMs, ClusterElectionMs)
 	}
 	if cfg.clustered() {
 		if cfg.Member < 0 || cfg.Member >= len(cfg.Cluster) {
@@ -309,7 +342,7 @@ func (s *Server) makeRunDir(dir string) error {
 // store of several members, etcd's auth tokens.
 func (cfg *ServerConfig) securePeers(runDir string) error {
 	host, _, err := net.SplitHostPort(cfg.PeerAddr)
-	if !cfg.clustered() {
+	if !cfg.peered() {
 		// One member has no peers, but etcd always opens a peer port,
 		// which speaks raft to whoever connects: in plain HTTP, another
 		// local user could pose as a leader and switch authentication
@@ -390,7 +423,7 @@ func (s *Server) startEtcd(ctx context.Context, cfg ServerConfig, logger *zap.Lo
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
 	e, err := embed.StartEtcd(ec)
-	if err != nil && cfg.clustered() && strings.Contains(err.Error(), "has already been bootstrapped") {
+	if err != nil && (cfg.clustered() || cfg.Join != "") && strings.Contains(err.Error(), "has already been bootstrapped") {
 		// etcd's words for a member whose place the store gave away
 		// while it was gone.
 		return fmt.Errorf("embedded etcd on %s: %w: %w", cfg.ClientAddr, ErrMemberTaken, err)

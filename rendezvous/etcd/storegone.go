@@ -38,6 +38,9 @@ func (r *Rendezvous) watchStoreHost(ep string) {
 			return
 		case <-tick.C:
 		}
+		if r.grown.Load() {
+			return // the store has more members now: it outlives its first
+		}
 		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(r.life, "tcp", ep)
 		switch {
 		case err == nil:
@@ -48,7 +51,7 @@ func (r *Rendezvous) watchStoreHost(ep string) {
 				refusedSince = time.Now()
 			}
 			if time.Since(refusedSince) >= storeGoneAfter {
-				r.markGone(fmt.Errorf("%w: its only member, at %s, hosted by the agent on that host, refuses connections (that agent was killed or exited): a store of one member dies with its host; with 3 or more nodes, --rdzv-conf store_hosts=h1+h2+h3 keeps the job alive through the loss of one", errStoreGone, ep))
+				r.markGone(fmt.Errorf("%w: its only member, at %s, hosted by the agent on that host, refuses connections (that agent was killed or exited): a store of one member dies with its host (a job that may have 3 nodes or more grows its store to three members once 3 take part, and then outlives that agent)", errStoreGone, ep))
 				return
 			}
 		}

@@ -48,6 +48,8 @@ func storeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cacert", Usage: "CA that clients' certificates must be signed by (mutual TLS)"},
 		&cli.StringFlag{Name: "cluster", Usage: "the peer addresses host:port of a store of 3, 5 or 7 members, in the same order on every member (each member serves clients at its --listen; peers authenticate each other with the token)"},
 		&cli.IntFlag{Name: "member", Value: -1, Usage: "this member's place (from 0) in --cluster"},
+		&cli.StringFlag{Name: "join", Usage: "join a running store as the learner --name that its first member added: its members as etcd's initial cluster (name=https://host:port,...; how an agent runs a member its job's store grows by), this member's peers at --peer-listen"},
+		&cli.StringFlag{Name: "name", Usage: "this member's name in --join"},
 		&cli.DurationFlag{Name: "ready-timeout", Value: etcdrdzv.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
 		&cli.BoolFlag{Name: "token-stdin", Usage: "read the jobs' token from standard input (how an agent hands it to the store member it runs)"},
 		&cli.BoolFlag{Name: "stop-on-stdin-close", Usage: "ignore stop signals and serve until standard input closes (how an agent runs its store member: a scheduler signals every process of a job, and only the agent may stop the member); with --token-stdin, the token is the first line"},
@@ -83,7 +85,7 @@ func storeAction(c *cli.Context) error {
 	}
 	ctx, stop := storeContext(c, stdin)
 	defer stop()
-	token, password, err := storeSecret(ctx, c, stdinToken, cluster)
+	token, password, err := storeSecret(ctx, c, stdinToken, cluster != nil || c.String("join") != "")
 	if err != nil {
 		return err
 	}
@@ -116,6 +118,18 @@ func checkStoreFlags(c *cli.Context) ([]string, error) {
 	} else if c.IsSet("member") {
 		return nil, cmdline.Usagef("--member is a place in --cluster: give --cluster too")
 	}
+	if join := c.String("join"); join != "" || c.IsSet("name") {
+		switch {
+		case cluster != nil:
+			return nil, cmdline.Usagef("--join and --cluster: give one (a store's members at its start, or a running store to join)")
+		case join == "" || c.String("name") == "":
+			return nil, cmdline.Usagef("--join and --name go together")
+		case c.Bool("no-auth"):
+			return nil, cmdline.Usagef("--join needs the jobs' token (its members authenticate each other with it): drop --no-auth")
+		case strings.HasSuffix(c.String("peer-listen"), ":0"):
+			return nil, cmdline.Usagef("--join: give this member's peer address (--peer-listen host:port), as the store added it")
+		}
+	}
 	return cluster, nil
 }
 
@@ -140,7 +154,7 @@ func storeContext(c *cli.Context, stdin io.Reader) (context.Context, context.Can
 // storeSecret is what the store authenticates clients with: the jobs'
 // token (--token-file, GORUN_RDZV_TOKEN, or stdin's), or the launcher's
 // --standalone store's password; neither with --no-auth.
-func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, cluster []string) (etcdrdzv.Token, string, error) {
+func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered bool) (etcdrdzv.Token, string, error) {
 	if c.Bool("no-auth") {
 		return nil, "", nil
 	}
@@ -149,7 +163,7 @@ func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, cluster
 		tokenFile, tokenText = "", string(stdinToken)
 	}
 	password := os.Getenv(workerenv.StorePassword)
-	if cluster != nil && tokenFile == "" && tokenText == "" {
+	if peered && tokenFile == "" && tokenText == "" {
 		return nil, "", cmdline.Usagef("gorun store: --cluster needs the jobs' token, the same on every member (--token-file PATH, GORUN_RDZV_TOKEN or --token-stdin)")
 	}
 	if tokenFile == "" && tokenText == "" && password == "" {
@@ -157,7 +171,7 @@ func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, cluster
 	}
 	log := logrus.New()
 	log.SetOutput(c.App.ErrWriter)
-	if password != "" && cluster == nil {
+	if password != "" && !peered {
 		return nil, password, nil // the launcher's --standalone store: the password itself
 	}
 	token, err := etcdrdzv.StoreToken(ctx, "--token-file", tokenFile, tokenText, log)
@@ -187,6 +201,7 @@ func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etc
 		Token: token, Password: password, AuthPrefix: c.String("prefix"),
 		CertFile: c.String("cert"), KeyFile: c.String("key"), TrustedCAFile: c.String("cacert"),
 		Cluster: cluster, Member: c.Int("member"), ReadyTimeout: c.Duration("ready-timeout"),
+		Join: c.String("join"), Name: c.String("name"),
 	})
 	if ctx.Err() != nil {
 		return nil // stopped while starting
@@ -198,10 +213,13 @@ func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etc
 		return cli.Exit(err.Error(), 1)
 	}
 	defer s.Close()
-	if cluster != nil {
+	switch {
+	case cluster != nil:
 		// One line, which an agent running this member waits for.
 		fmt.Fprintf(c.App.Writer, "gorun store: member %d of %d serving at %v; stop with Ctrl-C\n", c.Int("member"), len(cluster), s.Endpoints())
-	} else {
+	case c.String("join") != "":
+		fmt.Fprintf(c.App.Writer, "gorun store: member %s joined, serving at %v\n", c.String("name"), s.Endpoints())
+	default:
 		fmt.Fprintf(c.App.Writer, "gorun store: etcd serving at %v; stop with Ctrl-C\n", s.Endpoints())
 	}
 	select {

@@ -1,0 +1,68 @@
+package etcd
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// TestStoreGrowsToThreeMembers: a growable store of one member takes two
+// more, each as a learner promoted once it caught up; the store then
+// serves the job's user, with the data written before, after its first
+// member is gone. A store that is not growable cannot add members.
+func TestStoreGrowsToThreeMembers(t *testing.T) {
+	token := Token("gorun-grow-test-token-0123456789")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	addrs := freeAddrs(t, 6)
+	first, err := StartServer(ctx, ServerConfig{ClientAddr: addrs[0], PeerAddr: addrs[1], Token: token, Growable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { first.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addrs[0]}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: mustClientTLS(t, token), Username: EtcdUser, Password: token.EtcdPassword()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, DefaultPrefix+"/job/k", "before"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		client, peer := addrs[2*i], addrs[2*i+1]
+		id, initial, err := first.AddLearner(ctx, memberName(i), peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		m, err := StartServer(ctx, ServerConfig{ClientAddr: client, PeerAddr: peer, Token: token, Join: initial, Name: memberName(i)})
+		if err != nil {
+			t.Fatalf("member %d joining %s: %v", i, initial, err)
+		}
+		t.Cleanup(func() { m.Close() })
+		if err := first.Promote(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("member %d voting %v after its start", i, time.Since(start))
+	}
+	voters, err := first.Voters(ctx)
+	if err != nil || len(voters) != 3 {
+		t.Fatalf("voters %v, %v; want 3", voters, err)
+	}
+	cli.SetEndpoints(voters...)
+	first.Close()
+	if _, err := cli.Put(ctx, DefaultPrefix+"/job/k2", "after"); err != nil {
+		t.Fatalf("the two members left do not serve: %v", err)
+	}
+	r, err := cli.Get(ctx, DefaultPrefix+"/job/k")
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "before" {
+		t.Fatalf("get after losing the first member: %v, %v", r, err)
+	}
+	if _, _, err := server.AddLearner(ctx, memberName(1), addrs[3]); err == nil {
+		t.Error("a store that is not growable added a member")
+	}
+}
