@@ -96,6 +96,10 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 		}
 		cfg.JobSecret = s
 	}
+	stdout, stderr := NewConsole(cfg.Stdout), NewConsole(cfg.Stderr)
+	if cfg.oneConsole = sameOutput(cfg.Stdout, cfg.Stderr); cfg.oneConsole {
+		stderr = stdout // one file: one lock, whole lines in order
+	}
 	return &Agent{
 		cfg:     cfg,
 		rdzv:    rdzv,
@@ -105,8 +109,8 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 			Backoff:            cfg.RestartBackoff,
 			BackoffMax:         cfg.RestartBackoffMax,
 		},
-		stdout: NewConsole(cfg.Stdout),
-		stderr: NewConsole(cfg.Stderr),
+		stdout: stdout,
+		stderr: stderr,
 	}, nil
 }
 

@@ -122,6 +122,8 @@ type streamPlan struct {
 	name    string // "stdout" or "stderr"
 	bit     Std
 	console *Console
+	// both: this stream's pipe is the worker's stderr too (onestream.go).
+	both bool
 }
 
 // startAttempt starts every worker of specs: in the warm interpreter of
@@ -167,7 +169,11 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		if _, fg := att.stdin.forRank(spec.LocalRank); !fg {
 			spares[i] = warm.take(spec)
 		}
-		for j, sp := range []streamPlan{{0, "stdout", StdOut, stdout}, {1, "stderr", StdErr, stderr}} {
+		streams := []streamPlan{{0, "stdout", StdOut, stdout, false}, {1, "stderr", StdErr, stderr, false}}
+		if cfg.mergesStreams(spec.LocalRank) {
+			streams = []streamPlan{{0, "stdout", StdOut, stdout, true}}
+		}
+		for j, sp := range streams {
 			var spareOut *os.File
 			if spares[i] != nil {
 				spareOut = spares[i].out[j]
@@ -180,6 +186,9 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 				return nil, err
 			}
 			childEnds[i][j] = end
+		}
+		if len(streams) == 1 {
+			childEnds[i][1] = childEnds[i][0] // one pipe for both
 		}
 	}
 	procs := make([]*process, len(specs))
@@ -237,8 +246,8 @@ func (att *attempt) handOver(warm *warmPool, s *spare, spec WorkerSpec) <-chan e
 // their output pipes.
 func closeChildEnds(ends [][2]*os.File, devNull *os.File) {
 	for _, pair := range ends {
-		for _, f := range pair {
-			if f != nil && f != devNull {
+		for j, f := range pair {
+			if f != nil && f != devNull && (j == 0 || f != pair[0]) {
 				f.Close()
 			}
 		}
@@ -256,7 +265,7 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, 
 	redirect, tee := cfg.Redirects.For(lr).Has(sp.bit), cfg.Tee.For(lr).Has(sp.bit)
 	toFile := redirect || tee
 	toConsole := (!redirect || tee) && (cfg.LocalRanksFilter == nil || slices.Contains(cfg.LocalRanksFilter, lr))
-	keepTail := sp.name == "stderr" // why it failed, for the summary
+	keepTail := sp.name == "stderr" || sp.both // why it failed, for the summary
 	if !toFile && !toConsole && !keepTail && w.progress == nil && spareOut == nil {
 		return devNull, nil
 	}

@@ -204,6 +204,9 @@ type Config struct {
 	// Stdout and Stderr receive the workers' console output and the
 	// failure summary.
 	Stdout, Stderr io.Writer
+	// oneConsole: Stdout and Stderr are one file (NewAgent finds it): the
+	// workers' two streams then share a pipe (onestream.go).
+	oneConsole bool
 	// signalRepeatWindow replaces signalRepeatWindow when set (tests
 	// that send a second signal at once).
 	signalRepeatWindow time.Duration

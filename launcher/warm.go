@@ -200,7 +200,11 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 	defer theirs.Close()
 	s := &spare{localRank: lr, ctl: ours, exited: make(chan *process, 1), heard: make(chan struct{})}
 	var childEnds [2]*os.File
-	for i := range childEnds {
+	pipes := 2
+	if wp.cfg.mergesStreams(lr) {
+		pipes = 1 // its stderr is its stdout's pipe (onestream.go)
+	}
+	for i := range pipes {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll(append(childEnds[:], s.ctl, s.out[0], s.out[1]))
@@ -209,6 +213,9 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 		s.out[i], childEnds[i] = r, w
 	}
 	files := procFiles{stdin: stdin, stdout: childEnds[0], stderr: childEnds[1], extra: []*os.File{theirs}}
+	if pipes == 1 {
+		files.stderr = childEnds[0]
+	}
 	p, started := startProcessIn(argv, env, files, s.exited, 0, wp.group.cgroupFD(), wp.cfg.cpusOf(lr))
 	err = <-started
 	closeAll(childEnds[:])

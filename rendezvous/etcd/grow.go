@@ -36,6 +36,10 @@ const growAnswerTimeout = 10 * time.Second
 // outlives any one of them.
 const growVoters = 3
 
+// growCandidates bounds the nodes read to choose members from: the
+// first to arrive (a job of thousands of nodes needs two).
+const growCandidates = 64
+
 func (k keys) growPrefix() string          { return k.root + "grow/" }
 func (k keys) growInvite(id string) string { return k.growPrefix() + "invite/" + id }
 func (k keys) growOffer(id string) string  { return k.growPrefix() + "offer/" + id }
@@ -178,7 +182,7 @@ func (g *storeGrower) candidates(ctx context.Context, round int) []NodeRecord {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	prefix := r.k.joinPrefix(round)
-	resp, err := r.cli.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := r.cli.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(growCandidates))
 	if err != nil {
 		r.cfg.Log.Warnf("the job's store cannot grow after round %d: its nodes: %v", round, err)
 		return nil
