@@ -80,6 +80,9 @@ type Agent struct {
 	events *EventLog
 	// warm holds the warm interpreters (nil without --warm-start).
 	warm *warmPool
+	// shortReported: the goodput's short form was printed (with the
+	// failure summary).
+	shortReported bool
 }
 
 // NewAgent validates cfg and returns an agent. signals delivers the signals
@@ -164,6 +167,11 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	res, err := a.run(ctx, layout)
 	a.events.Record(Event{Kind: EventExit, Code: res.ExitCode})
 	closeEvents()
+	if res.ExitCode != 0 && !a.shortReported && a.spawned() {
+		// An exit without the failure summary (the store lost, a round
+		// that could not form after workers ran): the goodput of what ran.
+		a.printShortReport()
+	}
 	a.writeReport()
 	return res, err
 }
@@ -276,7 +284,11 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 		case errors.Is(err, rendezvous.ErrJobFailed):
 			return Result{ExitCode: jobExitCode(err), Restarts: restarts}, fmt.Errorf("the job failed on another node (%w)", err)
 		case err != nil:
-			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("join the next round: %w", err)
+			what := "no next round"
+			if !a.spawned() {
+				what = "joining the job"
+			}
+			return Result{ExitCode: 1, Restarts: restarts}, fmt.Errorf("%s: %w", what, err)
 		}
 		restarts = round.RestartCount
 		useWorkerStore(store, &round)

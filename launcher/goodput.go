@@ -11,9 +11,9 @@ const (
 	GoodputSpare      = "spare"      // waiting as a hot spare
 	GoodputStartup    = "startup"    // from a spawn to the workers' first reported step
 	GoodputProductive = "productive" // from the first to the last reported step
-	GoodputLost       = "lost"       // from a failed attempt's last step to the next spawn
+	GoodputLost       = "lost"       // from a failed or stopped attempt's last checkpoint (else step) to the next spawn or the stop
 	GoodputPreemption = "preemption" // from a stop request (or a preempted attempt's last step) on
-	GoodputTeardown   = "teardown"   // after the last success, or after an operator's stop
+	GoodputTeardown   = "teardown"   // after the last success
 )
 
 // goodputCategories lists the categories in the order reports show them.
@@ -161,10 +161,12 @@ func clampGoodputTime(t, lo, hi time.Time) time.Time {
 //     until its last (a success: until its end; no step at all: the whole
 //     success is productive, and Measured false); a running attempt is
 //     productive from its first step until now;
-//   - after a failed or interrupted attempt's last step (its spawn without
-//     steps), until the next spawn: lost, charged to one FailureLoss;
-//   - after the last success: teardown; after a stopped attempt's last
-//     step: teardown; after a preempted one's: preemption;
+//   - after a failed, interrupted or stopped attempt's last checkpoint,
+//     else its last step (its spawn without steps), until the next spawn:
+//     lost, charged to one FailureLoss (a stopped attempt's workers did
+//     not save: they were ended, not preempted);
+//   - after the last success: teardown; after a preempted attempt's last
+//     step (its workers saved and exited 0): preemption;
 //   - from the first stop request on, everything is preemption.
 //
 // It returns an error naming the event when the events are out of order,
@@ -247,7 +249,12 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 			} else {
 				tl.waitFor(next, t.rdzv)
 			}
-		case EndFailed, EndInterrupted:
+		case EndFailed, EndInterrupted, EndStopped:
+			// A stopped attempt's workers did not save at the stop (those
+			// that did exit 0: preempted): what came after the last
+			// checkpoint is redone on resume, as after a failure. Its
+			// time from the stop request on is preemption
+			// (chargePreemption).
 			upTo, since := last, "step"
 			switch {
 			case !ar.Checkpoint.IsZero() && !ar.Measured:
@@ -264,13 +271,9 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 			from := tl.cursor
 			causes = append(causes, FailureLoss{Attempt: ar.Attempt, Since: since, How: ar.How, Reason: ar.Reason, From: from, To: next})
 			tl.add(next, GoodputLost, i, len(causes)-1)
-		case EndStopped, EndPreempted:
-			cat := GoodputTeardown
-			if ar.How == EndPreempted {
-				cat = GoodputPreemption
-			}
+		case EndPreempted:
 			tl.add(last, GoodputProductive, i, -1)
-			tl.add(next, cat, i, -1)
+			tl.add(next, GoodputPreemption, i, -1)
 		default: // running or unfinished
 			if ar.Measured {
 				tl.add(end, GoodputProductive, i, -1)

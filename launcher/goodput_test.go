@@ -165,12 +165,18 @@ func goodputCases() []struct {
 		{name: "stop request before any spawn",
 			events: []Event{start, ev(0, EventRendezvous, Event{}), stop(5), exit(6, 143)},
 			want:   map[string]float64{"rendezvous": 5, "preemption": 1}},
-		{name: "operator stop",
+		// A stop that ended the workers (they did not save): the steps
+		// since the last checkpoint (else step) are lost, as after a
+		// failure; from the stop request on, preemption.
+		{name: "operator stop", failures: 1,
 			events: []Event{start, spawn(2, 0), ended(50, 0, EndStopped, 5, 48), exit(51, 130)},
-			want:   map[string]float64{"rendezvous": 2, "startup": 3, "productive": 43, "teardown": 3}},
-		{name: "operator stop without progress",
+			want:   map[string]float64{"rendezvous": 2, "startup": 3, "productive": 43, "lost": 3}},
+		{name: "operator stop without progress", failures: 1,
 			events: []Event{start, spawn(2, 0), ended(50, 0, EndStopped, -1, -1), exit(51, 130)},
-			want:   map[string]float64{"rendezvous": 2, "teardown": 49}},
+			want:   map[string]float64{"rendezvous": 2, "lost": 49}},
+		{name: "stop of a script that does not save", failures: 1,
+			events: []Event{start, spawn(2, 0), stop(45), checkpointed(ended(46, 0, EndStopped, 5, 44), 40, 70), exit(47, 143)},
+			want:   map[string]float64{"rendezvous": 2, "startup": 3, "productive": 35, "lost": 5, "preemption": 2}},
 		{name: "preempted without a stop request",
 			events: []Event{start, spawn(2, 0), ended(50, 0, EndPreempted, 5, 48), exit(51, 143)},
 			want:   map[string]float64{"rendezvous": 2, "startup": 3, "productive": 43, "preemption": 3}},

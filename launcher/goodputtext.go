@@ -97,6 +97,9 @@ func (r Report) WriteText(w io.Writer) error {
 	if note := r.unmeasured(); note != "" {
 		fmt.Fprintf(&b, "\nnote: %s\n", note)
 	}
+	if slices.ContainsFunc(r.Attempts, func(a AttemptReport) bool { return a.ProgressFrom == "probe" }) {
+		fmt.Fprintf(&b, "\nnote: steps from the probe are the optimizer steps each attempt took, counted from 1 at its start, not the script's own step numbers (a resumed script's step 101 is its attempt's step 1); a checkpoint's step is that count at its save\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -118,16 +121,25 @@ func lossSince(s string) string {
 // the figures; "" when every attempt did.
 func (r Report) unmeasured() string {
 	var as []string
+	running := false
 	for _, a := range r.Attempts {
+		if a.How == "running" && !a.Measured {
+			running = true // said apart: it may not have reached its first step
+			continue
+		}
 		if n := strconv.Itoa(a.Attempt); !a.Measured && !slices.Contains(as, n) {
 			as = append(as, n)
 		}
 	}
-	if len(as) == 0 {
-		return ""
+	var notes []string
+	if len(as) > 0 {
+		notes = append(notes, fmt.Sprintf("steps not measured in attempt %s (no progress file, and no optimizer step seen: PyTorch 1.x, --worker-probe=off, or not PyTorch): its startup counts as productive, and a failed attempt is lost whole, or from its last checkpoint when one was seen",
+			strings.Join(as, ", ")))
 	}
-	return fmt.Sprintf("steps not measured in attempt %s (no progress file, and no optimizer step seen: PyTorch 1.x, --worker-probe=off, or not PyTorch): its startup counts as productive, and a failed attempt is lost whole, or from its last checkpoint when one was seen",
-		strings.Join(as, ", "))
+	if running {
+		notes = append(notes, "the running attempt has shown no step yet (none taken, or its workers' last snapshot is older): its time so far counts as startup")
+	}
+	return strings.Join(notes, "; ")
 }
 
 // WriteJSON writes the report as indented JSON.

@@ -371,6 +371,8 @@ func (a *Agent) endPreempted(ctx context.Context, round rendezvous.Round, att *a
 		switch {
 		case sig != 0:
 			res.ExitCode, res.Signal = 128+int(sig), sig
+		case errors.Is(err, rendezvous.ErrJobFailed):
+			cfg.Log.Debugf("report the stop to the rendezvous: another node did first: %v", err)
 		case err != nil:
 			cfg.Log.Errorf("report the stop to the rendezvous: %v", err)
 		}

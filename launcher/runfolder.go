@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
 // The readers of a run folder, beside the code that writes it (logdir.go,
@@ -56,7 +58,8 @@ func isRegular(path string) bool {
 
 // RunningProgress reads, in the run folder run, the progress files of the
 // attempt that runs (a spawn without its end, in a timeline without an
-// exit), merged over its workers; nil when none runs. A progress file it
+// exit), merged over its workers, else their probes' last snapshots; nil
+// when none runs. A progress file it
 // cannot read is left out and returned among the warnings.
 func RunningProgress(run string, events []Event) (_ map[int]Progress, warnings []error) {
 	attempt, open := 0, false
@@ -79,10 +82,15 @@ func RunningProgress(run string, events []Event) (_ map[int]Progress, warnings [
 		}
 		return nil, warnings
 	}
-	var ps []Progress
+	var ps, probed []Progress
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
+		}
+		// A script that knows nothing of gorun writes no progress file:
+		// its probe's last snapshot counts its optimizer steps.
+		if s, ok, err := probe.Read(filepath.Join(dir, e.Name(), probe.SnapshotFile)); err == nil && ok {
+			probed = append(probed, probeProgress(s))
 		}
 		p, err := ReadProgress(filepath.Join(dir, e.Name(), ProgressFile))
 		if err != nil {
@@ -91,5 +99,9 @@ func RunningProgress(run string, events []Event) (_ map[int]Progress, warnings [
 		}
 		ps = append(ps, p)
 	}
-	return map[int]Progress{attempt: MergeProgress(ps...)}, warnings
+	p := MergeProgress(ps...)
+	if !p.Seen {
+		p = MergeProgress(probed...)
+	}
+	return map[int]Progress{attempt: p}, warnings
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
 // writeFile makes path's folders and writes content to it.
@@ -69,6 +71,12 @@ func TestRunningProgress(t *testing.T) {
 	writeFile(t, filepath.Join(AttemptDir(run, 1), "0", ProgressFile), "step=10 time=2000 first_step=1 first_time=1000\n")
 	writeFile(t, filepath.Join(AttemptDir(run, 1), "1", ProgressFile), "step=12 time=3000 first_step=2 first_time=1500\n")
 	writeFile(t, filepath.Join(AttemptDir(run, 1), "2", ProgressFile), "not progress\n")
+	// Attempt 2's script knows nothing of gorun: its probes counted the
+	// optimizer steps.
+	writeFile(t, filepath.Join(AttemptDir(run, 2), "0", probe.SnapshotFile),
+		`{"version": 1, "pid": 7, "time_ns": 9000, "steps": 5, "step_times_ns": [4000, 5000], "step_hook": true, "first_step_ns": 1000}`)
+	writeFile(t, filepath.Join(AttemptDir(run, 2), "1", probe.SnapshotFile),
+		`{"version": 1, "pid": 8, "time_ns": 9000, "steps": 6, "step_times_ns": [6000], "step_hook": true, "first_step_ns": 1200}`)
 	spawn := func(n int) Event { return Event{Time: at, Kind: EventSpawn, Attempt: n} }
 	for _, tt := range []struct {
 		name     string
@@ -79,6 +87,8 @@ func TestRunningProgress(t *testing.T) {
 		{name: "attempt 1 runs", events: []Event{spawn(0), {Kind: EventEnd}, spawn(1)}, warnings: 1,
 			want: map[int]Progress{1: MergeProgress(Progress{Step: 10, FirstStep: 1, Time: time.Unix(0, 2000), FirstTime: time.Unix(0, 1000), Seen: true},
 				Progress{Step: 12, FirstStep: 2, Time: time.Unix(0, 3000), FirstTime: time.Unix(0, 1500), Seen: true})}},
+		{name: "a script that knows nothing of gorun", events: []Event{spawn(0), {Kind: EventEnd}, spawn(2)},
+			want: map[int]Progress{2: {Step: 6, FirstStep: 1, Time: time.Unix(0, 6000), FirstTime: time.Unix(0, 1000), Seen: true}}},
 		{name: "nothing runs", events: []Event{spawn(0), {Kind: EventEnd}, spawn(1), {Kind: EventExit}}},
 		{name: "its folder is gone", events: []Event{spawn(7)}, want: nil},
 	} {

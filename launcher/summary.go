@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -121,7 +122,14 @@ func formatFailure(idx int, f Failure, noTraceback string) string {
 	if f.Left != "" {
 		fmt.Fprintf(&b, "  left      : %s\n", f.Left)
 	}
-	if f.Signal != 0 {
+	pid := "unknown" + map[bool]string{true: ", on another node"}[f.remote]
+	if f.PID != 0 {
+		pid = strconv.Itoa(f.PID)
+	}
+	if f.Hung != "" {
+		// It did not exit of itself: gorun stopped it, and exits ExitHung.
+		fmt.Fprintf(&b, "  exitcode  : none: judged hung and stopped by gorun, which exits %d (pid: %s)\n", f.ExitCode, pid)
+	} else if f.Signal != 0 {
 		fmt.Fprintf(&b, "  exitcode  : %d (signal %d, %s; pid: %d)\n", f.ExitCode, int(f.Signal), SignalName(f.Signal), f.PID)
 	} else if f.PID == 0 {
 		fmt.Fprintf(&b, "  exitcode  : %d (pid: unknown%s)\n", f.ExitCode, map[bool]string{true: ", on another node"}[f.remote])

@@ -3,6 +3,7 @@ package launcher
 import (
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -99,6 +100,10 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 		}
 	case outcomeInterrupted:
 		ev.Reason = out.event.Reason
+	case outcomeSucceeded:
+		if out.stoppedBySignal {
+			ev.Reason = "workers ended by " + SignalName(a.cfg.PreemptWorkerSignal) + " on a stop request, before they saved"
+		}
 	case outcomeSignalled:
 		ev.Reason = "stopped by " + SignalName(out.signal)
 	case outcomeStopDeadline:
@@ -158,6 +163,11 @@ func endHow(out outcome, stopRequested bool) string {
 	return EndStopped
 }
 
+// spawned says whether any workers were started.
+func (a *Agent) spawned() bool {
+	return slices.ContainsFunc(a.events.Events(), func(e Event) bool { return e.Kind == EventSpawn })
+}
+
 // report computes the goodput report of this node's timeline so far.
 func (a *Agent) report() (Report, error) {
 	return ComputeReport(a.events.Events(), time.Now(), nil)
@@ -166,6 +176,7 @@ func (a *Agent) report() (Report, error) {
 // printShortReport adds the goodput report's short form to the failure
 // summary.
 func (a *Agent) printShortReport() {
+	a.shortReported = true
 	r, err := a.report()
 	if err != nil {
 		a.cfg.Log.Warnf("goodput report: %v", err)

@@ -69,6 +69,9 @@ class _Probe(object):
         import threading
 
         self.lock = threading.Lock()
+        # Set after a checkpoint: the next snapshot is written at once, so
+        # a rank killed right after its save still shows it.
+        self.wake = threading.Event()
 
     def on_step(self, *args, **kwargs):
         import time
@@ -98,6 +101,7 @@ class _Probe(object):
         self.saves += 1
         self.last_save = time.time_ns()
         self.steps_at_save = self.steps
+        self.wake.set()
 
     def hook_saves(self):
         """Wraps torch.save and torch.distributed.checkpoint.save, once
@@ -289,10 +293,10 @@ class _Probe(object):
 
     def run(self):
         import json
-        import time
 
         while True:
-            time.sleep(self.interval)
+            self.wake.wait(self.interval)
+            self.wake.clear()
             if not os.path.isdir(os.path.dirname(self.path)):
                 return  # gorun's attempt folder is gone
             try:

@@ -13,11 +13,14 @@ of the faults gorun's hang and straggler watch must name, on --fault-rank
   evaluate    compute alone for --delay seconds at --fault-step (an
               evaluation on one rank) while the others wait in all_reduce
   raise       raise an exception at --fault-step (after its optimizer step)
+  kill        SIGKILL itself at --fault-step (after its optimizer step): no
+              exit handler runs
   loader      (every rank, healthy) each batch takes a data loader's worker
               process --delay seconds of CPU while the rank itself waits
 """
 import argparse
 import os
+import signal
 import time
 
 import torch
@@ -99,6 +102,8 @@ def main():
             return
         if args.fault == "raise" and mine and step == args.fault_step:
             raise RuntimeError("a fault at step %d" % step)
+        if args.fault == "kill" and mine and step == args.fault_step:
+            os.kill(os.getpid(), signal.SIGKILL)
         t = loss.detach().clone()
         if step == args.fault_step and mine and args.fault == "evaluate":
             end = time.monotonic() + args.delay
