@@ -36,8 +36,8 @@ const (
 	EndSucceeded   = "succeeded"
 	EndFailed      = "failed"
 	EndInterrupted = "interrupted" // a membership change or another node's failure ended the round
-	EndPreempted   = "preempted" // a stop request, after which every worker saved and exited 0
-	EndStopped     = "stopped"   // a stop (a signal, a stop request's grace run out) that ended the workers
+	EndPreempted   = "preempted"   // a stop request, after which every worker saved and exited 0
+	EndStopped     = "stopped"     // a stop (a signal, a stop request's grace run out) that ended the workers
 )
 
 // Event is one entry of a node's timeline, one JSON line of events.jsonl.
