@@ -67,8 +67,10 @@ func NewStatic(cfg StaticConfig) (*Static, error) {
 	return &Static{cfg: cfg, counter: counter{maxRestarts: cfg.MaxRestarts}}, nil
 }
 
-// Next returns the node's fixed place in the job. Every node is assumed to
-// start the same number of workers, as with torchrun's static backend.
+// Next returns the node's fixed place in the job: at the first round the
+// nodes meet on the master port (meet), where node 0 tells each its ranks
+// from every node's worker count and role, and hands out the job's
+// secret; later rounds keep them.
 func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
 	if err := node.Validate(); err != nil {
 		return Round{}, err
@@ -87,6 +89,7 @@ func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
 	r := s.Plan(node)
 	r.BaseRank, r.WorldSize, r.BaseRoleRank, r.RoleWorldSize = table.ranks(s.cfg.NodeRank)
 	r.Number, r.RestartCount = n, restarts
+	r.JobSecret = table.JobSecret // "" for one node: the launcher makes its own
 	return r, nil
 }
 

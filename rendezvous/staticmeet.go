@@ -46,6 +46,11 @@ type staticTable struct {
 	Ended  string   `json:"ended,omitempty"`
 	Nprocs []int    `json:"nprocs,omitempty"`
 	Roles  []string `json:"roles,omitempty"`
+	// JobSecret is the job's secret (hex) that node 0 made, the same for
+	// every node's workers (GORUN_JOB_SECRET): their store and mesh
+	// authenticate each other with it. The meeting is plain TCP, as
+	// torchrun's TCPStore is: whoever can join it as a node reads it.
+	JobSecret string `json:"job_secret,omitempty"`
 }
 
 // ranks is node rank's place in the table (Places) and the world size.
@@ -164,6 +169,12 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 			return staticTable{}, ctx.Err()
 		}
 	}
+	secret, err := NewToken()
+	if err != nil {
+		tell(staticTable{Version: staticVersion, Error: err.Error()})
+		return staticTable{}, err
+	}
+	table.JobSecret = string(secret)
 	tell(table)
 	// The callers close first: the port is free of our connections when
 	// worker rank 0's store binds it.

@@ -57,3 +57,23 @@ func TestStaticNodesDiffer(t *testing.T) {
 		}
 	}
 }
+
+// TestStaticTwoNodeGoDDP: a static two-node job of gorun's own Go workers
+// trains: node 0 hands every node the job's secret at the meeting, so the
+// workers' store and mesh, which authenticate with it, accept each other
+// (each node had made its own, and the store refused node 1's ranks).
+func TestStaticTwoNodeGoDDP(t *testing.T) {
+	t.Parallel()
+	port := freePort(t, "127.0.0.1")
+	static := func(rank int) []string {
+		return []string{"--nnodes=2", fmt.Sprintf("--node-rank=%d", rank), "--nproc-per-node=2",
+			"--master-addr=127.0.0.1", fmt.Sprintf("--master-port=%d", port), "--no-python", ddpBin, "--steps", "5"}
+	}
+	c1, _, e1 := startGorun(t, testEnv(), static(1)...)
+	c0, _, e0 := startGorun(t, testEnv(), static(0)...)
+	for i, c := range []*node{{c0, nil, e0}, {c1, nil, e1}} {
+		if code := waitExit(t, c.cmd); code != 0 {
+			t.Errorf("node %d exit %d\n%s", i, code, c.stderr)
+		}
+	}
+}
