@@ -117,6 +117,10 @@ func startGuard(ctx context.Context, l Launch, signals *StoreClient) (*guard, er
 	if err != nil {
 		return nil, err
 	}
+	usr1Ignored, err := launcherIgnores(syscall.SIGUSR1)
+	if err != nil {
+		return nil, err
+	}
 	if err := sayGoneOnClose(ctx, signals, l.Rank); err != nil {
 		return nil, err
 	}
@@ -135,7 +139,7 @@ func startGuard(ctx context.Context, l Launch, signals *StoreClient) (*guard, er
 	// Where gorun starts the workers with SIGUSR1 ignored, the signal is
 	// the job's stop request (Slurm's scancel --signal=USR1 reaches every
 	// process of the step), not a request for a dump.
-	if !launcherIgnores(syscall.SIGUSR1) {
+	if !usr1Ignored {
 		signal.Notify(g.usr1, syscall.SIGUSR1)
 	}
 	g.go_(func() { g.dog.Run(run) })

@@ -8,9 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -42,13 +41,12 @@ const (
 
 // launcherIgnores says whether gorun started this worker with sig
 // ignored (IgnoredSignalsEnv).
-func launcherIgnores(sig syscall.Signal) bool {
-	for _, name := range strings.Split(os.Getenv(IgnoredSignalsEnv), ",") {
-		if s, err := parseStopSignal(name); err == nil && s == sig {
-			return true
-		}
+func launcherIgnores(sig syscall.Signal) (bool, error) {
+	sigs, err := workerenv.ParseSignalList(os.Getenv(IgnoredSignalsEnv))
+	if err != nil {
+		return false, fmt.Errorf("comm: %s=%w", IgnoredSignalsEnv, err)
 	}
-	return false
+	return slices.Contains(sigs, sig), nil
 }
 
 // DefaultPreemptionEvery is how often Agree runs its all-reduce unless
@@ -293,29 +291,16 @@ func (p *Preemption) Close() {
 	})
 }
 
-// stopSignals are the signals a worker can be asked to stop with: those
-// it can catch and that do not mean a fault.
-var stopSignals = map[string]syscall.Signal{
-	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "TERM": syscall.SIGTERM,
-	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "ALRM": syscall.SIGALRM, "XCPU": syscall.SIGXCPU,
-	"PWR": syscall.SIGPWR,
-}
-
 // parseStopSignal reads a GORUN_STOP_SIGNAL value: nil for empty.
 func parseStopSignal(s string) (os.Signal, error) {
-	name := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "SIG")
-	if name == "" {
+	sig, err := workerenv.ParseStopSignal(s)
+	if err != nil {
+		return nil, fmt.Errorf("comm: %s=%w", StopSignalEnv, err)
+	}
+	if sig == 0 {
 		return nil, nil
 	}
-	if sig, ok := stopSignals[name]; ok {
-		return sig, nil
-	}
-	known := make([]string, 0, len(stopSignals))
-	for n := range stopSignals {
-		known = append(known, n)
-	}
-	sort.Strings(known)
-	return nil, fmt.Errorf("comm: %s=%q: not a signal a worker can stop on; want one of %s", StopSignalEnv, s, strings.Join(known, ", "))
+	return sig, nil
 }
 
 // ProgressReporter tells gorun how far this worker got: after each step,

@@ -21,7 +21,10 @@ func TestRingOnAFullTmpfs(t *testing.T) {
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
 		t.Skipf("SKIPPED: mount a 4 MiB tmpfs: %v", err)
 	}
-	defer syscall.Unmount(dir, 0)
+	// Detached at once, even while a process another test forks still
+	// holds a descriptor of it for a moment: the folder's removal then
+	// finds it empty (a plain unmount failed with EBUSY under load).
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
 	path := filepath.Join(dir, "ring")
 	r, err := mapRing(path, true)
 	if err == nil {

@@ -2,10 +2,11 @@ package launcher
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // ParseNNodes parses torchrun's --nnodes value: "N" or "MIN:MAX" with
@@ -102,27 +103,9 @@ func ParseExitCodes(flag, s string) ([]int, error) {
 	return codes, nil
 }
 
-// signalNames maps the names gorun accepts to signals.
-var signalNames = map[string]syscall.Signal{
-	"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT,
-	"SIGABRT": syscall.SIGABRT, "SIGKILL": syscall.SIGKILL, "SIGUSR1": syscall.SIGUSR1,
-	"SIGSEGV": syscall.SIGSEGV, "SIGUSR2": syscall.SIGUSR2, "SIGPIPE": syscall.SIGPIPE,
-	"SIGALRM": syscall.SIGALRM, "SIGTERM": syscall.SIGTERM, "SIGBUS": syscall.SIGBUS,
-	"SIGFPE": syscall.SIGFPE, "SIGILL": syscall.SIGILL, "SIGTRAP": syscall.SIGTRAP,
-	"SIGXCPU": syscall.SIGXCPU, "SIGXFSZ": syscall.SIGXFSZ, "SIGSYS": syscall.SIGSYS,
-	"SIGCONT": syscall.SIGCONT, "SIGSTOP": syscall.SIGSTOP, "SIGTSTP": syscall.SIGTSTP,
-}
-
 // SignalName returns the conventional name of sig, such as "SIGTERM", or
-// "signal N" for one without a name here.
-func SignalName(sig syscall.Signal) string {
-	for name, s := range signalNames {
-		if s == sig {
-			return name
-		}
-	}
-	return fmt.Sprintf("signal %d", int(sig))
-}
+// "signal N" for one without a name (workerenv's table).
+func SignalName(sig syscall.Signal) string { return workerenv.SignalName(sig) }
 
 // ParseSignals parses a comma-separated list of signal names (SIGTERM or
 // TERM, any case) as torchrun's --signals-to-handle takes it. SIGKILL and
@@ -134,18 +117,9 @@ func ParseSignals(flag, s string) ([]syscall.Signal, error) {
 		if name == "" {
 			continue
 		}
-		if !strings.HasPrefix(name, "SIG") {
-			name = "SIG" + name
-		}
-		sig, ok := signalNames[name]
+		sig, ok := workerenv.Signal(name)
 		if !ok || sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
-			known := make([]string, 0, len(signalNames))
-			for n, v := range signalNames {
-				if v != syscall.SIGKILL && v != syscall.SIGSTOP {
-					known = append(known, n)
-				}
-			}
-			sort.Strings(known)
+			known := workerenv.SignalNames(func(s syscall.Signal) bool { return s != syscall.SIGKILL && s != syscall.SIGSTOP })
 			return nil, fmt.Errorf("--%s=%q: %q cannot be handled; want names from %s", flag, s, f, strings.Join(known, ", "))
 		}
 		out = append(out, sig)

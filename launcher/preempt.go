@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -149,10 +148,10 @@ func (p *preemptor) env() []EnvVar {
 	vars := []EnvVar{{EnvStopFile, p.stopFile}}
 	if p.cfg.PreemptWorkerSignal != 0 {
 		// TERM, not SIGTERM: what the shell's trap and kill -s take.
-		vars = append(vars, EnvVar{EnvStopSignal, strings.TrimPrefix(SignalName(p.cfg.PreemptWorkerSignal), "SIG")})
+		vars = append(vars, EnvVar{EnvStopSignal, workerenv.FormatStopSignal(p.cfg.PreemptWorkerSignal)})
 	}
 	if ignored := p.cfg.workerIgnoredSignals(); len(ignored) > 0 {
-		vars = append(vars, EnvVar{EnvIgnoredSignals, strings.Join(shortSignalNames(ignored), ",")})
+		vars = append(vars, EnvVar{EnvIgnoredSignals, workerenv.FormatSignalList(ignored)})
 	}
 	return vars
 }

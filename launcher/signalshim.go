@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // A scheduler signals every process of a job, the workers included:
@@ -43,16 +45,6 @@ func ignoringSignals(argv []string, sigs []syscall.Signal) []string {
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return argv
 	}
-	script := "trap '' " + strings.Join(shortSignalNames(sigs), " ") + `; exec "$0" "$@"`
+	script := "trap '' " + strings.ReplaceAll(workerenv.FormatSignalList(sigs), ",", " ") + `; exec "$0" "$@"`
 	return append([]string{"/bin/sh", "-c", script}, argv...)
-}
-
-// shortSignalNames names sigs without "SIG" (USR1, TERM): what the
-// shell's trap and kill -s take.
-func shortSignalNames(sigs []syscall.Signal) []string {
-	names := make([]string, len(sigs))
-	for i, s := range sigs {
-		names[i] = strings.TrimPrefix(SignalName(s), "SIG")
-	}
-	return names
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/sys/netns"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // RecoveryConfig configures `gorun bench recovery`: how long an elastic
@@ -115,7 +116,7 @@ print(f"imported={time.time():.6f}", flush=True)
 dist.init_process_group("gloo")
 w, r, a = dist.get_world_size(), dist.get_rank(), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 print(f"pid={os.getpid()} rank={r}", flush=True)
-progress, first = os.environ.get("GORUN_PROGRESS_FILE"), None
+progress, first = os.environ.get("` + workerenv.ProgressFile + `"), None
 hang = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), f"hang.{os.getpid()}")
 t = torch.ones(1000)
 step = 0

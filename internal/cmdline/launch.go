@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/sys/private"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -579,8 +580,12 @@ func parseWorkerSignal(v string) (syscall.Signal, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(sigs) != 1 || sigs[0] == syscall.SIGKILL || sigs[0] == syscall.SIGSTOP {
-		return 0, fmt.Errorf("--%s=%q: want one signal a worker can handle (SIGTERM, SIGUSR1, ...) or none", fPreemptWorkerSig, v)
+	if len(sigs) != 1 || !workerenv.IsStopSignal(sigs[0]) {
+		// The workers read it from GORUN_STOP_SIGNAL: a fault signal
+		// (ABRT, SEGV, ...) crashes a Go worker, and makes Python's
+		// faulthandler dump.
+		return 0, fmt.Errorf("--%s=%q: want one signal a worker can be asked to stop with (%s) or none",
+			fPreemptWorkerSig, v, strings.Join(workerenv.SignalNames(workerenv.IsStopSignal), ", "))
 	}
 	return sigs[0], nil
 }
