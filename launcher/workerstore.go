@@ -22,6 +22,10 @@ type AgentStorePorter interface {
 	AgentStorePort() int
 }
 
+// The single-node backend holds the port for the agent (the etcd
+// backends' Session is asserted where it is opened, in the companion).
+var _ AgentStorePorter = (*rendezvous.Local)(nil)
+
 // openWorkerStore binds and serves the workers' store for the agent's
 // life when the workers run Python and the rendezvous lets the agent
 // hold the master port; nil otherwise (then worker rank 0 serves it, on

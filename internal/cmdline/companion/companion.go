@@ -14,6 +14,20 @@ import (
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
+// The optional capabilities the agent finds by type assertion on its
+// rendezvous: asserted here, so that a renamed method fails the build
+// instead of silently turning off job-wide preemption, the hang vote,
+// the records of ranks that left, the straggler watch across nodes, the
+// flight recorder's gathering or the workers' store on the master node.
+var (
+	_ launcher.Preempter        = (*etcdrdzv.Session)(nil)
+	_ launcher.HangVoter        = (*etcdrdzv.Session)(nil)
+	_ launcher.HangReporter     = (*etcdrdzv.Session)(nil)
+	_ launcher.LeftRecorder     = (*etcdrdzv.Session)(nil)
+	_ launcher.ArrivalSharer    = (*etcdrdzv.Session)(nil)
+	_ launcher.AgentStorePorter = (*etcdrdzv.Session)(nil)
+)
+
 // Commands implements cmdline.Companion.
 type Commands struct{}
 
