@@ -173,7 +173,7 @@ type Config struct {
 	// (torchrun 2.x's --numa-binding; NUMAProbe.Bind chooses them).
 	NUMACPUs [][]int
 
-	// MemoryDefaults adds SEEDS.md's allocator defaults to the worker
+	// MemoryDefaults adds the allocator defaults (docs/sources.md) to the worker
 	// environment unless the user set them.
 	MemoryDefaults bool
 

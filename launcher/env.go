@@ -13,7 +13,7 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// Names of the memory defaults gorun adds (SEEDS.md).
+// Names of the memory defaults gorun adds (docs/sources.md, memory tuning).
 const (
 	// EnvAllocConf is PyTorch's CUDA caching allocator configuration.
 	EnvAllocConf = "PYTORCH_CUDA_ALLOC_CONF"
@@ -116,7 +116,7 @@ func withEnv(environ []string, vars []EnvVar) []string {
 // SharedEnv returns the variables every worker of the node gets whatever
 // its rank, beyond torchrun's per-rank ones: OMP_NUM_THREADS=1 when unset
 // and more than one worker runs (torchrun's rule), and the memory defaults
-// of SEEDS.md unless disabled. The warnings say what the user should know
+// of docs/sources.md (memory tuning) unless disabled. The warnings say what the user should know
 // about these choices, once per job.
 func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	if _, set := lookupEnv(cfg.Environ, "OMP_NUM_THREADS"); !set && cfg.NprocPerNode > 1 {
@@ -208,7 +208,7 @@ func choosesExpandable(conf string) bool {
 	return false
 }
 
-// rankEnv returns torchrun's per-worker variables (TORCHRUN.md section 2),
+// rankEnv returns torchrun's per-worker variables (docs/sources.md, torchrun),
 // and gorun's own that depend on the round: the job secret (which
 // replaces any GORUN_JOB_SECRET of the launcher's environment) and the
 // store's address.

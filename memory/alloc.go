@@ -15,7 +15,7 @@ type AllocatorConfig struct {
 }
 
 // Allocator is a caching allocator modelled on PyTorch's CUDA caching
-// allocator (REUSE.md section 3): sizes rounded to 512 bytes; a small pool
+// allocator (docs/sources.md): sizes rounded to 512 bytes; a small pool
 // (requests up to 1 MiB, in 2 MiB segments) and a large pool (20 MiB
 // segments below 10 MiB, else the size rounded to 2 MiB); blocks split and
 // merged as PyTorch does; a freed block is reused only for requests on the

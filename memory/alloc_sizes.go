@@ -1,6 +1,6 @@
 package memory
 
-// Sizes of PyTorch's CUDA caching allocator (REUSE.md section 3.1).
+// Sizes of PyTorch's CUDA caching allocator (docs/sources.md).
 const (
 	minBlockSize  = 512      // every size is rounded up to a multiple
 	smallSize     = 1 << 20  // requests up to this use the small pool

@@ -62,7 +62,7 @@ func ParseBytes(s string) (float64, error) {
 	return n * u, nil
 }
 
-// NotCounted is what both estimates leave out (SEEDS.md): measure the
+// NotCounted is what both estimates leave out (docs/sources.md, memory tuning): measure the
 // final configuration on the device.
 var notCounted = []string{
 	"allocator fragmentation (most out-of-memory errors come from it: expandable segments fix it)",

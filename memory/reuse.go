@@ -11,7 +11,7 @@ import (
 // collective on a communication stream are kept from reuse while it runs.
 type Mode int
 
-// The modes of SEEDS.md section 1; ModeNone protects nothing (benchmarks
+// The modes of docs/sources.md (multi-stream memory reuse); ModeNone protects nothing (benchmarks
 // and tests use it to show what the others prevent).
 const (
 	// ModeRecordStream (0): recordStream on the communication stream;
@@ -59,7 +59,7 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("%s=%q: want 0, 1, 2 or 3 (unset: %d)", ReuseEnv, s, DefaultMode)
 }
 
-// envMode is the one cached read of the environment SEEDS.md asks for:
+// envMode is the one cached read of the environment the reuse RFC asks for (docs/sources.md):
 // the variable is read once, on first use, and later changes are ignored.
 var envMode struct {
 	once sync.Once

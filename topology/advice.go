@@ -7,7 +7,7 @@ import (
 )
 
 // Recommendation is one step of the memory advice, in the order of
-// SEEDS.md's decision list, with its measured cost and, where the
+// docs/sources.md's decision list (memory tuning), with its measured cost and, where the
 // estimators model it, the re-estimated total.
 type Recommendation struct {
 	Step    int            `json:"step"`

@@ -5,7 +5,7 @@
 // declared here once; launcher's Env* and comm's *Env constants are these.
 //
 // torchrun's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) are
-// TORCHRUN.md's and PyTorch's, not gorun's, and are not listed here.
+// torchrun's and PyTorch's (docs/sources.md), not gorun's, and are not listed here.
 package workerenv
 
 // The variables the agent sets for each worker.

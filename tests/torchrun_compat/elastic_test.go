@@ -112,7 +112,7 @@ func agentJobs(agents []agent, ep, id string, script func(i int) []string) []job
 }
 
 // checkRanks checks the workers' ranks (recs: one record per worker,
-// TAG its agent's index) as torchrun assigns them (TORCHRUN.md 3.11):
+// TAG its agent's index) as torchrun assigns them (docs/sources.md, torchrun: ranks):
 // the agents' group ranks are 0..n-1; an agent's workers have global
 // ranks from the sum of the worker counts of the agents of lower group
 // rank, and role ranks from that sum over the agents of the same role;

@@ -11,7 +11,7 @@ import (
 
 // gorunOnly says whether a worker variable is one that gorun adds and
 // torchrun does not (docs/launcher.md, "Worker environment"): gorun's own
-// GORUN_*, the memory defaults of SEEDS.md, and TORCHELASTIC_SIGNALS_TO_HANDLE,
+// GORUN_*, the memory defaults (docs/sources.md), and TORCHELASTIC_SIGNALS_TO_HANDLE,
 // which torchrun 1.13 (without --signals-to-handle) lacks.
 func gorunOnly(name string) bool {
 	switch name {
@@ -23,7 +23,7 @@ func gorunOnly(name string) bool {
 }
 
 // TestWorkerEnv: local_elastic_agent_test.test_run_check_env_function
-// (every variable a worker needs is set), with the values of TORCHRUN.md 2,
+// (every variable a worker needs is set), with the values docs/sources.md lists (torchrun: the worker's environment),
 // and gorun's whole worker environment compared with torchrun's, variable
 // by variable, on the same launch: every variable torchrun's workers have
 // reaches gorun's with the same value, and gorun adds only the variables
@@ -136,7 +136,7 @@ func TestWorkerEnv(t *testing.T) {
 
 	// local_elastic_agent_test.test_run_check_nccl_async_error_handling_env_c10d:
 	// a value the user set is passed on unchanged (here also
-	// OMP_NUM_THREADS, which then draws no warning, TORCHRUN.md 1.3).
+	// OMP_NUM_THREADS, which then draws no warning: docs/sources.md, torchrun).
 	t.Run("local_elastic_agent_test.test_run_check_nccl_async_error_handling_env_c10d", func(t *testing.T) {
 		t.Parallel()
 		both(t, func(t *testing.T, l launcher) {

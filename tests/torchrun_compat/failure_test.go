@@ -79,8 +79,8 @@ func TestRestarts(t *testing.T) {
 // TestErrorFile: local_elastic_agent_test.test_run_sad_function: the
 // root cause's error file (written by @record) reaches the launcher's own
 // TORCHELASTIC_ERROR_FILE, where torchrun's @record-decorated main copies
-// it with message.errorCode set to the worker's exit code (TORCHRUN.md
-// 3.8), so a launcher under a launcher (a scheduler) reports the worker's
+// it with message.errorCode set to the worker's exit code (docs/sources.md,
+// torchrun: the error file), so a launcher under a launcher (a scheduler) reports the worker's
 // error. The summary shows the worker's message.
 func TestErrorFile(t *testing.T) {
 	t.Parallel()
@@ -147,7 +147,7 @@ func startSleepers(t *testing.T, l launcher, args ...string) (*running, []int) {
 
 // TestSignals: SIGTERM, SIGINT, SIGHUP or SIGQUIT to the launcher stops
 // its workers (launcher/api_test.test_rdzv_handler_shutdown_on_agent_signal:
-// the agent's SignalException; TORCHRUN.md 3.5; 2.x's
+// the agent's SignalException; docs/sources.md, torchrun: signals; 2.x's
 // multiprocessing test_no_zombie_process_binary for all four, the
 // default --signals-to-handle). torchrun
 // exits 1 (the uncaught SignalException), gorun 128+signal
@@ -205,7 +205,7 @@ func TestSignals(t *testing.T) {
 
 // TestNoOrphans: a launcher killed with SIGKILL leaves no worker behind
 // with gorun (docs/launcher.md). torchrun has no parent-death handling and
-// leaves its workers running (TORCHRUN.md 3.5, 5.6): recorded, not failed;
+// leaves its workers running (docs/sources.md, torchrun: signals): recorded, not failed;
 // the test then ends them itself. No upstream test.
 func TestNoOrphans(t *testing.T) {
 	t.Parallel()

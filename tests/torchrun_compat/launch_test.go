@@ -62,7 +62,7 @@ func TestUserScript(t *testing.T) {
 }
 
 // TestBadInput: input torchrun refuses starts no worker. torchrun raises
-// ValueError (exit 1, TORCHRUN.md 1.1/1.2); gorun exits 2, its code for
+// ValueError (exit 1: docs/sources.md, torchrun: flags); gorun exits 2, its code for
 // bad input (docs/launcher.md).
 func TestBadInput(t *testing.T) {
 	t.Parallel()
@@ -218,7 +218,7 @@ func TestInitMethod(t *testing.T) {
 // underscore spelling (its runs elsewhere get those; the dash case here
 // is gorun's alone), gorun takes both. Also argparse's unique prefixes,
 // which torchrun users write: --nproc=2 --monitor=0.1 (verified on 1.13,
-// TORCHRUN.md 1.1; torchrun 2.x refuses --nproc as ambiguous between its
+// docs/sources.md, torchrun: flags; torchrun 2.x refuses --nproc as ambiguous between its
 // two spellings of --nproc-per-node, gorun does not).
 func TestFlagSpellings(t *testing.T) {
 	t.Parallel()

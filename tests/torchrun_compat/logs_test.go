@@ -8,7 +8,7 @@ import (
 )
 
 // runFolder is the one run folder <run_id>_<random> in base, as torchrun's
-// DefaultLogsSpecs makes it (TORCHRUN.md 3.9).
+// DefaultLogsSpecs makes it (docs/sources.md, torchrun: logs).
 func runFolder(t *testing.T, base, runID string, o outcome) string {
 	t.Helper()
 	runs, err := filepath.Glob(filepath.Join(base, runID+"_*"))
@@ -162,7 +162,7 @@ func TestLogs(t *testing.T) {
 
 // TestRunIDs: a run id is text: "job:42" and "my job" become
 // TORCHELASTIC_RUN_ID and name the run folder <run_id>_<random> in
-// --log-dir (TORCHRUN.md 3.9; no upstream test: upstream's ids are
+// --log-dir (docs/sources.md, torchrun: logs; no upstream test: upstream's ids are
 // numbers). The empty role --role ” is a role: ROLE_NAME is empty and the
 // prefix of a teed line is [<local_rank>]:.
 func TestRunIDs(t *testing.T) {

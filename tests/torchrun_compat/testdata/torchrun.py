@@ -3,7 +3,7 @@
 Debian's python3-torch 1.13 on Python 3.11 fails every launch that does not
 give both --redirects and --tee (Std.from_str returns None for "0": Python
 3.11 only iterates single-bit IntFlag members; meta-llama/llama#86,
-/work/shared/TORCHRUN.md section 5.2). This replaces Std.from_str with one
+docs/sources.md, torchrun: Debian's 1.13). This replaces Std.from_str with one
 that parses the same syntax, and then calls torchrun's own main, so that
 everything else (argparse, the agent, @record on main) is torchrun's.
 """
