@@ -401,8 +401,8 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 		shared = append(slices.Clip(shared), EnvVar{EnvFlightRecorderDir, dumps})
 	}
 	workerRound := round
-	if workerRound.JobSecret == "" {
-		workerRound.JobSecret = cfg.JobSecret.Reveal()
+	if len(workerRound.JobSecret) == 0 {
+		workerRound.JobSecret = rendezvous.Token(cfg.JobSecret.Reveal())
 	}
 	specs, err := PlanWorkers(cfg, shared, workerRound, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
 	if err != nil {

@@ -67,7 +67,7 @@ func PlanDryRun(cfg *Config, round rendezvous.Round, spare, agentStore bool) (Dr
 		return DryRunPlan{}, err
 	}
 	round.UseAgentStore = agentStore && cfg.pythonWorkers()
-	round.JobSecret = SecretPlaceholder
+	round.JobSecret = rendezvous.Token(SecretPlaceholder)
 	shared, warnings := SharedEnv(cfg)
 	warnings = append(warnings, secretWarnings(cfg)...)
 	root := "<temporary directory>"

@@ -241,8 +241,8 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 			EnvVar{probe.EnvFile, filepath.Join(filepath.Dir(errorFile), probe.SnapshotFile)},
 			EnvVar{probe.EnvRequest, filepath.Join(filepath.Dir(filepath.Dir(errorFile)), probe.RequestFile)})
 	}
-	if round.JobSecret != "" {
-		vars = append(vars, EnvVar{EnvJobSecret, round.JobSecret})
+	if len(round.JobSecret) > 0 {
+		vars = append(vars, EnvVar{EnvJobSecret, string(round.JobSecret)})
 	}
 	if len(round.StoreEndpoints) > 0 {
 		vars = append(vars,

@@ -80,7 +80,7 @@ type secretRound struct {
 
 func (r secretRound) Next(ctx context.Context, n rendezvous.Node) (rendezvous.Round, error) {
 	round, err := r.Local.Next(ctx, n)
-	round.JobSecret = r.secret
+	round.JobSecret = rendezvous.Token(r.secret)
 	return round, err
 }
 
@@ -147,7 +147,7 @@ func TestDryRunHidesSecret(t *testing.T) {
 	cfg := Config{NprocPerNode: 2, Role: "default", RunID: "j", JobSecret: Secret(strings.Repeat("ab", 32)),
 		Entrypoint: Entrypoint{Script: "train.py", Python: []string{"python3"}}}
 	round := rendezvous.Round{RunID: "j", GroupWorldSize: 1, WorldSize: 2, RoleWorldSize: 2,
-		MasterAddr: "127.0.0.1", JobSecret: strings.Repeat("cd", 32)}
+		MasterAddr: "127.0.0.1", JobSecret: rendezvous.Token(strings.Repeat("cd", 32))}
 	plan, err := PlanDryRun(&cfg, round, false, false)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
 
 func TestLocalRounds(t *testing.T) {
@@ -57,15 +59,7 @@ func TestLocalRounds(t *testing.T) {
 }
 
 // freePort is a port the kernel reports free on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return proctest.FreePort(t, "127.0.0.1") }
 
 // meetAll runs every node's first Next at once.
 func meetAll(statics []*Static, nodes []Node) ([]Round, []error) {
@@ -216,7 +210,13 @@ func TestStatic(t *testing.T) {
 		statics[i] = s
 	}
 	rounds, errs := meetAll(statics, nodes)
+	// Node 0 hands every node the same job secret (64 hex digits).
+	secret := string(rounds[0].JobSecret)
 	for i := range statics {
+		if len(secret) != 64 || string(rounds[i].JobSecret) != secret {
+			t.Errorf("node %d: job secret %d digits, the same as node 0's: %v; want 64, the same", i, len(rounds[i].JobSecret), string(rounds[i].JobSecret) == secret)
+		}
+		rounds[i].JobSecret = nil
 		if errs[i] != nil || !reflect.DeepEqual(rounds[i], want[i]) {
 			t.Errorf("node %d: Next = %+v, %v; want %+v", i, rounds[i], errs[i], want[i])
 		}

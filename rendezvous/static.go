@@ -89,7 +89,7 @@ func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
 	r := s.Plan(node)
 	r.BaseRank, r.WorldSize, r.BaseRoleRank, r.RoleWorldSize = table.ranks(s.cfg.NodeRank)
 	r.Number, r.RestartCount = n, restarts
-	r.JobSecret = table.JobSecret // "" for one node: the launcher makes its own
+	r.JobSecret = Token(table.JobSecret) // none for one node: the launcher makes its own
 	return r, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -40,6 +41,21 @@ func ParseToken(source string, raw []byte) (Token, error) {
 	}
 	return Token(t), nil
 }
+
+// String returns "[job token]" (nothing for an empty token): a token is
+// never printed, whatever prints it (%s, %v, %q, %x, a logrus field).
+func (t Token) String() string {
+	if len(t) == 0 {
+		return ""
+	}
+	return "[job token]"
+}
+
+// Format prints String whatever the verb.
+func (t Token) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, t.String()) }
+
+// MarshalText returns String, so that JSON and logrus fields show it.
+func (t Token) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
 
 // Derive returns the HMAC-SHA256 of label under t: a key for one use.
 func (t Token) Derive(label string) []byte {

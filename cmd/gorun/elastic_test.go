@@ -21,15 +21,7 @@ import (
 )
 
 // freePort returns a port free on addr now.
-func freePort(t *testing.T, addr string) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T, addr string) int { return proctest.FreePort(t, addr) }
 
 // startWorker records every worker start in $1 as a file named
 // <rank>.<world>.<restart>.<pid> holding group rank and master, then runs

@@ -32,25 +32,16 @@ func TestMain(m *testing.M) {
 	case "desync":
 		os.Exit(desyncWorker())
 	}
-	dir, err := os.MkdirTemp("", "gorun-test-bin-")
+	// gorun and its companion gorun-etcd, side by side as make build
+	// leaves them, and the Go DDP example.
+	bin, remove, err := proctest.BuildGorun("../..", "examples/ddp")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// gorun and its companion gorun-etcd, side by side as make build
-	// leaves them.
-	gorunBin = filepath.Join(dir, "gorun")
-	ddpBin = filepath.Join(dir, "ddp")
-	for _, b := range [][2]string{{gorunBin, "."}, {filepath.Join(dir, "gorun-etcd"), "../gorun-etcd"}, {ddpBin, "../../examples/ddp"}} {
-		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", b[0], b[1])
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", b[1], err)
-			os.Exit(1)
-		}
-	}
+	gorunBin, ddpBin = bin, filepath.Join(filepath.Dir(bin), "ddp")
 	code := leakcheck.Main(m, 5*time.Second)
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

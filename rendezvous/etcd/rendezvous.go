@@ -473,7 +473,7 @@ func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 		BaseRoleRank: res.roleBase, RoleWorldSize: res.roleWorld,
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
 		StoreEndpoints: r.cli.Endpoints(), StorePrefix: r.k.store(rec.Round),
-		JobSecret: r.WorkerSecret(), SpareSince: r.spareSince,
+		JobSecret: rendezvous.Token(r.WorkerSecret()), SpareSince: r.spareSince,
 	}
 }
 

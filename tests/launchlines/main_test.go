@@ -34,7 +34,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,53 +155,23 @@ func (o outcome) String() string {
 }
 
 // cleanEnv is this process's environment without what would change a
-// launch's shape or defaults, with HOME and TMPDIR of the job's own, the
+// launch's shape or defaults (proctest.GorunEnv's list, the launch
+// lines' own variables), with HOME and TMPDIR of the job's own, the
 // stand-ins on PYTHONPATH and Debian's Python as the workers'.
 func cleanEnv(home, tmp string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch {
-		case strings.HasPrefix(k, "GORUN_"), strings.HasPrefix(k, "PET_"), strings.HasPrefix(k, "SLURM_"),
-			strings.HasPrefix(k, "TORCHELASTIC_"), strings.HasPrefix(k, "MASTER_"), strings.HasPrefix(k, "LAUNCHLINES_"):
-			continue
-		}
-		switch k {
-		case "KUBERNETES_SERVICE_HOST", "SLURMD_NODENAME", "JOB_COMPLETION_INDEX", "LOGLEVEL", "OMP_NUM_THREADS",
-			"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "MULTI_STREAM_MEMORY_REUSE", "PYTHON_EXEC", "HOME", "TMPDIR",
-			"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE",
-			"NODE_RANK", "NGPU", "LOG_RANK", "CONFIG_FILE", "MODULE", "CONFIG", "COMM_MODE", "TORCHFT_LIGHTHOUSE",
-			"CUDA_VISIBLE_DEVICES", "BASH_ENV", "ENV":
-			continue
-		}
-		env = append(env, kv)
-	}
+	env := proctest.GorunEnv("LAUNCHLINES_*", "HOME", "TMPDIR", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
+		"PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "NGPU", "LOG_RANK", "CONFIG_FILE", "MODULE", "CONFIG",
+		"COMM_MODE", "TORCHFT_LIGHTHOUSE", "CUDA_VISIBLE_DEVICES", "BASH_ENV", "ENV")
 	return append(env, "HOME="+home, "TMPDIR="+tmp, "PYTHON_EXEC="+python, "PYTHONDONTWRITEBYTECODE=1",
 		"PYTHONPATH="+testdata, "GORUN="+gorunBin)
 }
 
 // shortTempDir is a new folder removed at the end of the test, with a
 // short path: Unix socket paths in TMPDIR must stay under 108 bytes.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ll-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+func shortTempDir(t *testing.T) string { return proctest.ShortTempDir(t, "ll-") }
 
 // freePort is a TCP port the kernel reports free on 127.0.0.1.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-}
+func freePort(t *testing.T) string { return strconv.Itoa(proctest.FreePort(t, "127.0.0.1")) }
 
 // torchrunWord is the command's name in a line.
 var torchrunWord = regexp.MustCompile(`(^|[\s;])torchrun\s`)

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,25 +155,11 @@ func (o outcome) String() string {
 const launchTimeout = 3 * time.Minute
 
 // cleanEnv is this process's environment without what would change a
-// launch's shape or defaults (internal/testkit/proctest.GorunEnv's list, plus
-// torchrun's worker variables), and with HOME and TMPDIR of the test's own.
+// launch's shape or defaults (proctest.GorunEnv's list, plus torchrun's
+// worker variables), and with HOME and TMPDIR of the test's own.
 func cleanEnv(t *testing.T, home, tmp string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch {
-		case strings.HasPrefix(k, "GORUN_"), strings.HasPrefix(k, "PET_"), strings.HasPrefix(k, "SLURM_"),
-			strings.HasPrefix(k, "TORCHELASTIC_"), strings.HasPrefix(k, "MASTER_"):
-			continue
-		}
-		switch k {
-		case "KUBERNETES_SERVICE_HOST", "SLURMD_NODENAME", "JOB_COMPLETION_INDEX", "LOGLEVEL", "OMP_NUM_THREADS",
-			"PYTORCH_CUDA_ALLOC_CONF", "MULTI_STREAM_MEMORY_REUSE", "PYTHON_EXEC", "HOME", "TMPDIR",
-			"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE":
-			continue
-		}
-		env = append(env, kv)
-	}
+	env := proctest.GorunEnv("HOME", "TMPDIR", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "PYTHONPATH",
+		"RANK", "LOCAL_RANK", "WORLD_SIZE")
 	if home == "" {
 		home = t.TempDir()
 	}
@@ -188,15 +173,7 @@ func cleanEnv(t *testing.T, home, tmp string) []string {
 // shortTempDir is a new folder removed at the end of the test, with a
 // short path: a TMPDIR of t.TempDir()'s length (which holds the test's
 // name) makes Unix socket paths in it longer than the kernel's 108 bytes.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "tc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+func shortTempDir(t *testing.T) string { return proctest.ShortTempDir(t, "tc-") }
 
 // underscored is a flag in torchrun 1.13's spelling: --nproc-per-node=2
 // becomes --nproc_per_node=2.
@@ -348,15 +325,7 @@ func (l launcher) failureCode(code int) int {
 }
 
 // freePort is a TCP port the kernel reports free on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return proctest.FreePort(t, "127.0.0.1") }
 
 // torchMajor is the major version of the tests' torch: 1 (Debian's
 // 1.13) or 2 (the reference); 0 where torch is missing.

@@ -5,13 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 	"github.com/gorun-dev/gorun/internal/testkit/torchpy"
 )
 
@@ -35,22 +35,14 @@ var bins string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "gorun-chaos-bin-")
+	gorun, remove, err := proctest.BuildGorun("../../..", "examples/ddp")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bins = dir
-	for _, b := range [][2]string{{"gorun", "../../../cmd/gorun"}, {"gorun-etcd", "../../../cmd/gorun-etcd"}, {"ddp", "../../../examples/ddp"}} {
-		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", filepath.Join(dir, b[0]), b[1])
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", b[1], err)
-			os.Exit(1)
-		}
-	}
+	bins = filepath.Dir(gorun)
 	code := leakcheck.Main(m, 5*time.Second)
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

@@ -11,21 +11,23 @@ import (
 
 // BuildGorun builds gorun and, beside it (where gorun looks for it),
 // gorun-etcd into a new temporary folder, from the module whose root is
-// root (a path relative to the test's package, such as "../.."). It
-// returns gorun's path and a function that removes the folder.
-func BuildGorun(root string) (gorun string, remove func(), err error) {
+// root (a path relative to the test's package, such as "../.."), and the
+// programs of extra (package paths in the module, such as
+// "examples/ddp"), each named after its folder, beside them. It returns
+// gorun's path and a function that removes the folder.
+func BuildGorun(root string, extra ...string) (gorun string, remove func(), err error) {
 	dir, err := os.MkdirTemp("", "gorun-test-bin-")
 	if err != nil {
 		return "", nil, err
 	}
 	remove = func() { os.RemoveAll(dir) }
-	for _, name := range []string{"gorun", "gorun-etcd"} {
-		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", filepath.Join(dir, name), "./cmd/"+name)
+	for _, pkg := range append([]string{"cmd/gorun", "cmd/gorun-etcd"}, extra...) {
+		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", filepath.Join(dir, filepath.Base(pkg)), "./"+pkg)
 		build.Dir = root
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			remove()
-			return "", nil, fmt.Errorf("build %s: %w", name, err)
+			return "", nil, fmt.Errorf("build %s: %w", pkg, err)
 		}
 	}
 	return filepath.Join(dir, "gorun"), remove, nil

@@ -5,8 +5,10 @@ package proctest
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,22 +104,50 @@ func (b *Buffer) String() string {
 // GorunEnv is this process's environment without the variables that
 // would change a gorun job's shape or defaults: a scheduler's (the
 // machine running the tests may be a Slurm node or a pod), torchrun's
-// PET_*, gorun's own, and the worker settings gorun fills in.
-func GorunEnv() []string {
+// PET_* and TORCHELASTIC_*, gorun's own, MASTER_*, and the worker
+// settings gorun fills in; and without drop's, each a name or, ending in
+// "*", a prefix.
+func GorunEnv(drop ...string) []string {
+	drop = append(drop, "SLURM_*", "SLURMD_NODENAME", "KUBERNETES_SERVICE_HOST", "JOB_COMPLETION_INDEX", "MASTER_*",
+		"PET_*", "GORUN_*", "TORCHELASTIC_*", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+		"MULTI_STREAM_MEMORY_REUSE", "PYTHON_EXEC", "LOGLEVEL")
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "SLURM_") || k == "SLURMD_NODENAME" || k == "KUBERNETES_SERVICE_HOST" || k == "JOB_COMPLETION_INDEX" ||
-			k == "MASTER_ADDR" || k == "MASTER_PORT" {
-			continue
+		if !slices.ContainsFunc(drop, func(d string) bool {
+			prefix, isPrefix := strings.CutSuffix(d, "*")
+			return k == d || (isPrefix && strings.HasPrefix(k, prefix))
+		}) {
+			env = append(env, kv)
 		}
-		if strings.HasPrefix(k, "PET_") || strings.HasPrefix(k, "GORUN_") || k == "OMP_NUM_THREADS" ||
-			k == "PYTORCH_CUDA_ALLOC_CONF" || k == "MULTI_STREAM_MEMORY_REUSE" || k == "PYTHON_EXEC" || k == "LOGLEVEL" {
-			continue
-		}
-		env = append(env, kv)
 	}
 	return env
+}
+
+// FreePort is a TCP port the kernel reports free on addr (an address of
+// this host, such as 127.0.0.1) now.
+func FreePort(t testing.TB, addr string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// ShortTempDir is a new folder removed at the end of the test, with a
+// short path (prefix and a few random digits in the system's temporary
+// folder): t.TempDir() holds the test's name, and Unix socket paths in
+// it (a TMPDIR for a job) can pass the kernel's 108 bytes.
+func ShortTempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // StoreMemberPid is the pid of the store member that an agent's log last
