@@ -265,7 +265,9 @@ func ComputeReport(events []Event, now time.Time, running map[int]Progress) (Rep
 			case !ar.Measured:
 				since = "spawn"
 			case !ar.Checkpoint.IsZero():
-				upTo, since = clampGoodputTime(ar.Checkpoint, first, last), "checkpoint"
+				// A checkpoint saved after the last step (its save ends the
+				// step) keeps that step: the time up to it is productive.
+				upTo, since = clampGoodputTime(ar.Checkpoint, first, e), "checkpoint"
 			}
 			tl.add(upTo, GoodputProductive, i, -1)
 			from := tl.cursor

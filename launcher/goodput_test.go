@@ -131,6 +131,12 @@ func goodputCases() []struct {
 			events: []Event{start, spawn(2, 0), checkpointed(ended(50, 0, EndFailed, 5, 45), 30, 60), spawn(60, 1),
 				ended(100, 1, EndSucceeded, 62, 100), exit(100, 0)},
 			want: map[string]float64{"rendezvous": 2, "startup": 3 + 2, "productive": 25 + 38, "lost": 30}},
+		// The save of the last step ends after that step: the time up to
+		// it is kept, and the loss counts from the checkpoint.
+		{name: "failure right after a checkpoint, saved after the last step", failures: 1,
+			events: []Event{start, spawn(2, 0), checkpointed(ended(50, 0, EndFailed, 5, 40), 42, 60), spawn(60, 1),
+				ended(100, 1, EndSucceeded, 62, 100), exit(100, 0)},
+			want: map[string]float64{"rendezvous": 2, "startup": 3 + 2, "productive": 37 + 38, "lost": 18}},
 		{name: "a node joins: a new round, the same attempt",
 			events: []Event{start, spawn(2, 0), ended(20, 0, EndInterrupted, 3, 19), ev(20, EventSpawn, Event{Attempt: 0, Round: 2, WorldSize: 24}),
 				ended(40, 0, EndSucceeded, 21, 40), exit(40, 0)},

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -163,15 +164,28 @@ func (ps *presences) closedOne(id clientv3.LeaseID, gone bool) {
 	})
 }
 
-// revoke ends lease id, as its node would have on its way out.
+// revokeFor bounds the tries of a revocation: a store of several members
+// that lost its leader with the node (the node hosted it) has none until
+// the others elect one, which a loaded machine can take seconds to do.
+const revokeFor = 15 * time.Second
+
+// revoke ends lease id, as its node would have on its way out, trying
+// again while the store cannot (no leader yet) for up to revokeFor.
 func (ps *presences) revoke(id clientv3.LeaseID) {
 	cli, err := ps.client()
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ps.life, revokeTimeout)
+	ctx, cancel := context.WithTimeout(ps.life, revokeFor)
 	defer cancel()
-	_, _ = cli.Revoke(ctx, id) // a lease already gone is what was wanted
+	for ctx.Err() == nil {
+		tctx, tcancel := context.WithTimeout(ctx, revokeTimeout)
+		_, err := cli.Revoke(tctx, id)
+		tcancel()
+		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return // a lease already gone is what was wanted
+		}
+	}
 }
 
 // client is the store's own client for revocations, logged in as the

@@ -134,6 +134,8 @@ type Server struct {
 	// socket is etcd's client socket; root, for a growable store, the
 	// root password, for the membership calls (growserver.go).
 	socket, root string
+	// peered: the member has or may have peers (ServerConfig.peered).
+	peered bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -219,7 +221,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: log level %q: want debug, info, warn, error or panic", cfg.LogLevel)
 	}
-	s := &Server{level: level}
+	s := &Server{level: level, peered: cfg.peered()}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "gorun-etcd-")
 		if err != nil {
@@ -524,9 +526,14 @@ func (s *Server) Close() error {
 			s.port.close()
 		}
 		if s.etcd != nil {
-			if !s.ready {
+			if !s.ready || s.peered {
 				// etcd's Close waits for its client servers, which wait
 				// for the server to be ready or stopping: stop it first.
+				// A member with peers stops without handing its
+				// leadership over: at a job's end the others stop too,
+				// and a leader waited for one of them to take over, up
+				// to 6 s (5 s + two elections); mid-job, the others
+				// elect a leader within a second.
 				s.etcd.Server.HardStop()
 			}
 			s.etcd.Close()
