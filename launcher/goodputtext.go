@@ -191,8 +191,14 @@ func (r Report) Short() string {
 	if len(r.Failures) > 1 {
 		cause = fmt.Sprintf("the most, %s, in %s", goodputDuration(worst.LostSeconds), cause)
 	}
-	return fmt.Sprintf("%s\ngoodput: lost %s in %s: %s", line, goodputDuration(lost),
+	out := fmt.Sprintf("%s\ngoodput: lost %s in %s: %s", line, goodputDuration(lost),
 		goodputPlural(len(r.Failures), "failure"), cause)
+	if slices.ContainsFunc(r.Failures, func(f FailureLoss) bool { return f.Since == "step" }) {
+		// gorun cannot tell a script that never saves from one whose
+		// saves it did not see (another node's, another writer's).
+		out += "\ngoodput: no checkpoint seen before a failure: its steps count as productive, as if saved; a script that did not save lost them too"
+	}
+	return out
 }
 
 // headline is the productive share, e.g. "71.2% productive (ETTR)".
