@@ -102,14 +102,19 @@ type storeGrower struct {
 	// timeout bounds a new member's catch-up (connect_timeout).
 	timeout time.Duration
 	rounds  chan int
-	// voters counts the voting members; next numbers the next member's
-	// name; tried are the nodes that could not host one.
-	voters, next int
-	tried        map[string]bool
+	// clients are the voting members' client addresses, this node's (the
+	// endpoint) first: each new member's as it offered it, since etcd
+	// lists a member's client address only once the member published it,
+	// which may come after its promotion.
+	clients []string
+	// next numbers the next member's name; tried are the nodes that
+	// could not host one.
+	next  int
+	tried map[string]bool
 }
 
-func newStoreGrower(r *Rendezvous, server *Server, timeout time.Duration) *storeGrower {
-	return &storeGrower{r: r, server: server, timeout: timeout, rounds: make(chan int, 1), voters: 1, next: 1, tried: map[string]bool{}}
+func newStoreGrower(r *Rendezvous, server *Server, endpoint string, timeout time.Duration) *storeGrower {
+	return &storeGrower{r: r, server: server, timeout: timeout, rounds: make(chan int, 1), clients: []string{endpoint}, next: 1, tried: map[string]bool{}}
 }
 
 // roundClosed tells the grower that round n closed with size nodes.
@@ -127,7 +132,7 @@ func (g *storeGrower) roundClosed(n, size int) {
 // growVoters voting members or ctx ends.
 func (g *storeGrower) run(ctx context.Context) {
 	log := g.r.cfg.Log
-	for g.voters < growVoters {
+	for len(g.clients) < growVoters {
 		var round int
 		select {
 		case <-ctx.Done():
@@ -135,7 +140,7 @@ func (g *storeGrower) run(ctx context.Context) {
 		case round = <-g.rounds:
 		}
 		for _, node := range g.candidates(ctx, round) {
-			if g.voters >= growVoters || ctx.Err() != nil {
+			if len(g.clients) >= growVoters || ctx.Err() != nil {
 				break
 			}
 			if err := g.add(ctx, node); err != nil {
@@ -147,7 +152,7 @@ func (g *storeGrower) run(ctx context.Context) {
 			}
 		}
 	}
-	log.Infof("the job's store has %d voting members (it outlives any one of them, this node's included)", g.voters)
+	log.Infof("the job's store has %d voting members (it outlives any one of them, this node's included)", len(g.clients))
 	g.presentElsewhere(ctx)
 }
 
@@ -159,19 +164,7 @@ func (g *storeGrower) presentElsewhere(ctx context.Context) {
 	if r.presenceTLS == nil {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	voters, err := g.server.Voters(cctx)
-	cancel()
-	own := g.server.port.addr()
-	var others []string
-	for _, v := range voters {
-		if v != own {
-			others = append(others, v)
-		}
-	}
-	if err != nil || len(others) == 0 {
-		return
-	}
+	others := g.clients[1:]
 	holdPresence(ctx, func() []string { return others }, r.presenceTLS, r.lease.Load().id, r.cfg.Log)
 }
 
@@ -252,15 +245,11 @@ func (g *storeGrower) add(ctx context.Context, node NodeRecord) error {
 			return err
 		}
 	}
-	voters, err := g.server.Voters(ctx)
-	if err != nil {
-		return fmt.Errorf("member %s voting, but the members: %w", name, err)
-	}
-	g.voters = len(voters)
-	if err := r.putSealed(ctx, r.k.growMembers(), growMembers{Clients: voters}, false); err != nil {
+	g.clients = append(g.clients, offer.Client)
+	if err := r.putSealed(ctx, r.k.growMembers(), growMembers{Clients: g.clients}, false); err != nil {
 		return fmt.Errorf("member %s voting, but telling the nodes: %w", name, err)
 	}
-	r.cfg.Log.Infof("the job's store grew by member %s on node %s at %s: %d voting members (%s)", name, node.ID, offer.Client, len(voters), strings.Join(voters, ","))
+	r.cfg.Log.Infof("the job's store grew by member %s on node %s at %s: %d voting members (%s)", name, node.ID, offer.Client, len(g.clients), strings.Join(g.clients, ","))
 	return nil
 }
 

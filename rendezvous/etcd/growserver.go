@@ -147,7 +147,8 @@ func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
 }
 
 // Voters returns the client addresses (host:port) of the store's voting
-// members that serve clients.
+// members that published theirs (a member publishes it as it starts,
+// through raft: a member promoted just now may not be listed yet).
 func (s *Server) Voters(ctx context.Context) ([]string, error) {
 	cli, err := s.rootClient()
 	if err != nil {

@@ -317,7 +317,7 @@ func (s *Session) startGrowth(c Conf, token Token, endpoint string, server store
 		wg.Wait()
 	}
 	if sw, ok := server.(*sweptServer); ok {
-		s.grower = newStoreGrower(s.Rendezvous, sw.Server, c.connect)
+		s.grower = newStoreGrower(s.Rendezvous, sw.Server, endpoint, c.connect)
 		wg.Go(func() { s.grower.run(ctx) })
 		return
 	}

@@ -486,14 +486,19 @@ func (r *Rendezvous) WaitForOthersToLeave(ctx context.Context) {
 		return
 	}
 	// Only a finished job has an outcome for the others to read; a node
-	// stopped by a signal leaves at once.
-	if resp, err := r.cli.Get(ctx, r.k.outcome()); err != nil || len(resp.Kvs) == 0 {
+	// stopped by a signal leaves at once. The reads are serializable,
+	// answered by any member from its own data: at a job's end the
+	// members stop one after another, and a store left without a
+	// majority (a grown one whose first host was lost, then a second
+	// member that left) cannot answer a linearizable read, which waited
+	// for the whole leaveTimeout.
+	if resp, err := r.cli.Get(ctx, r.k.outcome(), clientv3.WithSerializable()); err != nil || len(resp.Kvs) == 0 {
 		return
 	}
 	prefix := r.k.joinPrefix(r.lastRound)
 	w := r.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix())
 	for {
-		resp, err := r.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := r.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
 		if err != nil || resp.Count == 0 {
 			return
 		}
