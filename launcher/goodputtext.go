@@ -97,6 +97,9 @@ func (r Report) WriteText(w io.Writer) error {
 	if note := r.unmeasured(); note != "" {
 		fmt.Fprintf(&b, "\nnote: %s\n", note)
 	}
+	if slices.ContainsFunc(r.Failures, func(f FailureLoss) bool { return f.Since == "step" }) {
+		fmt.Fprintf(&b, "\nnote: %s\n", noCheckpointNote)
+	}
 	if slices.ContainsFunc(r.Attempts, func(a AttemptReport) bool { return a.ProgressFrom == "probe" }) {
 		fmt.Fprintf(&b, "\nnote: steps from the probe are the optimizer steps each attempt took, counted from 1 at its start, not the script's own step numbers (a resumed script's step 101 is its attempt's step 1); a checkpoint's step is that count at its save\n")
 	}
@@ -116,6 +119,9 @@ func lossSince(s string) string {
 	}
 	return "-"
 }
+
+// noCheckpointNote says what a loss counted from the last step means.
+const noCheckpointNote = "no checkpoint seen before a failure: its steps count as productive, as if saved; a script that did not save lost them too"
 
 // unmeasured says which attempts reported no step, and what that makes of
 // the figures; "" when every attempt did.
@@ -196,7 +202,7 @@ func (r Report) Short() string {
 	if slices.ContainsFunc(r.Failures, func(f FailureLoss) bool { return f.Since == "step" }) {
 		// gorun cannot tell a script that never saves from one whose
 		// saves it did not see (another node's, another writer's).
-		out += "\ngoodput: no checkpoint seen before a failure: its steps count as productive, as if saved; a script that did not save lost them too"
+		out += "\ngoodput: " + noCheckpointNote
 	}
 	return out
 }

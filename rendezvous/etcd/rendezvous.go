@@ -477,6 +477,22 @@ func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 	}
 }
 
+// outcomeReadFor bounds the linearizable read of the job's outcome when
+// a node leaves; a store without a majority is then read serializably.
+const outcomeReadFor = time.Second
+
+// hasOutcome says whether the job has an outcome: read linearizably
+// within outcomeReadFor, else from a member's own data.
+func (r *Rendezvous) hasOutcome(ctx context.Context) bool {
+	lctx, cancel := context.WithTimeout(ctx, outcomeReadFor)
+	resp, err := r.cli.Get(lctx, r.k.outcome())
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		resp, err = r.cli.Get(ctx, r.k.outcome(), clientv3.WithSerializable())
+	}
+	return err == nil && len(resp.Kvs) > 0
+}
+
 // WaitForOthersToLeave waits, when the job has finished, until no node is
 // left in the last round this node ran, or ctx ends. The node that hosts
 // the embedded store calls it after Close, so that the others can read the
@@ -486,13 +502,16 @@ func (r *Rendezvous) WaitForOthersToLeave(ctx context.Context) {
 		return
 	}
 	// Only a finished job has an outcome for the others to read; a node
-	// stopped by a signal leaves at once. The reads are serializable,
-	// answered by any member from its own data: at a job's end the
-	// members stop one after another, and a store left without a
-	// majority (a grown one whose first host was lost, then a second
-	// member that left) cannot answer a linearizable read, which waited
-	// for the whole leaveTimeout.
-	if resp, err := r.cli.Get(ctx, r.k.outcome(), clientv3.WithSerializable()); err != nil || len(resp.Kvs) == 0 {
+	// stopped by a signal leaves at once. At a job's end the members stop
+	// one after another, and a store left without a majority (a grown one
+	// whose first host was lost, then a second member that left) cannot
+	// answer a linearizable read: that read waited for the whole
+	// leaveTimeout. So the outcome is read linearizably for a moment (a
+	// member's own data may not hold an outcome just written: the node
+	// would leave, and take the majority the last node's report needs),
+	// then from this node's member; the nodes still in the round, from
+	// any member's data (a key that is gone there is gone).
+	if !r.hasOutcome(ctx) {
 		return
 	}
 	prefix := r.k.joinPrefix(r.lastRound)
