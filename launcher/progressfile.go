@@ -119,6 +119,20 @@ func parseProgress(line string) (Progress, error) {
 	return p, nil
 }
 
+// workersProgress is the workers' progress: their progress files'
+// merged, else (a script that knows nothing of gorun writes none) their
+// probes' counts merged; from says which ("progress file", "probe"; ""
+// for neither).
+func workersProgress(files, probed []Progress) (p Progress, from string) {
+	if p = MergeProgress(files...); p.Seen {
+		return p, "progress file"
+	}
+	if p = MergeProgress(probed...); p.Seen {
+		return p, "probe"
+	}
+	return p, ""
+}
+
 // MergeProgress merges the progress of several workers of a node: the
 // earliest first step (FirstTime, and the smallest FirstStep), the latest
 // step time and the largest Step. Those not Seen are left out; with none

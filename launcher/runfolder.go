@@ -99,9 +99,6 @@ func RunningProgress(run string, events []Event) (_ map[int]Progress, warnings [
 		}
 		ps = append(ps, p)
 	}
-	p := MergeProgress(ps...)
-	if !p.Seen {
-		p = MergeProgress(probed...)
-	}
+	p, _ := workersProgress(ps, probed)
 	return map[int]Progress{attempt: p}, warnings
 }

@@ -58,11 +58,7 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 		}
 		ps = append(ps, p)
 	}
-	p := MergeProgress(ps...)
-	from := ""
-	if p.Seen {
-		from = "progress file"
-	}
+	var probed []Progress
 	var ckpt time.Time
 	ckptStep := 0
 	for _, w := range att.workers {
@@ -74,11 +70,9 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 		if err != nil || !ok {
 			continue
 		}
-		if !p.Seen {
-			// A script that knows nothing of gorun: the optimizer steps
-			// its probe counted.
-			ps = append(ps, probeProgress(s))
-		}
+		// A script that knows nothing of gorun: the optimizer steps its
+		// probe counted.
+		probed = append(probed, probeProgress(s))
 		if s.Saves > 0 && time.Unix(0, s.LastSaveNs).After(ckpt) {
 			ckpt, ckptStep = time.Unix(0, s.LastSaveNs), int(s.StepsAtSave)
 			if !s.StepHook {
@@ -86,11 +80,7 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 			}
 		}
 	}
-	if !p.Seen {
-		if p = MergeProgress(ps...); p.Seen {
-			from = "probe"
-		}
-	}
+	p, from := workersProgress(ps, probed)
 	ev := Event{Kind: EventEnd, Attempt: att.number, How: endHow(out, a.pre.active())}
 	switch out.kind {
 	case outcomeFailed:

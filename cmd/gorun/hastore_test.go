@@ -158,16 +158,7 @@ exit 0`)
 			"--log-level=debug", "--nnodes=2:3", "--max-restarts=1",
 			"--rdzv-conf=store_hosts=" + members + ",lease_ttl=5,last_call_timeout=1,connect_timeout=10",
 			"--no-python", script, dir}
-		cmd := hosts.Command(context.Background(), i, args...)
-		cmd.Env = testEnv()
-		stdout, stderr := &proctest.Buffer{}, &proctest.Buffer{}
-		cmd.Stdout, cmd.Stderr = stdout, stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-		nodes = append(nodes, &node{cmd, stdout, stderr})
+		nodes = append(nodes, startOnHost(t, hosts, i, testEnv(), args...))
 	}
 	logNodesOnFailure(t, nodes)
 	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
@@ -180,6 +171,22 @@ exit 0`)
 	checkTwoNodeRound(t, dir)
 	hosts.Heal(t, 0)
 	waitExit(t, nodes[0].cmd) // any verdict, but an end: its store's majority is gone
+}
+
+// startOnHost starts argv on namespace host i with env, in a process
+// group of its own, killed when the test ends.
+func startOnHost(t *testing.T, hosts *nettest.Hosts, i int, env []string, argv ...string) *node {
+	t.Helper()
+	cmd := hosts.Command(context.Background(), i, argv...)
+	cmd.Env = env
+	stdout, stderr := &proctest.Buffer{}, &proctest.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	return &node{cmd, stdout, stderr}
 }
 
 // checkTwoNodeRound checks that ranks 0 and 1 of a 2-node world started

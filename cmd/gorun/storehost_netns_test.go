@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,18 +32,9 @@ func TestStoreOutlivesItsHostAcrossHosts(t *testing.T) {
 		args := []string{gorunBin, "--rdzv-backend=c10d", "--rdzv-endpoint=" + ep, "--rdzv-id=growns", "--local-addr=" + hosts.Addr(i),
 			"--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=0", "--rdzv-conf=last_call_timeout=1",
 			"--python", py, faultScript, "--steps=200", "--checkpoint=" + ckpt}
-		cmd := hosts.Command(context.Background(), i, args...)
 		// gloo's default device is the host name's address, which a
 		// namespace does not have: its own interface, as on a cluster.
-		cmd.Env = testEnv("GLOO_SOCKET_IFNAME=eth0")
-		stdout, stderr := &proctest.Buffer{}, &proctest.Buffer{}
-		cmd.Stdout, cmd.Stderr = stdout, stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-		nodes = append(nodes, &node{cmd, stdout, stderr})
+		nodes = append(nodes, startOnHost(t, hosts, i, testEnv("GLOO_SOCKET_IFNAME=eth0"), args...))
 	}
 	logNodesOnFailure(t, nodes)
 	output := func() string {

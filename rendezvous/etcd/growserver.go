@@ -145,28 +145,3 @@ func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
 	_, err = cli.MemberRemove(ctx, id)
 	return err
 }
-
-// Voters returns the client addresses (host:port) of the store's voting
-// members that published theirs (a member publishes it as it starts,
-// through raft: a member promoted just now may not be listed yet).
-func (s *Server) Voters(ctx context.Context) ([]string, error) {
-	cli, err := s.rootClient()
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	resp, err := cli.MemberList(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, m := range resp.Members {
-		if m.IsLearner {
-			continue
-		}
-		for _, u := range m.ClientURLs {
-			out = append(out, hostPort(u))
-		}
-	}
-	return out, nil
-}
