@@ -76,6 +76,31 @@ func (cfg *ServerConfig) checkGrowth() error {
 	return nil
 }
 
+// handOverFor bounds a leader's hand-over when it stops: a member that
+// stops mid-job (its node left) hands over within a few ticks; at a job's
+// end the others are stopping too, and it gives up.
+const handOverFor = time.Second
+
+// handOver makes another voting member the leader, if this one leads,
+// within handOverFor: requests in flight then go on at the new leader
+// instead of timing out with the old one.
+func (s *Server) handOver() {
+	srv := s.etcd.Server
+	if srv.Lead() != uint64(srv.MemberID()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handOverFor)
+	defer cancel()
+	for _, m := range srv.Cluster().Members() {
+		if m.ID == srv.MemberID() || m.IsLearner {
+			continue
+		}
+		if srv.MoveLeader(ctx, srv.Lead(), uint64(m.ID)) == nil || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
 // rootClient is a client of this member's own socket as etcd's root.
 func (s *Server) rootClient() (*clientv3.Client, error) {
 	if s.root == "" {

@@ -526,14 +526,16 @@ func (s *Server) Close() error {
 			s.port.close()
 		}
 		if s.etcd != nil {
+			if s.ready && s.peered {
+				s.handOver()
+			}
 			if !s.ready || s.peered {
 				// etcd's Close waits for its client servers, which wait
 				// for the server to be ready or stopping: stop it first.
-				// A member with peers stops without handing its
-				// leadership over: at a job's end the others stop too,
-				// and a leader waited for one of them to take over, up
-				// to 6 s (5 s + two elections); mid-job, the others
-				// elect a leader within a second.
+				// A member with peers has handed its leadership over
+				// already, or given up: etcd's own hand-over in Close
+				// waits up to 6 s (5 s + two elections) for a member
+				// that, at a job's end, is stopping too.
 				s.etcd.Server.HardStop()
 			}
 			s.etcd.Close()
