@@ -177,15 +177,7 @@ exit 0`)
 // group of its own, killed when the test ends.
 func startOnHost(t *testing.T, hosts *nettest.Hosts, i int, env []string, argv ...string) *node {
 	t.Helper()
-	cmd := hosts.Command(context.Background(), i, argv...)
-	cmd.Env = env
-	stdout, stderr := &proctest.Buffer{}, &proctest.Buffer{}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	cmd, stdout, stderr := startCmd(t, hosts.Command(context.Background(), i, argv...), env)
 	return &node{cmd, stdout, stderr}
 }
 

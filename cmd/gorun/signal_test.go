@@ -19,7 +19,13 @@ import (
 // job would be) and returns it with its output buffers.
 func startGorun(t *testing.T, env []string, args ...string) (*exec.Cmd, *proctest.Buffer, *proctest.Buffer) {
 	t.Helper()
-	cmd := exec.Command(gorunBin, args...)
+	return startCmd(t, exec.Command(gorunBin, args...), env)
+}
+
+// startCmd starts cmd with env in its own process group, its output in
+// buffers, killed with its group if the test ends first.
+func startCmd(t *testing.T, cmd *exec.Cmd, env []string) (*exec.Cmd, *proctest.Buffer, *proctest.Buffer) {
+	t.Helper()
 	cmd.Env = env
 	stdout, stderr := &proctest.Buffer{}, &proctest.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
