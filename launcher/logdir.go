@@ -314,14 +314,34 @@ func (l *logLayout) close() error {
 		return nil
 	}
 	if l.frBase != "" {
-		run := filepath.Join(l.frBase, filepath.Base(l.root))
-		for a := range l.attempts {
-			_ = os.Remove(filepath.Join(run, attemptName(a))) // only if empty
-		}
-		_ = os.Remove(run)
-		_ = os.Remove(l.frBase) // the per-user folder too, when no run keeps dumps there
+		l.removeEmptyDumpFolders()
 	}
 	return l.temp.Remove()
+}
+
+// removeEmptyDumpFolders removes this run's flight-recorder folders
+// that stayed empty, through handles on checked folders (a link or a
+// folder of another user's is left alone), and only empty folders. The
+// per-user folder stays: its name, freed, could be taken by another
+// user; a fresh one made because another user held that name goes when
+// empty.
+func (l *logLayout) removeEmptyDumpFolders() {
+	base, err := private.OpenOwnFolder(l.frBase)
+	if err != nil {
+		return
+	}
+	defer base.Close()
+	name := filepath.Base(l.root)
+	if run, err := base.Sub(name); err == nil {
+		for a := range l.attempts {
+			_ = run.RemoveEmpty(attemptName(a))
+		}
+		run.Close()
+	}
+	_ = base.RemoveEmpty(name)
+	if l.frBase != private.FlightRecorderBase() {
+		_ = syscall.Rmdir(l.frBase) // a fresh folder of this run's: only if empty
+	}
 }
 
 // stopFile is the path of the run's stop file (GORUN_STOP_FILE).

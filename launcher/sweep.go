@@ -3,6 +3,8 @@ package launcher
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,7 +41,9 @@ func (a *Agent) startSweep(ctx context.Context) {
 	go func() {
 		defer close(s.done)
 		removed, err := tempdir.Sweep(ctx, os.TempDir())
-		sweepDumpFolders(ctx, private.FlightRecorderBase(), os.TempDir())
+		if err := sweepDumpFolders(ctx, private.FlightRecorderBase(), os.TempDir()); err != nil {
+			log.Warnf("%v", err)
+		}
 		if own, cerr := cgroup.Own(); cerr == nil {
 			removed = append(removed, sweepJobCgroups(own)...)
 		}
@@ -70,15 +74,27 @@ func (a *Agent) stopSweep() {
 // sweepDumpFolders removes, in base (the per-user flight-recorder
 // folder), the run folders that stayed empty but for empty attempt
 // folders and whose run's temporary folder in tmp is gone: a killed
-// gorun's. A folder with a dump in it is kept.
-func sweepDumpFolders(ctx context.Context, base, tmp string) {
-	entries, err := os.ReadDir(base)
+// gorun's. A folder with a dump in it is kept. It works through handles
+// on folders it checked: a base that is a link, or that another user
+// owns or may write to, is refused (the error says why), as is every
+// folder in it that is a link or not this user's; and it only ever
+// removes empty folders, never a file.
+func sweepDumpFolders(ctx context.Context, base, tmp string) error {
+	d, err := private.OpenOwnFolder(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
-		return
+		return fmt.Errorf("not sweeping the flight-recorder folder: %w", err)
+	}
+	defer d.Close()
+	entries, err := d.Entries()
+	if err != nil {
+		return err
 	}
 	for _, e := range entries {
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), tempdir.Prefix) {
 			continue
@@ -86,11 +102,16 @@ func sweepDumpFolders(ctx context.Context, base, tmp string) {
 		if _, err := os.Lstat(filepath.Join(tmp, e.Name())); err == nil {
 			continue // its gorun lives, or has not removed it yet
 		}
-		run := filepath.Join(base, e.Name())
-		attempts, _ := os.ReadDir(run)
-		for _, a := range attempts {
-			_ = os.Remove(filepath.Join(run, a.Name())) // only if empty
+		run, err := d.Sub(e.Name())
+		if err != nil {
+			continue // a link, or not this user's: left alone
 		}
-		_ = os.Remove(run)
+		attempts, _ := run.Entries()
+		for _, a := range attempts {
+			_ = run.RemoveEmpty(a.Name()) // only an empty folder
+		}
+		run.Close()
+		_ = d.RemoveEmpty(e.Name())
 	}
+	return nil
 }

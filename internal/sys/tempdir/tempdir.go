@@ -6,11 +6,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun-dev/gorun/internal/sys/private"
 )
 
 // Every folder gorun makes in the temporary folder
@@ -36,7 +41,7 @@ const ownerFile = ".gorun-owner"
 // killed first, the next gorun of the same user sweeps it.
 type Dir struct {
 	path string
-	lock *os.File // the folder itself, flock'ed
+	lock *private.Folder // the folder itself, flock'ed
 }
 
 // New makes a Dir named gorun-<what>-* in the temporary folder.
@@ -58,17 +63,20 @@ func Make(dir, pattern string) (*Dir, error) {
 }
 
 // lockNewDir locks the folder this process just made, then marks it.
+// The folder is opened without following a link and checked to be this
+// user's alone; the mark is made through that handle.
 func lockNewDir(path string) (*Dir, error) {
-	lock, err := os.Open(path)
+	lock, err := private.OpenOwnFolder(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(lock, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(lock.File(), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	f, err := os.OpenFile(filepath.Join(path, ownerFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	fd, err := unix.Openat(int(lock.File().Fd()), ownerFile, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err == nil {
+		f := os.NewFile(uintptr(fd), filepath.Join(path, ownerFile))
 		_, err = f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
 		if cerr := f.Close(); err == nil {
 			err = cerr
@@ -84,9 +92,16 @@ func lockNewDir(path string) (*Dir, error) {
 // Path is the folder's path.
 func (d *Dir) Path() string { return d.path }
 
-// Remove deletes the folder and then drops its lock.
+// Remove deletes the folder and then drops its lock. What it holds is
+// removed through the handle this process made it with, never followed
+// through a link; the folder itself goes only once empty.
 func (d *Dir) Remove() error {
-	err := os.RemoveAll(d.path)
+	err := d.lock.RemoveContents()
+	if err == nil {
+		if err = syscall.Rmdir(d.path); errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+	}
 	if cerr := d.lock.Close(); err == nil {
 		err = cerr
 	}
@@ -120,7 +135,12 @@ func flock(f *os.File, how int) error {
 // without an owner file (in the making, or not a locked one) is left
 // alone. It returns the folders removed; ctx stops it between folders.
 func Sweep(ctx context.Context, dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+	parent, err := private.OpenFolder(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	entries, err := parent.Entries()
 	if err != nil {
 		return nil, err
 	}
@@ -134,44 +154,47 @@ func Sweep(ctx context.Context, dir string) ([]string, error) {
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), Prefix) {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		ok, err := sweepOne(path)
+		ok, err := sweepOne(parent, e.Name())
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if ok {
-			removed = append(removed, path)
+			removed = append(removed, filepath.Join(dir, e.Name()))
 		}
 	}
 	return removed, errors.Join(errs...)
 }
 
-// sweepOne removes path if it is an abandoned folder of this user's, and
-// says whether it did.
-func sweepOne(path string) (bool, error) {
-	if fi, err := os.Lstat(filepath.Join(path, ownerFile)); err != nil || !fi.Mode().IsRegular() {
+// sweepOne removes name in parent if it is an abandoned folder of this
+// user's, and says whether it did. It opens the folder without following
+// a link, checks and locks that handle, and empties the folder through
+// it: what it removes is the folder it checked, whatever the path
+// meanwhile leads to.
+func sweepOne(parent *private.Folder, name string) (bool, error) {
+	if st, err := parent.Lstat(name); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return false, nil
 	}
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	d, err := parent.Sub(name)
 	if err != nil {
-		return false, nil // gone, or not a folder any more
+		return false, nil // gone, a link, or not this user's alone
 	}
-	lock := os.NewFile(uintptr(fd), path)
-	defer lock.Close() // drops the lock, after the removal
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil || int(st.Uid) != os.Getuid() {
-		return false, nil
+	defer d.Close() // drops the lock, after the removal
+	if st, err := d.Lstat(ownerFile); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return false, nil // in the making, or not a locked folder
 	}
-	if err := flock(lock, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(d.File(), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return false, nil // a live gorun holds it (EWOULDBLOCK)
 	}
 	// Another sweeper may have removed it while this one waited for the
 	// folder: then the owner file is gone too.
-	if _, err := os.Lstat(filepath.Join(path, ownerFile)); err != nil {
+	if _, err := d.Lstat(ownerFile); err != nil {
 		return false, nil
 	}
-	if err := os.RemoveAll(path); err != nil {
-		return false, fmt.Errorf("remove the abandoned %s: %w", path, err)
+	if err := d.RemoveContents(); err != nil {
+		return false, fmt.Errorf("remove the abandoned %s: %w", d.Path(), err)
+	}
+	if err := parent.RemoveEmpty(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("remove the abandoned %s: %w", d.Path(), err)
 	}
 	return true, nil
 }

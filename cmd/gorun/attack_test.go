@@ -1,0 +1,100 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+)
+
+// Attacks by another local user on a job of this user's (the job owner,
+// root in CI): each is run from a second local account
+// (proctest.OtherUser), and skipped loudly where it cannot be created.
+
+// sharedTemp makes a folder that every user may write to, with the
+// sticky bit, as /tmp: the temporary folder of an attacked job.
+func sharedTemp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "attack-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// asOther runs the shell script as the other user and fails the test if
+// it fails.
+func asOther(t *testing.T, cred *syscall.Credential, script string) string {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-ec", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as %s: %s: %v\n%s", proctest.OtherUserName, script, err, out)
+	}
+	return string(out)
+}
+
+// ownersFolder makes a private folder of the job owner's, in the shared
+// temporary folder, holding a file and an empty folder named as gorun's
+// run folders are: what a sweep led astray would delete.
+func ownersFolder(t *testing.T, tmp string) (dir string, precious []string) {
+	t.Helper()
+	dir = filepath.Join(tmp, "owners")
+	for _, p := range []string{dir, filepath.Join(dir, "gorun-r1"), filepath.Join(dir, "gorun-r2")} {
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(dir, "gorun-r1", "notes.txt")
+	if err := os.WriteFile(file, []byte("the owner's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, []string{file, filepath.Join(dir, "gorun-r2")}
+}
+
+// TestSweepRefusesAnotherUsersFolder: the start-up sweep of the per-user
+// flight-recorder folder deletes nothing of the owner's when another
+// user put a link in that folder's place (a), or owns a real folder of
+// that name whose entries lead to the owner's folders (b).
+func TestSweepRefusesAnotherUsersFolder(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	for _, tc := range []struct {
+		name, plant string // the other user's shell script; $B is the per-user folder's path, $O the owner's folder
+		warning     string
+	}{
+		{"link", `ln -s "$O" "$B"`, "not a folder (a link"},
+		{"folder of theirs", `mkdir -m 0777 "$B"; for i in 1 2 3; do ln -s "$O" "$B/gorun-x$i"; done; ln -s "$O/gorun-r2" "$B/gorun-r2"`, "belongs to user"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tmp := sharedTemp(t)
+			owners, precious := ownersFolder(t, tmp)
+			base := filepath.Join(tmp, "gorun-flight-recorder-"+strconv.Itoa(os.Getuid()))
+			asOther(t, cred, "B="+base+" O="+owners+"\n"+tc.plant)
+			r := runGorun(t, testEnv("TMPDIR="+tmp), "--nproc-per-node=1", "--no-python", "true")
+			if r.code != 0 {
+				t.Fatalf("gorun exit %d\n%s", r.code, r.stderr)
+			}
+			for _, p := range precious {
+				if _, err := os.Lstat(p); err != nil {
+					t.Errorf("the owner's %s is gone: %v", p, err)
+				}
+			}
+			if !strings.Contains(r.stderr, "not sweeping the flight-recorder folder") || !strings.Contains(r.stderr, tc.warning) {
+				t.Errorf("want a warning that the sweep refused %s (%q)\n%s", base, tc.warning, r.stderr)
+			}
+		})
+	}
+}
