@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 )
@@ -94,6 +97,65 @@ func TestSweepRefusesAnotherUsersFolder(t *testing.T) {
 			}
 			if !strings.Contains(r.stderr, "not sweeping the flight-recorder folder") || !strings.Contains(r.stderr, tc.warning) {
 				t.Errorf("want a warning that the sweep refused %s (%q)\n%s", base, tc.warning, r.stderr)
+			}
+		})
+	}
+}
+
+// TestInheritedDescriptorsStayWithGorun: a descriptor open in the shell
+// that started gorun (here a private file of the owner's, as fd 7)
+// reaches no worker, warm Python interpreter or not: a worker gets
+// stdin, stdout and stderr, as under torchrun.
+func TestInheritedDescriptorsStayWithGorun(t *testing.T) {
+	t.Parallel()
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("the owner's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Each worker prints the targets of its descriptors other than 0-2
+	// (and the listing's own).
+	py := writePython(t, t.TempDir(), `import os
+fds = os.listdir("/proc/self/fd")
+for fd in fds:
+    try:
+        print("fd", fd, os.readlink("/proc/self/fd/" + fd))
+    except OSError:
+        pass
+`)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"no-python", []string{"--no-python", "/bin/sh", "-c", `for f in /proc/$$/fd/*; do echo fd ${f##*/} $(readlink $f); done`}},
+		{"python", []string{py}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			args := append([]string{"--nproc-per-node=2"}, tc.args...)
+			// As a shell would start it, with the file open as fd 7.
+			cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `exec "$0" "$@" 7<"$SECRET"`, gorunBin}, args...)...)
+			cmd.Env = testEnv("PYTHON_EXEC="+testPython(t), "SECRET="+secret)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			r, err := runResult(cmd.Run(), &stdout, &stderr)
+			if err != nil || r.code != 0 {
+				t.Fatalf("gorun: %v, exit %d\n%s", err, r.code, r.stderr)
+			}
+			var fds []string
+			for _, l := range strings.Split(r.stdout, "\n") {
+				if _, l, ok := strings.Cut(l, "]:fd "); ok { // [default<rank>]:fd N TARGET
+					fds = append(fds, l)
+				}
+			}
+			if len(fds) < 6 {
+				t.Fatalf("want each worker's descriptors listed; got\n%s", r.stdout)
+			}
+			for _, l := range fds {
+				if strings.Contains(l, secret) || strings.HasPrefix(l, "7 ") {
+					t.Errorf("a worker holds the shell's descriptor: %s", l)
+				}
 			}
 		})
 	}

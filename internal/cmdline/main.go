@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gorun-dev/gorun/internal/sys/private"
 )
 
 // Options configures the command line.
@@ -33,6 +35,11 @@ type Options struct {
 // Main runs the command line and returns the process exit code: the code
 // an action chose, or 2 for a usage error, as torchrun's argparse does.
 func Main(ctx context.Context, args []string, opts Options) int {
+	// Workers and the store get stdin, stdout, stderr and what gorun
+	// hands them, never a descriptor of the shell that started gorun.
+	if err := private.CloseInheritedOnExec(); err != nil {
+		fmt.Fprintf(os.Stderr, "gorun: warning: inherited descriptors may reach the workers: %v\n", err)
+	}
 	args, err := expandAbbreviations(args, launchFlags())
 	if err == nil {
 		app := newApp(opts, args)
