@@ -326,24 +326,48 @@ const MaxDumpBytes = 64 << 20
 // ReadDump reads one rank's dump: a regular file (not through a link, not
 // blocking on a FIFO) of at most MaxDumpBytes.
 func ReadDump(path string) (Dump, error) {
+	d, _, err := readDump(path)
+	return d, err
+}
+
+// readDump is ReadDump, which also returns how many bytes it read.
+func readDump(path string) (Dump, int64, error) {
 	var d Dump
 	f, st, err := private.OpenRegular(path)
 	switch {
 	case errors.Is(err, private.ErrNotRegular):
-		return d, fmt.Errorf("%w (skipped)", err)
+		return d, 0, fmt.Errorf("%w (skipped)", err)
 	case err != nil:
-		return d, err
+		return d, 0, err
 	}
 	defer f.Close()
 	if st.Size() > MaxDumpBytes {
-		return d, fmt.Errorf("%s: %d bytes, above the %d MiB a flight recorder dump can hold (skipped)", path, st.Size(), MaxDumpBytes>>20)
+		return d, 0, fmt.Errorf("%s: %d bytes, above the %d MiB a flight recorder dump can hold (skipped)", path, st.Size(), MaxDumpBytes>>20)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxDumpBytes+1))
 	if err != nil {
-		return d, err
+		return d, 0, err
 	}
+	d, err = parseDump(path, b)
+	return d, int64(len(b)), err
+}
+
+// parseDump reads a dump's JSON and bounds what it claims.
+func parseDump(path string, b []byte) (Dump, error) {
+	var d Dump
 	if err := json.Unmarshal(b, &d); err != nil {
 		return d, fmt.Errorf("%s: not a flight recorder dump: %w", path, err)
 	}
+	switch {
+	case d.WorldSize < 0 || d.WorldSize > MaxWorldSize:
+		return d, fmt.Errorf("%s: not a flight recorder dump: world_size %d is outside 0..%d", path, d.WorldSize, MaxWorldSize)
+	case d.Rank < 0 || (d.WorldSize > 0 && d.Rank >= d.WorldSize):
+		return d, fmt.Errorf("%s: not a flight recorder dump: rank %d is outside 0..%d (world_size %d)", path, d.Rank, max(d.WorldSize-1, 0), d.WorldSize)
+	}
 	return d, nil
 }
+
+// MaxWorldSize bounds the world size a dump may claim: what the analysis
+// lists of the ranks that did not dump is that long. The largest jobs
+// run today have some 100,000 ranks.
+const MaxWorldSize = 1 << 20

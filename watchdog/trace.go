@@ -81,11 +81,25 @@ func ReadDumps(dir string) ([]Dump, error) {
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("%s: no flight recorder dumps (fr_trace_rank_<rank>.json) here", dir)
 	}
-	var dumps []Dump
+	return ReadDumpFiles(paths)
+}
+
+// MaxDumpsBytes bounds what ReadDumpFiles reads in all: a folder of many
+// large files that are not a job's dumps costs no more than this.
+const MaxDumpsBytes = 1 << 30
+
+// ReadDumpFiles reads the dumps at paths (ReadDump), by rank; past
+// MaxDumpsBytes in all it stops with an error naming the file.
+func ReadDumpFiles(paths []string) ([]Dump, error) {
+	dumps := make([]Dump, 0, len(paths))
+	var total int64
 	for _, p := range paths {
-		d, err := ReadDump(p)
+		d, size, err := readDump(p)
 		if err != nil {
 			return nil, err
+		}
+		if total += size; total > MaxDumpsBytes {
+			return nil, fmt.Errorf("%s: the dumps read so far hold %d MiB, above the %d MiB that %d ranks' dumps could: not a job's dumps", p, total>>20, MaxDumpsBytes>>20, len(paths))
 		}
 		dumps = append(dumps, d)
 	}
@@ -113,8 +127,12 @@ func Analyze(dumps []Dump) Verdict {
 			}
 		}
 	}
-	for r := range world {
-		if !slices.Contains(v.Ranks, r) {
+	have := make(map[int]bool, len(v.Ranks))
+	for _, r := range v.Ranks {
+		have[r] = true
+	}
+	for r := range world { // at most MaxWorldSize (ReadDump)
+		if !have[r] {
 			v.Missing = append(v.Missing, r)
 		}
 	}
@@ -129,7 +147,7 @@ func Analyze(dumps []Dump) Verdict {
 		v.Summary = append(v.Summary, g.summary()...)
 	}
 	if len(v.Missing) > 0 {
-		v.Summary = append(v.Summary, fmt.Sprintf("no dump from rank(s) %s: they may have died before dumping", ranks(v.Missing)))
+		v.Summary = append(v.Summary, fmt.Sprintf("no dump from rank(s) %s: they may have died before dumping", rankRuns(v.Missing)))
 	}
 	if len(v.Summary) == 0 {
 		v.Summary = []string{"every rank completed every collective it enqueued: no hang and no desync in these dumps"}
@@ -288,6 +306,29 @@ func ranks(rs []int) string {
 	s := make([]string, len(rs))
 	for i, r := range rs {
 		s[i] = strconv.Itoa(r)
+	}
+	return strings.Join(s, ", ")
+}
+
+// rankRuns lists sorted ranks as ranks does, writing three or more in a
+// row as a range ("0, 4-9999"): a job of thousands of ranks of which few
+// dumped stays one line.
+func rankRuns(rs []int) string {
+	var s []string
+	for i := 0; i < len(rs); {
+		j := i
+		for j+1 < len(rs) && rs[j+1] == rs[j]+1 {
+			j++
+		}
+		switch {
+		case j-i >= 2:
+			s = append(s, strconv.Itoa(rs[i])+"-"+strconv.Itoa(rs[j]))
+		case j > i:
+			s = append(s, strconv.Itoa(rs[i]), strconv.Itoa(rs[j]))
+		default:
+			s = append(s, strconv.Itoa(rs[i]))
+		}
+		i = j + 1
 	}
 	return strings.Join(s, ", ")
 }

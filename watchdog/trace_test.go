@@ -134,3 +134,20 @@ func TestTrimKeepsTheVerdict(t *testing.T) {
 		t.Errorf("trimmed verdict:\n%s\nfull:\n%s", got, want)
 	}
 }
+
+func TestRankRuns(t *testing.T) {
+	for _, tc := range []struct {
+		in   []int
+		want string
+	}{
+		{nil, ""},
+		{[]int{1}, "1"},
+		{[]int{1, 2}, "1, 2"},
+		{[]int{0, 1, 2}, "0-2"},
+		{[]int{0, 2, 3, 4, 5, 9, 10}, "0, 2-5, 9, 10"},
+	} {
+		if got := rankRuns(tc.in); got != tc.want {
+			t.Errorf("rankRuns(%v) = %q; want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -160,3 +160,25 @@ for fd in fds:
 		})
 	}
 }
+
+// TestTraceOfAHostileFolder: gorun trace on a folder another user wrote
+// reads no more than the folder holds: a dump claiming a world of 10^8
+// ranks, or a rank outside its world, is refused by name, at once.
+func TestTraceOfAHostileFolder(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	for _, tc := range []struct{ name, dump, want string }{
+		{"world", `{"version":"2.10","rank":0,"world_size":100000000,"entries":[],"pg_status":{}}`, "world_size 100000000 is outside 0..1048576"},
+		{"rank", `{"version":"2.10","rank":-5,"world_size":2,"entries":[],"pg_status":{}}`, "rank -5 is outside 0..1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(sharedTemp(t), "dumps")
+			asOther(t, cred, "mkdir "+dir+"; printf '%s' '"+tc.dump+"' > "+dir+"/fr_trace_rank_0.json")
+			r := runGorun(t, testEnv(), "trace", dir)
+			if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("gorun trace: exit %d; want 1 and %q\n%s%s", r.code, tc.want, r.stdout, r.stderr)
+			}
+		})
+	}
+}

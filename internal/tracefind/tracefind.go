@@ -72,15 +72,10 @@ func (a Attempt) Name() string {
 
 // Read reads the attempt's dumps, ordered by rank.
 func (a Attempt) Read() ([]watchdog.Dump, error) {
-	dumps := make([]watchdog.Dump, 0, len(a.Dumps))
-	for _, p := range a.Dumps {
-		d, err := watchdog.ReadDump(p)
-		if err != nil {
-			return nil, fmt.Errorf("trace: %s: %w", p, err)
-		}
-		dumps = append(dumps, d)
+	dumps, err := watchdog.ReadDumpFiles(a.Dumps)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
 	}
-	slices.SortFunc(dumps, func(x, y watchdog.Dump) int { return x.Rank - y.Rank })
 	return dumps, nil
 }
 
