@@ -357,6 +357,10 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	}
 	switch out.kind {
 	case outcomeSucceeded:
+		if err := layout.unrequestedStop(); err != nil {
+			res.ExitCode = 1
+			return res, false, err
+		}
 		return a.succeeded(ctx, round, res)
 	case outcomeSignalled:
 		res.ExitCode = 128 + int(out.signal)

@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/sys/private"
 )
 
 // ErrorReport is what a worker wrote to its TORCHELASTIC_ERROR_FILE, as
@@ -35,7 +38,7 @@ func ReadErrorFile(path string) (*ErrorReport, error) {
 	if path == "" {
 		return nil, nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := readWorkerFile(path, maxErrorFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -75,6 +78,19 @@ func ReadErrorFile(path string) (*ErrorReport, error) {
 	return rep, nil
 }
 
+// readWorkerFile reads a file that a worker wrote, by its path: not
+// through a link at the path, without blocking on a FIFO or a device
+// (anything but a regular file is refused), and at most limit+1 bytes,
+// so that a larger file is known to be one without being read whole.
+func readWorkerFile(path string, limit int64) ([]byte, error) {
+	f, _, err := private.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit+1))
+}
+
 // unixTime reads a timestamp in seconds given as a JSON number or string.
 func unixTime(raw json.RawMessage) time.Time {
 	if len(raw) == 0 {
@@ -106,7 +122,7 @@ func writeRootCause(environ []string, f Failure) error {
 	if !ok || dst == "" || f.errorFile == "" {
 		return nil
 	}
-	data, err := os.ReadFile(f.errorFile)
+	data, err := readWorkerFile(f.errorFile, maxErrorFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

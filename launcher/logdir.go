@@ -108,7 +108,7 @@ func CheckLogDir(dir string) error {
 		}
 		if fi.Mode()&os.ModeSymlink != 0 {
 			if uid, ok := owner(fi); ok && uid != os.Getuid() && uid != 0 {
-				return fmt.Errorf("--log-dir=%q: %s is a link owned by user %d, who could point it elsewhere while the job runs; use a path without it", dir, p, uid)
+				return fmt.Errorf("--log-dir=%q: %s is a link owned by %s, who could point it elsewhere while the job runs; use a path without it", dir, p, private.UserName(uid))
 			}
 		}
 		existing = p
@@ -129,7 +129,7 @@ func CheckLogDir(dir string) error {
 		switch {
 		case !ok:
 		case uid != os.Getuid() && uid != 0:
-			return fmt.Errorf("--log-dir=%q: %s belongs to user %d, who could replace the run's folder while the job runs; use a folder of your own", dir, p, uid)
+			return fmt.Errorf("--log-dir=%q: %s belongs to %s, who could replace the run's folder while the job runs; use a folder of your own", dir, p, private.UserName(uid))
 		case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
 			return fmt.Errorf("--log-dir=%q: other users may write to %s (mode %04o, no sticky bit) and could replace the run's folder while the job runs; use a folder only you can write to, or one with the sticky bit (as /tmp)", dir, p, fi.Mode().Perm())
 		}
@@ -374,6 +374,17 @@ func (l *logLayout) createStopFile(content string) error {
 	}
 	_, err = f.WriteString(content)
 	return errors.Join(err, f.Close())
+}
+
+// unrequestedStop says, with an error, that the run's stop file is there
+// although no stop request was made (the caller knows): a file that
+// gorun did not create, on which the workers' helpers stop and exit 0,
+// must not turn a job cut short into a success.
+func (l *logLayout) unrequestedStop() error {
+	if _, err := l.dir.Lstat(stopFileName); err != nil {
+		return nil
+	}
+	return fmt.Errorf("the workers exited 0, but the stop file %s is there and no stop was requested: gorun did not create it, and the workers may have stopped early on it (a worker's gorun_preempt stops at it); the job is not reported a success", l.stopFile())
 }
 
 // keepRerun moves the folder name of an attempt that runs again to the

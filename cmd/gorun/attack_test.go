@@ -28,7 +28,7 @@ func sharedTemp(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o1777); err != nil {
+	if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -178,6 +178,62 @@ func TestTraceOfAHostileFolder(t *testing.T) {
 			r := runGorun(t, testEnv(), "trace", dir)
 			if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("gorun trace: exit %d; want 1 and %q\n%s%s", r.code, tc.want, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// TestLogDirOfAnotherUser: a --log-dir in a folder that another user
+// made (open to all, or with the sticky bit but theirs: either way they
+// may rename what it holds) is refused before anything starts, naming
+// that user, and gorun makes nothing in it.
+func TestLogDirOfAnotherUser(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	for _, mode := range []string{"0777", "1777", "0755"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			shared := filepath.Join(sharedTemp(t), "shlogs")
+			asOther(t, cred, "mkdir -m "+mode+" "+shared)
+			for _, dir := range []string{shared, filepath.Join(shared, "mine")} {
+				r := runGorun(t, testEnv(), "--log-dir="+dir, "--nproc-per-node=1", "--no-python", "true")
+				if r.code != 2 || !strings.Contains(r.stderr, "belongs to user "+proctest.OtherUserName) {
+					t.Errorf("--log-dir=%s: exit %d; want 2 and a refusal naming user %s\n%s", dir, r.code, proctest.OtherUserName, r.stderr)
+				}
+			}
+			if entries, _ := os.ReadDir(shared); len(entries) > 0 {
+				t.Errorf("gorun made %s in the other user's folder", entries[0].Name())
+			}
+		})
+	}
+}
+
+// TestPlantedStopFileIsNoSuccess: workers that exit 0 while a stop file
+// that gorun did not create is there (they may have stopped early on it)
+// do not make the job a success.
+func TestPlantedStopFileIsNoSuccess(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, testEnv(), "--nproc-per-node=1", "--no-python", "/bin/sh", "-c", `: > "$GORUN_STOP_FILE"`)
+	if r.code != 1 || !strings.Contains(r.stderr, "no stop was requested") {
+		t.Errorf("exit %d; want 1 and the stop file named\n%s", r.code, r.stderr)
+	}
+}
+
+// TestErrorFileNotAFile: a failed worker's error file that is a FIFO, a
+// link or a sparse file of 1 GiB is neither waited on, followed nor read
+// whole: gorun reports the failure at once, as for a worker without one.
+func TestErrorFileNotAFile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, make string }{
+		{"fifo", `mkfifo "$TORCHELASTIC_ERROR_FILE"`},
+		{"link", `ln -s /dev/zero "$TORCHELASTIC_ERROR_FILE"`},
+		{"sparse", `truncate -s 1G "$TORCHELASTIC_ERROR_FILE"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runGorun(t, testEnv(), "--nproc-per-node=1", "--no-python", "/bin/sh", "-c", tc.make+"; exit 3")
+			if r.code != 3 || !strings.Contains(r.stderr, "exitcode  : 3") {
+				t.Errorf("exit %d; want the worker's 3, in the summary too\n%s", r.code, r.stderr)
 			}
 		})
 	}

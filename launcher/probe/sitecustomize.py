@@ -15,6 +15,17 @@ import os
 import sys
 
 
+def _private(path, mode="w"):
+    """Opens path for writing as a new file only this user may read (0600),
+    never through a link left in its place."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o600), mode)
+
+
 def _chain():
     here = os.path.dirname(os.path.abspath(__file__))
     for d in sys.path:
@@ -221,7 +232,7 @@ class _Probe(object):
     def write(self, path, data):
         tmp = path + ".tmp"
         with self.lock:
-            with open(tmp, "w") as f:
+            with _private(tmp) as f:
                 f.write(data)
             os.replace(tmp, path)
 
@@ -255,7 +266,7 @@ class _Probe(object):
             os.makedirs(out, mode=0o700, exist_ok=True)
             stacks = os.path.join(out, "stacks_rank_%d.txt" % dist.get_rank())
         try:
-            with open(stacks, "w") as f:
+            with _private(stacks) as f:
                 faulthandler.dump_traceback(file=f, all_threads=True)
         except Exception as e:
             sys.stderr.write("gorun probe: could not write the stacks: %r\n" % (e,))
@@ -282,7 +293,7 @@ class _Probe(object):
         self.mend_config(fr)
         pickled_bytes = pickle.dumps(fr)
         os.makedirs(os.path.join(out, "pytorch"), mode=0o700, exist_ok=True)
-        with open(os.path.join(out, "pytorch", "rank_%d" % rank), "wb") as f:
+        with _private(os.path.join(out, "pytorch", "rank_%d" % rank), "wb") as f:
             f.write(pickled_bytes)
         for e in fr.get("entries") or []:
             e.pop("frames", None)

@@ -18,5 +18,7 @@ def beat():
     path = os.environ.get("GORUN_HEARTBEAT_FILE")
     if not path:
         return
-    with open(path, "a"):
-        os.utime(path, None)
+    try:
+        os.utime(path, None, follow_symlinks=False)
+    except FileNotFoundError:  # the first beat makes it, private (0600)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))

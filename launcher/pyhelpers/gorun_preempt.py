@@ -30,6 +30,18 @@ instead of killing the rank before it could save.
 """
 import os, signal, sys, time
 
+
+def _private(path, mode="w"):
+    """Opens path for writing as a new file only this user may read (0600),
+    never through a link left in its place."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o600), mode)
+
+
 # The stop signal seen before (or without) a Preemption: the import's own
 # handler keeps it here.
 _early = {"armed": False, "flag": False}
@@ -88,7 +100,7 @@ class Preemption:
         self.first = self.first or (step, now)
         try:
             if self.progress:
-                with open(self.progress + ".tmp", "w") as f:
+                with _private(self.progress + ".tmp") as f:
                     f.write(f"step={step} time={now} first_step={self.first[0]} first_time={self.first[1]}\n")
                 os.replace(self.progress + ".tmp", self.progress)
         except OSError as e:

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/user"
 	"strconv"
 	"strings"
+
+	"github.com/gorun-dev/gorun/internal/sys/private"
 )
 
 // portOwner returns the user id of the process listening on endpoint's
@@ -91,15 +92,7 @@ func portOwnerNote(endpoint string) string {
 	if !ok || uid == os.Getuid() {
 		return ""
 	}
-	return "; the port is held by " + userName(uid)
-}
-
-// userName is "user NAME (uid N)", or "uid N" for an unknown user.
-func userName(uid int) string {
-	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
-		return fmt.Sprintf("user %s (uid %d)", u.Username, uid)
-	}
-	return fmt.Sprintf("uid %d", uid)
+	return "; the port is held by " + private.UserName(uid)
 }
 
 // othersPort refuses a store port of this host that another user's
@@ -110,5 +103,5 @@ func othersPort(endpoint string) error {
 	if !ok || uid == os.Getuid() {
 		return nil
 	}
-	return fmt.Errorf("the store's port %s on this host is held by %s, not by an agent of this job (they run as you): choose another port (--rdzv-endpoint HOST:PORT), or have that process stopped", endpoint, userName(uid))
+	return fmt.Errorf("the store's port %s on this host is held by %s, not by an agent of this job (they run as you): choose another port (--rdzv-endpoint HOST:PORT), or have that process stopped", endpoint, private.UserName(uid))
 }

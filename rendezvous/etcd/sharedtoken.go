@@ -73,12 +73,11 @@ func newSharedToken(runID, endpoint string, wait time.Duration) (*sharedToken, e
 	}
 	// Its parent too is the user's, and no one else may rename in it
 	// (another user could put a folder of theirs in the tokens' place).
-	if st, err := os.Lstat(filepath.Dir(dir)); err == nil {
-		sys, _ := st.Sys().(*syscall.Stat_t)
-		if !st.IsDir() || sys == nil || int(sys.Uid) != os.Getuid() || st.Mode().Perm()&0o022 != 0 {
-			return nil, fmt.Errorf("share the job's token: %s must be a folder of yours that others cannot write to (mode %v): chmod go-w it", filepath.Dir(dir), st.Mode().Perm())
-		}
+	parent, err := private.OpenOwnFolder(filepath.Dir(dir))
+	if err != nil {
+		return nil, fmt.Errorf("share the job's token: %w", err)
 	}
+	parent.Close()
 	st, err := os.Lstat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("share the job's token: %w", err)
@@ -238,7 +237,7 @@ func openSecretFile(path string, mine bool) (*os.File, error) {
 	}
 	if err == nil && sys != nil && int(sys.Uid) != os.Getuid() && (mine || sys.Uid != 0) {
 		f.Close()
-		return nil, fmt.Errorf("%s belongs to %s: a token file must be yours (or root's), as its owner can read it and change it, and so join or steer the job", path, userName(int(sys.Uid)))
+		return nil, fmt.Errorf("%s belongs to %s: a token file must be yours (or root's), as its owner can read it and change it, and so join or steer the job", path, private.UserName(int(sys.Uid)))
 	}
 	if err != nil || sys == nil || st.Size() > maxTokenFile {
 		f.Close()

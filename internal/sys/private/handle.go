@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -82,7 +84,7 @@ func (d *Folder) Own() error {
 func ownerError(path string, st *unix.Stat_t) error {
 	switch perm := st.Mode & 0o7777; {
 	case int(st.Uid) != os.Getuid():
-		return fmt.Errorf("%s belongs to user %d, not to this user (%d): gorun neither uses nor removes anything in it", path, st.Uid, os.Getuid())
+		return fmt.Errorf("%s belongs to %s, not to you: gorun neither uses nor removes anything in it", path, UserName(int(st.Uid)))
 	case perm&0o022 != 0:
 		return fmt.Errorf("%s has mode %04o: other users may change what it holds, so gorun neither uses nor removes anything in it (chmod go-w it)", path, perm)
 	}
@@ -202,4 +204,12 @@ func (d *Folder) removeContents(depth int) error {
 		errs = append(errs, d.removeAll(e.Name(), depth))
 	}
 	return errors.Join(errs...)
+}
+
+// UserName is "user NAME (uid N)", or "uid N" for an unknown user.
+func UserName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return fmt.Sprintf("user %s (uid %d)", u.Username, uid)
+	}
+	return fmt.Sprintf("uid %d", uid)
 }

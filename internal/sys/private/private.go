@@ -73,6 +73,9 @@ var ErrNotRegular = errors.New("not a regular file")
 // for files another process may have planted or swapped.
 func OpenRegular(path string) (*os.File, fs.FileInfo, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, nil, fmt.Errorf("%s is a symbolic link: not followed (%w)", path, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
