@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"syscall"
 
 	"github.com/gorun-dev/gorun/launcher/agentstore"
@@ -22,9 +23,22 @@ type AgentStorePorter interface {
 	AgentStorePort() int
 }
 
-// The single-node backend holds the port for the agent (the etcd
-// backends' Session is asserted where it is opened, in the companion).
-var _ AgentStorePorter = (*rendezvous.Local)(nil)
+// MeetingHost is a rendezvous whose nodes meet on the master port before
+// the workers use it (the static backend's node 0): the agent's store
+// diverts the meeting's connections to it, so that the port is held from
+// the meeting to the job's end, never free for another process between.
+type MeetingHost interface {
+	MeetOn(ln net.Listener)
+}
+
+// The single-node and static backends hold the port for the agent (the
+// etcd backends' Session is asserted where it is opened, in the
+// companion).
+var (
+	_ AgentStorePorter = (*rendezvous.Local)(nil)
+	_ AgentStorePorter = (*rendezvous.Static)(nil)
+	_ MeetingHost      = (*rendezvous.Static)(nil)
+)
 
 // openWorkerStore binds and serves the workers' store for the agent's
 // life when the workers run Python and the rendezvous lets the agent
@@ -42,6 +56,9 @@ func (a *Agent) openWorkerStore(ctx context.Context) (*agentstore.Server, error)
 			return nil, fmt.Errorf("--master-port=%d is taken by another process (gorun serves the workers' store there, as torchrun 2.x does): free it, or leave --master-port out for a free port: %w", port, err)
 		}
 		return nil, err
+	}
+	if m, ok := a.rdzv.(MeetingHost); ok {
+		m.MeetOn(s.Divert(rendezvous.StaticMeetingByte))
 	}
 	s.Serve(ctx)
 	return s, nil

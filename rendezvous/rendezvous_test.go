@@ -92,7 +92,7 @@ func TestStaticNodesThatCannotMeet(t *testing.T) {
 		port := freePort(t)
 		_, errs := meetAll([]*Static{static(2, 0, port, time.Minute), static(3, 1, port, time.Minute)}, []Node{node, node})
 		for i, err := range errs {
-			if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "node 1 has --nnodes=3, node 0 --nnodes=2") {
+			if !errors.Is(err, ErrShapeMismatch) || !strings.Contains(err.Error(), "(claiming --node-rank=1) has --nnodes=3, node 0 --nnodes=2") {
 				t.Errorf("node %d: %v; want the mismatch named", i, err)
 			}
 		}
@@ -142,23 +142,29 @@ func TestStaticNodesThatCannotMeet(t *testing.T) {
 			t.Errorf("Next = %v; want node 0 named", err)
 		}
 	})
-	t.Run("not node 0's gorun", func(t *testing.T) {
-		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			if c, err := ln.Accept(); err == nil {
-				c.Close() // as a store that takes no such line
+	for _, tc := range []struct{ name, says, want string }{
+		{"not node 0's gorun", "HTTP/1.1 400 Bad Request\r\n", "not node 0's gorun"},
+		{"closed without a word", "", "closed the connection without a word"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
-		_, err = static(2, 1, ln.Addr().(*net.TCPAddr).Port, time.Minute).Next(context.Background(), node)
-		if !errors.Is(err, ErrInvalidNode) || !strings.Contains(err.Error(), "not node 0's gorun") {
-			t.Errorf("Next = %v; want the stranger named", err)
-		}
-	})
+			defer ln.Close()
+			go func() {
+				if c, err := ln.Accept(); err == nil {
+					c.Write([]byte(tc.says))
+					c.Close() // as a store that takes no such line
+				}
+			}()
+			_, err = static(2, 1, ln.Addr().(*net.TCPAddr).Port, time.Minute).Next(context.Background(), node)
+			if !errors.Is(err, ErrInvalidNode) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Next = %v; want %q", err, tc.want)
+			}
+		})
+	}
 	t.Run("a taken rank", func(t *testing.T) {
 		t.Parallel()
 		// Two nodes of rank 1 while rank 2 is not there yet: the second

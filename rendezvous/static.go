@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,8 +23,9 @@ type StaticConfig struct {
 	NNodes int
 	// NodeRank is this node's rank, 0..NNodes-1.
 	NodeRank int
-	// MasterAddr and MasterPort are where worker rank 0 (on node 0) serves
-	// the workers' store.
+	// MasterAddr and MasterPort are where node 0 meets the others, and
+	// where the workers' store is served: by node 0's agent for Python
+	// workers (MeetOn), else by worker rank 0.
 	MasterAddr string
 	MasterPort int
 	// MaxRestarts is this node's restart budget (--max-restarts).
@@ -45,6 +47,37 @@ type Static struct {
 	// table is every node's worker count and role, once met.
 	mu    sync.Mutex
 	table *staticTable
+	// meetLn, when set (MeetOn), is where node 0 meets the others: the
+	// connections that the agent's store on the master port diverts.
+	meetLn net.Listener
+}
+
+// AgentStorePort is the port of the workers' store that the agent
+// serves for Python workers, as torchrun 2.x's static rendezvous does:
+// the master port on node 0, which the agent then holds from the
+// meeting (MeetOn) to the job's end; elsewhere none is used (0: any).
+func (s *Static) AgentStorePort() int {
+	if s.cfg.NodeRank == 0 {
+		return s.cfg.MasterPort
+	}
+	return 0
+}
+
+// MeetOn has node 0 meet the other nodes on ln, the connections that
+// the agent's store on the master port diverts to the meeting, instead
+// of a listener of its own that it would close before the workers'
+// store binds the port: the port is never free between the two. The
+// meeting then hands out no job secret (the workers are Python's, whose
+// store is the agent's). Call it before the first Next.
+func (s *Static) MeetOn(ln net.Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.meetLn = ln
+}
+
+// meetingListener is MeetOn's listener, if any, and whether there is one.
+func (s *Static) meetingListener() (net.Listener, bool) {
+	return s.meetLn, s.meetLn != nil
 }
 
 // NewStatic validates cfg and returns a static rendezvous.

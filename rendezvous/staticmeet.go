@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
 // DefaultStaticJoinTimeout is how long the nodes of a static job wait for
@@ -21,6 +24,12 @@ const DefaultStaticJoinTimeout = 10 * time.Minute
 // port (worker rank 0's store of a job that started without this node,
 // another program) is told from node 0's gorun.
 const staticVersion = 1
+
+// StaticMeetingByte begins every message of the static meeting (a JSON
+// line): a byte that begins no query of PyTorch's TCPStore, so that the
+// agent's store on the master port can tell the meeting's callers from
+// its own clients.
+const StaticMeetingByte = '{'
 
 // helloTimeout bounds how long node 0 waits for a caller's hello line.
 const helloTimeout = 10 * time.Second
@@ -81,15 +90,18 @@ func (s *Static) meet(ctx context.Context, me staticHello) (staticTable, error) 
 	return s.join(ctx, me)
 }
 
-// mismatch says how hello differs from node 0's own, or "".
-func (me staticHello) mismatch(h staticHello) string {
+// mismatch says how hello, from the caller at from, differs from node
+// 0's own, or "". The caller is named by its address and the rank it
+// claims: it may be no node of the job at all.
+func (me staticHello) mismatch(h staticHello, from net.Addr) string {
+	who := fmt.Sprintf("the caller at %s (claiming --node-rank=%d)", from, h.NodeRank)
 	switch {
 	case h.RunID != me.RunID:
-		return fmt.Sprintf("node %d has run id %q, node 0 %q (--rdzv-id)", h.NodeRank, h.RunID, me.RunID)
+		return fmt.Sprintf("%s has run id %.100q, node 0 %q (--rdzv-id)", who, h.RunID, me.RunID)
 	case h.NNodes != me.NNodes:
-		return fmt.Sprintf("node %d has --nnodes=%d, node 0 --nnodes=%d", h.NodeRank, h.NNodes, me.NNodes)
+		return fmt.Sprintf("%s has --nnodes=%d, node 0 --nnodes=%d", who, h.NNodes, me.NNodes)
 	case h.MaxRestarts != me.MaxRestarts:
-		return fmt.Sprintf("node %d has --max-restarts=%d, node 0 --max-restarts=%d", h.NodeRank, h.MaxRestarts, me.MaxRestarts)
+		return fmt.Sprintf("%s has --max-restarts=%d, node 0 --max-restarts=%d", who, h.MaxRestarts, me.MaxRestarts)
 	}
 	return ""
 }
@@ -103,10 +115,13 @@ type arrival struct {
 // host is node 0's side of meet.
 func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) {
 	start := time.Now()
-	addr := net.JoinHostPort("", strconv.Itoa(s.cfg.MasterPort))
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
-	if err != nil {
-		return staticTable{}, fmt.Errorf("rendezvous: static: node 0 meets the other nodes on the master port %d before worker rank 0's store takes it: %w", s.cfg.MasterPort, err)
+	ln, shared := s.meetingListener()
+	if ln == nil {
+		addr := net.JoinHostPort("", strconv.Itoa(s.cfg.MasterPort))
+		var err error
+		if ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp", addr); err != nil {
+			return staticTable{}, fmt.Errorf("rendezvous: static: node 0 meets the other nodes on the master port %d before worker rank 0's store takes it: %w", s.cfg.MasterPort, err)
+		}
 	}
 	// Cancelled when host returns, not by ctx (the nodes that came must be
 	// told why first): callers that never said hello are closed then, not
@@ -139,13 +154,13 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 		select {
 		case a := <-arrivals:
 			h := a.hello
-			if why := me.mismatch(h); why != "" {
+			if why := me.mismatch(h, a.conn.RemoteAddr()); why != "" {
 				writeLine(a.conn, staticTable{Version: staticVersion, Error: why})
 				a.conn.Close()
 				tell(staticTable{Version: staticVersion, Error: why})
 				return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, why)
 			}
-			if why := refusal(h, me.NNodes, conns); why != "" {
+			if why := refusal(h, me.NNodes, conns, table.Nprocs); why != "" {
 				writeLine(a.conn, staticTable{Version: staticVersion, Error: why})
 				a.conn.Close()
 				continue
@@ -169,12 +184,16 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 			return staticTable{}, ctx.Err()
 		}
 	}
-	secret, err := NewToken()
-	if err != nil {
-		tell(staticTable{Version: staticVersion, Error: err.Error()})
-		return staticTable{}, err
+	if !shared {
+		// Worker rank 0's store, not the agents', on the port: the
+		// workers (gorun's Go workers) authenticate with the job's secret.
+		secret, err := NewToken()
+		if err != nil {
+			tell(staticTable{Version: staticVersion, Error: err.Error()})
+			return staticTable{}, err
+		}
+		table.JobSecret = string(secret)
 	}
-	table.JobSecret = string(secret)
 	tell(table)
 	// The callers close first: the port is free of our connections when
 	// worker rank 0's store binds it.
@@ -187,29 +206,72 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 	return table, nil
 }
 
-// refusal says why node 0 refuses a node that agrees on the job, or "".
-func refusal(h staticHello, nnodes int, conns []net.Conn) string {
+// Bounds of what a hello may claim: a node's workers, its role's
+// length, and the job's world size (PyTorch's ranks are 32-bit).
+const (
+	maxStaticNproc   = 1 << 16
+	maxStaticRoleLen = 256
+	maxStaticWorld   = 1<<31 - 1
+)
+
+// refusal says why node 0 refuses a node that agrees on the job, or "";
+// nprocs are the worker counts of the nodes that came so far.
+func refusal(h staticHello, nnodes int, conns []net.Conn, nprocs []int) string {
+	world := 0
+	for _, n := range nprocs {
+		world += n
+	}
 	switch {
 	case h.NodeRank < 1 || h.NodeRank >= nnodes:
 		return fmt.Sprintf("--node-rank=%d is outside 1..%d (--nnodes=%d)", h.NodeRank, nnodes-1, nnodes)
 	case conns[h.NodeRank] != nil:
 		return fmt.Sprintf("--node-rank=%d is taken: another node of that rank came first", h.NodeRank)
-	case h.Nproc < 1:
-		return fmt.Sprintf("node %d has %d workers; want at least 1", h.NodeRank, h.Nproc)
+	case h.Nproc < 1 || h.Nproc > maxStaticNproc:
+		return fmt.Sprintf("node %d has %d workers; want 1..%d", h.NodeRank, h.Nproc, maxStaticNproc)
+	case world > maxStaticWorld-h.Nproc:
+		return fmt.Sprintf("node %d's %d workers would make the job's world larger than %d ranks", h.NodeRank, h.Nproc, maxStaticWorld)
+	case len(h.Role) > maxStaticRoleLen || !printableRole(h.Role):
+		return fmt.Sprintf("node %d's role is not a name of at most %d printable characters", h.NodeRank, maxStaticRoleLen)
 	}
 	return ""
 }
 
+// printableRole says whether role holds printable ASCII only, as a role
+// name given on the command line does.
+func printableRole(role string) bool {
+	for _, r := range role {
+		if r < 0x20 || r > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// maxPendingHellos bounds the callers that have not said hello yet: past
+// it, the one that waited longest is closed (a node says hello as soon
+// as it connects; an idle flood ages out first).
+const maxPendingHellos = 256
+
 // acceptHellos accepts callers until ln closes and sends each caller's
 // hello to arrivals; a caller that sends no hello of a gorun node within
-// helloTimeout, or by the end of ctx, is closed.
+// helloTimeout, or by the end of ctx, is closed. An accept that fails
+// for a reason that passes (EMFILE under a flood) is retried after a
+// back-off, never the end of the meeting.
 func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival, wg *sync.WaitGroup) {
+	var backoff ctxtime.AcceptBackoff
+	var pending pendingConns
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) || !backoff.Wait(ctx.Done()) {
+				return
+			}
+			continue
 		}
+		backoff.Reset()
+		pending.add(c, maxPendingHellos)
 		wg.Go(func() {
+			defer pending.remove(c)
 			context.AfterFunc(ctx, func() { c.Close() })
 			_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 			var h staticHello
@@ -219,12 +281,40 @@ func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival,
 				return
 			}
 			_ = c.SetReadDeadline(time.Time{})
+			pending.remove(c)
 			select {
 			case arrivals <- arrival{c, h}:
 			case <-ctx.Done():
 				c.Close()
 			}
 		})
+	}
+}
+
+// pendingConns are the callers that have not said hello yet, oldest
+// first.
+type pendingConns struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// add adds c, closing the oldest callers while more than limit wait.
+func (p *pendingConns) add(c net.Conn, limit int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
+	for len(p.conns) > limit {
+		p.conns[0].Close()
+		p.conns = p.conns[1:]
+	}
+}
+
+// remove forgets c once it said hello or left.
+func (p *pendingConns) remove(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.conns, c); i >= 0 {
+		p.conns = slices.Delete(p.conns, i, i+1)
 	}
 }
 
@@ -268,10 +358,13 @@ func (s *Static) ask(ctx context.Context, c net.Conn, me staticHello, addr strin
 		err = json.Unmarshal(line, &t)
 	}
 	if err != nil || t.Version != staticVersion {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return staticTable{}, fmt.Errorf("%w: node 0 at %s did not answer in time", ErrJoinTimeout, addr)
+		case len(line) == 0 && errors.Is(err, io.EOF):
+			return staticTable{}, fmt.Errorf("%w: what answers at %s closed the connection without a word: node 0's workers' store, if the job formed without this node (a node of that rank came first, or the job is running), or node 0 stopping", ErrInvalidNode, addr)
 		}
-		return staticTable{}, fmt.Errorf("%w: what answers at %s is not node 0's gorun (is the job already running without this node, its workers' store on the port, or another program there?)", ErrInvalidNode, addr)
+		return staticTable{}, fmt.Errorf("%w: what answers at %s does not speak the static meeting: not node 0's gorun (its workers' store, if the job is running without this node, or another program there)", ErrInvalidNode, addr)
 	}
 	switch {
 	case t.Ended == "timeout":

@@ -52,7 +52,7 @@ func TestStaticNodesDiffer(t *testing.T) {
 	c1, _, e1 = startGorun(t, testEnv(), static(3, 1, 1, port)...)
 	c0, _, e0 = startGorun(t, testEnv(), static(2, 0, 1, port)...)
 	for i, c := range []*node{{c0, nil, e0}, {c1, nil, e1}} {
-		if code := waitExit(t, c.cmd); code != 2 || !strings.Contains(c.stderr.String(), "node 1 has --nnodes=3, node 0 --nnodes=2") {
+		if code := waitExit(t, c.cmd); code != 2 || !strings.Contains(c.stderr.String(), "(claiming --node-rank=1) has --nnodes=3, node 0 --nnodes=2") {
 			t.Errorf("node %d of a job whose nodes disagree: exit %d; want 2, naming the difference\n%s", i, code, c.stderr)
 		}
 	}

@@ -82,6 +82,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 // serve reads queries until the connection ends; a query it cannot read
 // ends it.
 func (c *conn) serve() {
+	if c.s.diverts(c) {
+		return // another protocol's now
+	}
 	defer c.s.forget(c)
 	defer c.nc.Close()
 	table := ops1[:]

@@ -24,6 +24,8 @@ import (
 	"sync"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
 // Server serves one store on a listener it owns. Its methods are safe for
@@ -37,6 +39,7 @@ type Server struct {
 	queues  map[string][][]byte
 	waiters []*waiter
 	conns   map[*conn]struct{}
+	divert  *diverted // nil: every connection is the store's
 	closed  bool
 	done    chan struct{} // closed by Close
 
@@ -69,14 +72,16 @@ func (s *Server) Serve(ctx context.Context) {
 		}
 	})
 	s.wg.Go(func() {
+		var backoff ctxtime.AcceptBackoff
 		for {
 			nc, err := s.ln.Accept()
 			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
+				if errors.Is(err, net.ErrClosed) || !backoff.Wait(s.done) {
 					return
 				}
-				continue // a transient accept error (EMFILE, an aborted connection)
+				continue // an accept error that passes (EMFILE, an aborted connection)
 			}
+			backoff.Reset()
 			if tc, ok := nc.(*net.TCPConn); ok {
 				_ = tc.SetNoDelay(true)
 			}

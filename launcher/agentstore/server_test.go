@@ -66,7 +66,15 @@ func run(t *testing.T, py string, env []string, args ...string) {
 	cmd := exec.Command(py, append([]string{"testdata/client.py"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
+	text := strings.TrimSpace(string(out))
+	// PyTorch 2.15 sometimes aborts at exit, after the client's work
+	// (its teardown: "terminate called without an active exception",
+	// seen under torchrun too): what the store served was right.
+	if torn, ok := strings.CutSuffix(text, "terminate called without an active exception"); ok && err != nil && strings.HasSuffix(strings.TrimSpace(torn), "ok") {
+		t.Logf("%s %v: aborted at exit after its work (PyTorch's teardown): %v", py, args, err)
+		return
+	}
+	if err != nil || !strings.HasSuffix(text, "ok") {
 		t.Errorf("%s %v: %v\n%s", py, args, err, out)
 	}
 }

@@ -427,13 +427,12 @@ func checkJob(t *testing.T, j job, agents []agent, outs []outcome, recs []record
 	if j.waitWorld > 0 {
 		restarts = first["TORCHELASTIC_RESTART_COUNT"]
 	}
-	// gorun's agent serves the workers' store (as torchrun 2.x's does)
-	// except on a static line of several nodes, whose node 0 meets the
-	// others on the master port: then worker rank 0 serves it.
+	// gorun's agent serves the workers' store (as torchrun 2.x's does),
+	// on a static line of several nodes too: node 0 meets the others on
+	// the master port through it, so that the port is never free between
+	// the meeting and the workers (torchrun 2.x's static workers serve
+	// their own, from rank 0).
 	agentStore, via := "True", "store"
-	if j.nodeRank != nil && len(agents) > 1 {
-		agentStore, via = "False", "tcp"
-	}
 	if j.gloo {
 		via = "gloo"
 	}

@@ -31,3 +31,20 @@ func SleepUnless(done <-chan struct{}, d time.Duration) bool {
 		return false
 	}
 }
+
+// AcceptBackoff is the wait after an accept that failed for a reason
+// that passes (EMFILE, ENFILE, an aborted connection), as net/http's
+// server waits: 5 ms, doubling up to 1 s, back to 5 ms after an accept
+// that succeeds. A listener's loop that returned at its first error
+// would stop for good under a flood of connections.
+type AcceptBackoff struct{ d time.Duration }
+
+// Wait waits out the next step, or until done is closed; it says whether
+// the whole wait passed.
+func (b *AcceptBackoff) Wait(done <-chan struct{}) bool {
+	b.d = min(max(2*b.d, 5*time.Millisecond), time.Second)
+	return SleepUnless(done, b.d)
+}
+
+// Reset starts the steps over, after an accept that succeeded.
+func (b *AcceptBackoff) Reset() { b.d = 0 }

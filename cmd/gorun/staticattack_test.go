@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+)
+
+// Attacks by another local user on the static backend's master port,
+// where node 0 meets the other nodes and the workers' store is served.
+
+// staticNode is the command line of one node of a static job of nnodes
+// on 127.0.0.1:port.
+func staticNode(nnodes, rank, port int, extra ...string) []string {
+	return append([]string{fmt.Sprintf("--nnodes=%d", nnodes), fmt.Sprintf("--node-rank=%d", rank), "--nproc-per-node=1",
+		"--master-addr=127.0.0.1", fmt.Sprintf("--master-port=%d", port), "--rdzv-id=static-attack", "--rdzv-conf=timeout=60"}, extra...)
+}
+
+// otherPython starts python3 -c script as the other user and returns its
+// output's lines; it is killed when the test ends.
+func otherPython(t *testing.T, cred *syscall.Credential, script string, args ...string) *bufio.Scanner {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", append([]string{"-c", script}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Dir = "/"
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return bufio.NewScanner(out)
+}
+
+// waitListening waits until something accepts connections at port.
+func waitListening(t *testing.T, port int) {
+	t.Helper()
+	waitFor(t, "node 0 listening on the master port", func() bool {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+// floodScript opens argv[2] idle connections to port argv[1] as fast as
+// it can, holds them a second, closes them and says so.
+const floodScript = `
+import socket, sys, time
+conns = []
+for _ in range(int(sys.argv[2])):
+    try:
+        conns.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5))
+    except OSError:
+        pass
+print("flooded", len(conns), flush=True)
+time.sleep(1)
+for c in conns:
+    c.close()
+print("done", flush=True)
+`
+
+// TestStaticMeetingSurvivesAFlood: another user's flood of idle
+// connections drives node 0 (run with 128 descriptors) past "too many
+// open files"; node 0 keeps accepting once the flood ends, and node 1,
+// arriving after it, forms the job with it.
+func TestStaticMeetingSurvivesAFlood(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	port := proctest.FreePort(t, "127.0.0.1")
+	args := staticNode(2, 0, port, "--no-python", "true")
+	c0, _, e0 := startCmd(t, exec.Command("/bin/sh", append([]string{"-c", `ulimit -n 128 && exec "$0" "$@"`, gorunBin}, args...)...), testEnv())
+	waitListening(t, port)
+	flood := otherPython(t, cred, floodScript, strconv.Itoa(port), "400")
+	for flood.Scan() && !strings.HasPrefix(flood.Text(), "done") {
+		t.Log("flood: ", flood.Text())
+	}
+	r := runGorun(t, testEnv(), staticNode(2, 1, port, "--no-python", "true")...)
+	if r.code != 0 {
+		t.Errorf("node 1 after the flood: exit %d\n%s", r.code, r.stderr)
+	}
+	if code := waitExit(t, c0); code != 0 {
+		t.Errorf("node 0: exit %d\n%s", code, e0)
+	}
+}
+
+// helloScript sends node 0 at port argv[1] the hello line argv[2] and
+// prints its answer.
+const helloScript = `
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+c.sendall(sys.argv[2].encode() + b"\n")
+print("answer", c.makefile().readline().strip(), flush=True)
+`
+
+// staticHello is a hello line of the static meeting.
+func staticHello(runID string, nodeRank int, nproc string) string {
+	return fmt.Sprintf(`{"gorun_static":1,"run_id":%q,"nnodes":2,"node_rank":%d,"nproc":%s,"role":"default","max_restarts":0}`, runID, nodeRank, nproc)
+}
+
+// TestStaticStrangersHello: another user's hello that claims node rank 1
+// with 2^63-1 workers is refused, bounded, and the real node 1 then
+// forms the job (before, the sum overflowed into a negative WORLD_SIZE
+// and the real node was never told); one that disagrees on the job is
+// named by its address, as a caller, not as a node of the job.
+func TestStaticStrangersHello(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	script := writeScript(t, `echo "world $WORLD_SIZE"`)
+
+	port := proctest.FreePort(t, "127.0.0.1")
+	c0, o0, e0 := startGorun(t, testEnv(), staticNode(2, 0, port, "--no-python", script)...)
+	waitListening(t, port)
+	stranger := otherPython(t, cred, helloScript, strconv.Itoa(port), staticHello("static-attack", 1, "9223372036854775807"))
+	if !stranger.Scan() || !strings.Contains(stranger.Text(), "has 9223372036854775807 workers; want 1..65536") {
+		t.Errorf("the stranger's answer: %q; want its worker count refused", stranger.Text())
+	}
+	r := runGorun(t, testEnv(), staticNode(2, 1, port, "--no-python", script)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "world 2") {
+		t.Errorf("the real node 1: exit %d; want 0 and a world of 2\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if code := waitExit(t, c0); code != 0 || !strings.Contains(o0.String(), "world 2") {
+		t.Errorf("node 0: exit %d; want 0 and a world of 2\n%s%s", code, o0, e0)
+	}
+
+	port = proctest.FreePort(t, "127.0.0.1")
+	c0, _, e0 = startGorun(t, testEnv(), staticNode(2, 0, port, "--no-python", script)...)
+	waitListening(t, port)
+	otherPython(t, cred, helloScript, strconv.Itoa(port), staticHello("not-this-job", 1, "1")).Scan()
+	if code := waitExit(t, c0); code != 2 || !strings.Contains(e0.String(), "the caller at 127.0.0.1:") || !strings.Contains(e0.String(), `(claiming --node-rank=1) has run id "not-this-job"`) {
+		t.Errorf("node 0 after a stranger's hello of another job: exit %d; want 2, naming the caller by its address\n%s", code, e0)
+	}
+}
+
+// bindScript tries to bind port argv[1] every 10 ms until killed, and
+// prints "bound" and the Unix time in ns if it ever can.
+const bindScript = `
+import socket, sys, time
+print("trying", flush=True)
+while True:
+    s = socket.socket()
+    try:
+        s.bind(("", int(sys.argv[1])))
+        s.listen(1)
+        print("bound", time.time_ns(), flush=True)
+        time.sleep(60)
+    except OSError:
+        s.close()
+        time.sleep(0.01)
+`
+
+// TestStaticMasterPortStaysHeld: node 0's agent holds the master port
+// from the meeting to the job's end (the meeting's connections are
+// diverted from the agent's store of Python workers): another user who
+// tries to bind it all along never can, and the Python workers form
+// their group over the agent's store.
+func TestStaticMasterPortStaysHeld(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	py := writePython(t, t.TempDir(), `import os, time, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+world = dist.get_world_size()
+dist.destroy_process_group()
+print("group of", world, "store", os.environ.get("TORCHELASTIC_USE_AGENT_STORE"), "done at", time.time_ns(), flush=True)
+`)
+	port := proctest.FreePort(t, "127.0.0.1")
+	env := testEnv("PYTHON_EXEC=" + testPython(t))
+	c0, o0, e0 := startGorun(t, env, staticNode(2, 0, port, py)...)
+	waitListening(t, port)
+	binder := otherPython(t, cred, bindScript, strconv.Itoa(port))
+	bound := make(chan int64, 1)
+	go func() {
+		for binder.Scan() {
+			if at, ok := strings.CutPrefix(binder.Text(), "bound "); ok {
+				ns, _ := strconv.ParseInt(at, 10, 64)
+				bound <- ns
+				return
+			}
+		}
+	}()
+	r := runGorun(t, env, staticNode(2, 1, port, py)...)
+	code0 := waitExit(t, c0)
+	// The workers' work ended when the last of them printed; the port
+	// is free once the agents exit.
+	var ended int64
+	for _, out := range []string{o0.String(), r.stdout} {
+		if _, at, ok := strings.Cut(out, "done at "); ok {
+			ns, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(at, "\n", 2)[0]), 10, 64)
+			ended = max(ended, ns)
+		}
+	}
+	select {
+	case ns := <-bound:
+		if ns < ended {
+			t.Errorf("another user bound the master port while the job ran, %v before its workers were done", time.Duration(ended-ns))
+		}
+	default:
+	}
+	if r.code != 0 || code0 != 0 || !strings.Contains(o0.String(), "group of 2 store True") {
+		t.Errorf("node 0 exit %d, node 1 exit %d; want 0 and a group of 2 over the agent's store\n%s%s\n%s", code0, r.code, o0, e0, r.stderr)
+	}
+}

@@ -1,0 +1,94 @@
+package agentstore
+
+import (
+	"bufio"
+	"net"
+	"sync"
+)
+
+// diverted is the listener of the connections that Divert hands to
+// another protocol.
+type diverted struct {
+	s     *Server
+	first byte
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+// Divert hands the connections whose first byte is first to the returned
+// listener instead of serving them, until that listener is closed: then
+// they are the store's again (which closes them, as a query it cannot
+// read). Another protocol shares the port so that it stays held from
+// that protocol's first use to the workers' last: the static backend's
+// meeting of the nodes, whose JSON lines begin with '{', a byte that
+// begins no query of the store. At most one divert is open at a time.
+func (s *Server) Divert(first byte) net.Listener {
+	d := &diverted{s: s, first: first, conns: make(chan net.Conn), done: make(chan struct{})}
+	s.mu.Lock()
+	s.divert = d
+	s.mu.Unlock()
+	return d
+}
+
+// diverts hands c to the open divert if its first byte is the divert's,
+// and says whether it did; the store then forgets c without closing it.
+func (s *Server) diverts(c *conn) bool {
+	s.mu.Lock()
+	d := s.divert
+	s.mu.Unlock()
+	if d == nil {
+		return false
+	}
+	head, err := c.r.Peek(1)
+	if err != nil || head[0] != d.first {
+		return false
+	}
+	select {
+	case d.conns <- &peekedConn{Conn: c.nc, r: c.r}:
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		return true
+	case <-d.done:
+		return false // served, and refused, as the store's
+	case <-s.done:
+		return false
+	}
+}
+
+// Accept returns the next diverted connection.
+func (d *diverted) Accept() (net.Conn, error) {
+	select {
+	case c := <-d.conns:
+		return c, nil
+	case <-d.done:
+		return nil, net.ErrClosed
+	case <-d.s.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close ends the divert; the port stays the store's.
+func (d *diverted) Close() error {
+	d.once.Do(func() {
+		close(d.done)
+		d.s.mu.Lock()
+		if d.s.divert == d {
+			d.s.divert = nil
+		}
+		d.s.mu.Unlock()
+	})
+	return nil
+}
+
+// Addr is the store's address.
+func (d *diverted) Addr() net.Addr { return d.s.ln.Addr() }
+
+// peekedConn is a connection whose first bytes were read ahead into r.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (p *peekedConn) Read(b []byte) (int, error) { return p.r.Read(b) }
