@@ -238,3 +238,31 @@ func TestErrorFileNotAFile(t *testing.T) {
 		})
 	}
 }
+
+// TestTempDirOthersCanSwapIn: a $TMPDIR in which another user could
+// rename gorun's private folders (theirs, or open to all without the
+// sticky bit) is refused, saying why.
+func TestTempDirOthersCanSwapIn(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	for _, tc := range []struct{ mode, want string }{
+		{"0777", "without the sticky bit"},
+		{"1777", "belongs to user " + proctest.OtherUserName},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			tmp := filepath.Join(sharedTemp(t), "tmp")
+			if tc.mode == "0777" { // this user's, open to all
+				if err := os.Mkdir(tmp, 0o700); err != nil || os.Chmod(tmp, 0o777) != nil {
+					t.Fatal(err)
+				}
+			} else {
+				asOther(t, cred, "mkdir -m "+tc.mode+" "+tmp)
+			}
+			r := runGorun(t, testEnv("TMPDIR="+tmp), "--nproc-per-node=1", "--no-python", "true")
+			if r.code == 0 || !strings.Contains(r.stderr, "($TMPDIR)") || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("exit %d; want a refusal of $TMPDIR (%q)\n%s", r.code, tc.want, r.stderr)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@
 package tempdir
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,9 @@ func New(what string) (*Dir, error) { return Make("", Prefix+what+"-") }
 // Make makes a private folder pattern* (os.MkdirTemp's pattern, which
 // must begin with Prefix) in dir ("": the temporary folder) and locks it.
 func Make(dir, pattern string) (*Dir, error) {
+	if err := sharedSafely(cmp.Or(dir, os.TempDir())); err != nil {
+		return nil, err
+	}
 	path, err := os.MkdirTemp(dir, pattern)
 	if err != nil {
 		return nil, err
@@ -60,6 +64,26 @@ func Make(dir, pattern string) (*Dir, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// sharedSafely refuses a folder in which another user could rename or
+// remove a folder of this user's: one of another user's (root aside), or
+// one others may write without the sticky bit (/tmp has it). A private
+// folder made there could be swapped for theirs while gorun uses it.
+func sharedSafely(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !ok:
+	case int(st.Uid) != os.Getuid() && st.Uid != 0:
+		return fmt.Errorf("temporary folder %s ($TMPDIR) belongs to %s, who could swap gorun's private folders in it: set TMPDIR to a folder of yours, or one with the sticky bit (as /tmp)", dir, private.UserName(int(st.Uid)))
+	case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
+		return fmt.Errorf("temporary folder %s ($TMPDIR) has mode %04o without the sticky bit: other users could swap gorun's private folders in it; set TMPDIR to a folder only you can write to, or one with the sticky bit (as /tmp)", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // lockNewDir locks the folder this process just made, then marks it.
