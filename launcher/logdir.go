@@ -321,10 +321,7 @@ func (l *logLayout) close() error {
 
 // removeEmptyDumpFolders removes this run's flight-recorder folders
 // that stayed empty, through handles on checked folders (a link or a
-// folder of another user's is left alone), and only empty folders. The
-// per-user folder stays: its name, freed, could be taken by another
-// user; a fresh one made because another user held that name goes when
-// empty.
+// folder of another user's is left alone), and only empty folders.
 func (l *logLayout) removeEmptyDumpFolders() {
 	base, err := private.OpenOwnFolder(l.frBase)
 	if err != nil {
@@ -339,9 +336,11 @@ func (l *logLayout) removeEmptyDumpFolders() {
 		run.Close()
 	}
 	_ = base.RemoveEmpty(name)
-	if l.frBase != private.FlightRecorderBase() {
-		_ = syscall.Rmdir(l.frBase) // a fresh folder of this run's: only if empty
-	}
+	// The per-user folder too, when no run keeps dumps there (rmdir:
+	// only an empty folder, never a link). Should another user take the
+	// name meanwhile, the next run is warned and uses a fresh folder,
+	// and the sweep leaves theirs alone.
+	_ = syscall.Rmdir(l.frBase)
 }
 
 // stopFile is the path of the run's stop file (GORUN_STOP_FILE).
