@@ -297,6 +297,7 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 		}
 		res, again, err := a.runRound(ctx, round, layout, shared)
 		if !again || err != nil {
+			a.lingerForOtherNodes(ctx, store, round, res, err)
 			return res, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/gorun-dev/gorun/launcher/agentstore"
 	"github.com/gorun-dev/gorun/rendezvous"
@@ -73,5 +74,30 @@ func useWorkerStore(s *agentstore.Server, round *rendezvous.Round) {
 	round.UseAgentStore = true
 	if round.GroupRank == 0 {
 		s.Reset()
+	}
+}
+
+// storeLinger bounds how long the master node's agent of a static job
+// keeps the workers' store after its own workers succeeded, while the
+// other nodes' workers are still connected (torchrun's agents hold an
+// exit barrier of 300 s).
+const storeLinger = 5 * time.Minute
+
+// lingerForOtherNodes keeps the workers' store, after this node's
+// workers succeeded, until the other nodes' workers have closed their
+// connections to it (at most storeLinger): under the static backend
+// nothing else holds node 0 until the others are done, and its exit
+// would take the store from workers still reading it. The etcd backends'
+// nodes wait for each other in Succeed.
+func (a *Agent) lingerForOtherNodes(ctx context.Context, s *agentstore.Server, round rendezvous.Round, res Result, err error) {
+	if _, static := a.rdzv.(MeetingHost); !static || s == nil || err != nil || res.ExitCode != 0 || round.GroupRank != 0 || round.GroupWorldSize < 2 {
+		return
+	}
+	if s.WaitIdle(ctx, time.Second) {
+		return
+	}
+	a.cfg.Log.Infof("this node's workers succeeded; keeping the workers' store until the other nodes' workers are done with it (at most %v)", storeLinger)
+	if !s.WaitIdle(ctx, storeLinger) {
+		a.cfg.Log.Warnf("the workers' store still has clients after %v: closing it", storeLinger)
 	}
 }

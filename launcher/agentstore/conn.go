@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // op is a store operation, whatever its number on the wire.
@@ -73,6 +74,9 @@ type conn struct {
 	r   *bufio.Reader
 	wmu sync.Mutex // replies come from its reader and from waits it parked
 	w   *bufio.Writer
+	// spoke is set once a query came: a client, not a connection that
+	// never said anything (WaitIdle does not wait for those).
+	spoke atomic.Bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -96,6 +100,7 @@ func (c *conn) serve() {
 		if err != nil {
 			return
 		}
+		c.spoke.Store(true)
 		if int(code) >= len(table) {
 			err = fmt.Errorf("%w: operation %d", errBadQuery, code)
 		} else {

@@ -22,6 +22,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -137,6 +138,39 @@ func (s *Server) Close() error {
 // Wait waits for the server's goroutines after Close or the end of
 // Serve's context.
 func (s *Server) Wait() { s.wg.Wait() }
+
+// WaitIdle waits until no client is connected (a connection that never
+// sent a query does not count), or max passed, or ctx ended, and says
+// whether the store went idle. The master node's agent
+// of a static job calls it once its own workers succeeded: the other
+// nodes' workers may still be reading keys, and nothing else tells the
+// agent when they are done.
+func (s *Server) WaitIdle(ctx context.Context, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		idle := true
+		for c := range s.conns {
+			idle = idle && !c.spoke.Load()
+		}
+		s.mu.Unlock()
+		if idle {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false
+		case <-s.done:
+			return true
+		}
+	}
+}
 
 // forget drops a closed connection and its parked waits.
 func (s *Server) forget(c *conn) {
