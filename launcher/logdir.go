@@ -1,11 +1,13 @@
 package launcher
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,6 +59,11 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 		}
 		l.root, l.temp = d.Path(), d
 	} else {
+		real, err := ResolveLogDir(logDir)
+		if err != nil {
+			return nil, err
+		}
+		logDir = real
 		if err := os.MkdirAll(logDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
 		}
@@ -81,6 +88,47 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 	}
 	l.dir = dir
 	return l, nil
+}
+
+// ResolveLogDir returns the folder that --log-dir=dir names as the
+// kernel resolves it (a ".." after a link leads out of the link's
+// target, not back where the text says), once CheckLogDir accepted it.
+// gorun and its workers use that one path from then on: a path checked
+// one way and used another would put the run's folder where nobody
+// checked. A part of it not there yet is made by gorun later.
+func ResolveLogDir(dir string) (string, error) {
+	raw := dir
+	if !filepath.IsAbs(raw) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("--log-dir: %w", err)
+		}
+		raw = wd + "/" + raw // not filepath.Join, which drops ".." by the text
+	}
+	parts := strings.Split(raw, "/")
+	// The links on the path as written (CheckLogDir reads it by the
+	// text, which is the kernel's way only without "..").
+	if !slices.Contains(parts, "..") {
+		if err := CheckLogDir(raw); err != nil {
+			return "", err
+		}
+	}
+	for i := len(parts); i > 0; i-- {
+		prefix := strings.Join(parts[:i], "/")
+		real, err := filepath.EvalSymlinks(cmp.Or(prefix, "/"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("--log-dir=%q: %w", dir, err)
+		}
+		real = filepath.Join(append([]string{real}, parts[i:]...)...)
+		if err := CheckLogDir(real); err != nil {
+			return "", err
+		}
+		return real, nil
+	}
+	return "", fmt.Errorf("--log-dir=%q: no part of it exists", dir)
 }
 
 // CheckLogDir refuses a --log-dir in which another user could rename or

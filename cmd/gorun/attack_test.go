@@ -266,3 +266,37 @@ func TestTempDirOthersCanSwapIn(t *testing.T) {
 		})
 	}
 }
+
+// TestLogDirDotDotThroughALink: a --log-dir whose ".." follows a link
+// of another user's is checked where the kernel resolves it (there: the
+// other user's folder, refused), not where its text leads; one that
+// resolves to a folder of the owner's is used at that one place, by
+// gorun and its workers alike.
+func TestLogDirDotDotThroughALink(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	tmp := sharedTemp(t)
+	theirs := filepath.Join(tmp, "theirs")
+	asOther(t, cred, "mkdir -m 0777 "+theirs+" "+theirs+"/x; ln -s "+theirs+"/x "+tmp+"/link")
+	r := runGorun(t, testEnv(), "--log-dir="+tmp+"/link/../logs", "--nproc-per-node=1", "--no-python", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, theirs+" belongs to user "+proctest.OtherUserName) {
+		t.Errorf("exit %d; want 2, refusing %s\n%s", r.code, theirs, r.stderr)
+	}
+	if entries, _ := os.ReadDir(theirs); len(entries) != 1 {
+		t.Errorf("gorun made something in %s: %v", theirs, entries)
+	}
+
+	// The owner's own link: the run folder and the workers' files in one place.
+	mine := filepath.Join(t.TempDir(), "mine")
+	if err := os.MkdirAll(filepath.Join(mine, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(filepath.Join(mine, "x"), link); err != nil {
+		t.Fatal(err)
+	}
+	r = runGorun(t, testEnv(), "--log-dir="+link+"/../logs", "--nproc-per-node=1", "--no-python", "/bin/sh", "-c", `echo "stop=$GORUN_STOP_FILE"`)
+	if r.code != 0 || !strings.Contains(r.stdout, "stop="+filepath.Join(mine, "logs")+"/") {
+		t.Errorf("exit %d; want 0 and the workers' files under %s\n%s%s", r.code, filepath.Join(mine, "logs"), r.stdout, r.stderr)
+	}
+}

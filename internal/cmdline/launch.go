@@ -339,7 +339,9 @@ func parseOutput(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) error
 		return fmt.Errorf("--log-dir=%q is a file; want a folder (made if missing)", cfg.LogDir)
 	}
 	if cfg.LogDir != "" {
-		if err := launcher.CheckLogDir(cfg.LogDir); err != nil {
+		// One path from here on, the one the kernel resolves: gorun and
+		// its workers then use the folder that was checked.
+		if cfg.LogDir, err = launcher.ResolveLogDir(cfg.LogDir); err != nil {
 			return err
 		}
 	}
