@@ -59,7 +59,7 @@ func (a *Agent) openWorkerStore(ctx context.Context) (*agentstore.Server, error)
 		return nil, err
 	}
 	if m, ok := a.rdzv.(MeetingHost); ok {
-		m.MeetOn(s.Divert(rendezvous.StaticMeetingByte))
+		m.MeetOn(s.Divert(rendezvous.StaticMeetingByte, rendezvous.HelloTimeout, rendezvous.MaxPendingHellos))
 	}
 	s.Serve(ctx)
 	return s, nil

@@ -130,8 +130,8 @@ func TestStaticNodesThatCannotMeet(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if took := time.Since(start); took >= helloTimeout {
-			t.Errorf("node 0 met its node after %v, held by a silent caller (hello deadline %v)", took, helloTimeout)
+		if took := time.Since(start); took >= HelloTimeout {
+			t.Errorf("node 0 met its node after %v, held by a silent caller (hello deadline %v)", took, HelloTimeout)
 		}
 	})
 	t.Run("node 0 never comes", func(t *testing.T) {

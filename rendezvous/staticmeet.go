@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/idleconns"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 )
 
@@ -31,8 +32,8 @@ const staticVersion = 1
 // its own clients.
 const StaticMeetingByte = '{'
 
-// helloTimeout bounds how long node 0 waits for a caller's hello line.
-const helloTimeout = 10 * time.Second
+// HelloTimeout bounds how long node 0 waits for a caller's hello line.
+const HelloTimeout = 10 * time.Second
 
 // staticHello is what a node tells node 0 when the job starts.
 type staticHello struct {
@@ -247,19 +248,18 @@ func printableRole(role string) bool {
 	return true
 }
 
-// maxPendingHellos bounds the callers that have not said hello yet: past
-// it, the one that waited longest is closed (a node says hello as soon
-// as it connects; an idle flood ages out first).
-const maxPendingHellos = 256
+// MaxPendingHellos bounds the callers that have not said hello yet
+// (package idleconns): past it, the one that waited longest is closed.
+const MaxPendingHellos = 256
 
 // acceptHellos accepts callers until ln closes and sends each caller's
 // hello to arrivals; a caller that sends no hello of a gorun node within
-// helloTimeout, or by the end of ctx, is closed. An accept that fails
+// HelloTimeout, or by the end of ctx, is closed. An accept that fails
 // for a reason that passes (EMFILE under a flood) is retried after a
 // back-off, never the end of the meeting.
 func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival, wg *sync.WaitGroup) {
 	var backoff ctxtime.AcceptBackoff
-	var pending pendingConns
+	var pending idleconns.Queue
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -269,11 +269,11 @@ func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival,
 			continue
 		}
 		backoff.Reset()
-		pending.add(c, maxPendingHellos)
+		pending.Add(c, MaxPendingHellos)
 		wg.Go(func() {
-			defer pending.remove(c)
+			defer pending.Remove(c)
 			context.AfterFunc(ctx, func() { c.Close() })
-			_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+			_ = c.SetReadDeadline(time.Now().Add(HelloTimeout))
 			var h staticHello
 			line, err := bufio.NewReaderSize(c, 4096).ReadSlice('\n')
 			if err != nil || json.Unmarshal(line, &h) != nil || h.Version != staticVersion {
@@ -281,40 +281,13 @@ func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival,
 				return
 			}
 			_ = c.SetReadDeadline(time.Time{})
-			pending.remove(c)
+			pending.Remove(c)
 			select {
 			case arrivals <- arrival{c, h}:
 			case <-ctx.Done():
 				c.Close()
 			}
 		})
-	}
-}
-
-// pendingConns are the callers that have not said hello yet, oldest
-// first.
-type pendingConns struct {
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-// add adds c, closing the oldest callers while more than limit wait.
-func (p *pendingConns) add(c net.Conn, limit int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.conns = append(p.conns, c)
-	for len(p.conns) > limit {
-		p.conns[0].Close()
-		p.conns = p.conns[1:]
-	}
-}
-
-// remove forgets c once it said hello or left.
-func (p *pendingConns) remove(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if i := slices.Index(p.conns, c); i >= 0 {
-		p.conns = slices.Delete(p.conns, i, i+1)
 	}
 }
 
@@ -389,7 +362,7 @@ func writeLine(c net.Conn, v any) error {
 	if err != nil {
 		return err
 	}
-	_ = c.SetWriteDeadline(time.Now().Add(helloTimeout))
+	_ = c.SetWriteDeadline(time.Now().Add(HelloTimeout))
 	_, err = c.Write(append(data, '\n'))
 	return err
 }

@@ -56,7 +56,7 @@ func waitListening(t *testing.T, port int) {
 }
 
 // floodScript opens argv[2] idle connections to port argv[1] as fast as
-// it can, holds them a second, closes them and says so.
+// it can, says so, holds them argv[3] seconds, closes them and says so.
 const floodScript = `
 import socket, sys, time
 conns = []
@@ -66,7 +66,7 @@ for _ in range(int(sys.argv[2])):
     except OSError:
         pass
 print("flooded", len(conns), flush=True)
-time.sleep(1)
+time.sleep(float(sys.argv[3]))
 for c in conns:
     c.close()
 print("done", flush=True)
@@ -74,25 +74,43 @@ print("done", flush=True)
 
 // TestStaticMeetingSurvivesAFlood: another user's flood of idle
 // connections drives node 0 (run with 128 descriptors) past "too many
-// open files"; node 0 keeps accepting once the flood ends, and node 1,
-// arriving after it, forms the job with it.
+// open files"; node 0 keeps accepting, closes callers silent for the
+// hello timeout, and node 1 forms the job with it: after a flood that
+// ended (gorun's own workers: the meeting's own listener), and during
+// one held for a minute (Python workers: the agent's store diverts the
+// meeting's callers).
 func TestStaticMeetingSurvivesAFlood(t *testing.T) {
 	t.Parallel()
 	cred := proctest.OtherUser(t)
-	port := proctest.FreePort(t, "127.0.0.1")
-	args := staticNode(2, 0, port, "--no-python", "true")
-	c0, _, e0 := startCmd(t, exec.Command("/bin/sh", append([]string{"-c", `ulimit -n 128 && exec "$0" "$@"`, gorunBin}, args...)...), testEnv())
-	waitListening(t, port)
-	flood := otherPython(t, cred, floodScript, strconv.Itoa(port), "400")
-	for flood.Scan() && !strings.HasPrefix(flood.Text(), "done") {
-		t.Log("flood: ", flood.Text())
-	}
-	r := runGorun(t, testEnv(), staticNode(2, 1, port, "--no-python", "true")...)
-	if r.code != 0 {
-		t.Errorf("node 1 after the flood: exit %d\n%s", r.code, r.stderr)
-	}
-	if code := waitExit(t, c0); code != 0 {
-		t.Errorf("node 0: exit %d\n%s", code, e0)
+	py := writePython(t, t.TempDir(), "print('worker ran')\n")
+	for _, tc := range []struct {
+		name   string
+		worker []string
+		hold   string // seconds the flood holds its connections
+		until  string // the flood's line after which node 1 starts
+	}{
+		{"no-python, after the flood", []string{"--no-python", "true"}, "1", "done"},
+		{"python, during the flood", []string{py}, "60", "flooded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			port := proctest.FreePort(t, "127.0.0.1")
+			env := testEnv("PYTHON_EXEC=" + testPython(t))
+			args := staticNode(2, 0, port, tc.worker...)
+			c0, _, e0 := startCmd(t, exec.Command("/bin/sh", append([]string{"-c", `ulimit -n 128 && exec "$0" "$@"`, gorunBin}, args...)...), env)
+			waitListening(t, port)
+			flood := otherPython(t, cred, floodScript, strconv.Itoa(port), "300", tc.hold)
+			for flood.Scan() && !strings.HasPrefix(flood.Text(), tc.until) {
+				t.Log("flood: ", flood.Text())
+			}
+			r := runGorun(t, env, staticNode(2, 1, port, tc.worker...)...)
+			if r.code != 0 {
+				t.Errorf("node 1: exit %d\n%s", r.code, r.stderr)
+			}
+			if code := waitExit(t, c0); code != 0 {
+				t.Errorf("node 0: exit %d\n%s", code, e0)
+			}
+		})
 	}
 }
 

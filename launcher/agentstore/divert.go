@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"net"
 	"sync"
+	"time"
+
+	"github.com/gorun-dev/gorun/internal/idleconns"
 )
 
 // diverted is the listener of the connections that Divert hands to
@@ -11,9 +14,14 @@ import (
 type diverted struct {
 	s     *Server
 	first byte
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
+	// wait and maxWaiting bound the connections that have not sent their
+	// first byte yet: a flood of idle ones ages out (idleconns).
+	wait       time.Duration
+	maxWaiting int
+	waiting    idleconns.Queue
+	conns      chan net.Conn
+	done       chan struct{}
+	once       sync.Once
 }
 
 // Divert hands the connections whose first byte is first to the returned
@@ -22,9 +30,13 @@ type diverted struct {
 // read). Another protocol shares the port so that it stays held from
 // that protocol's first use to the workers' last: the static backend's
 // meeting of the nodes, whose JSON lines begin with '{', a byte that
-// begins no query of the store. At most one divert is open at a time.
-func (s *Server) Divert(first byte) net.Listener {
-	d := &diverted{s: s, first: first, conns: make(chan net.Conn), done: make(chan struct{})}
+// begins no query of the store. While it is open, a connection has wait
+// to send its first byte, and at most maxWaiting wait at once (past it,
+// the one that waited longest is closed): the other protocol's peers
+// speak at once, and no flood of idle connections holds the port's
+// descriptors. At most one divert is open at a time.
+func (s *Server) Divert(first byte, wait time.Duration, maxWaiting int) net.Listener {
+	d := &diverted{s: s, first: first, wait: wait, maxWaiting: maxWaiting, conns: make(chan net.Conn), done: make(chan struct{})}
 	s.mu.Lock()
 	s.divert = d
 	s.mu.Unlock()
@@ -32,7 +44,8 @@ func (s *Server) Divert(first byte) net.Listener {
 }
 
 // diverts hands c to the open divert if its first byte is the divert's,
-// and says whether it did; the store then forgets c without closing it.
+// or closes it if it sends none in time, and says whether it did either;
+// the store then forgets c (without closing a connection it handed on).
 func (s *Server) diverts(c *conn) bool {
 	s.mu.Lock()
 	d := s.divert
@@ -40,15 +53,22 @@ func (s *Server) diverts(c *conn) bool {
 	if d == nil {
 		return false
 	}
+	d.waiting.Add(c.nc, d.maxWaiting)
+	_ = c.nc.SetReadDeadline(time.Now().Add(d.wait))
 	head, err := c.r.Peek(1)
-	if err != nil || head[0] != d.first {
+	d.waiting.Remove(c.nc)
+	_ = c.nc.SetReadDeadline(time.Time{})
+	if err != nil {
+		c.nc.Close() // silent past the wait, or closed for a newer caller
+		s.forget(c)
+		return true
+	}
+	if head[0] != d.first {
 		return false
 	}
 	select {
 	case d.conns <- &peekedConn{Conn: c.nc, r: c.r}:
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
+		s.forget(c)
 		return true
 	case <-d.done:
 		return false // served, and refused, as the store's

@@ -22,6 +22,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -74,15 +75,24 @@ func (s *Server) Serve(ctx context.Context) {
 	})
 	s.wg.Go(func() {
 		var backoff ctxtime.AcceptBackoff
+		starved := false // said once per run of descriptor errors
 		for {
 			nc, err := s.ln.Accept()
 			if err != nil {
-				if errors.Is(err, net.ErrClosed) || !backoff.Wait(s.done) {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				if !starved && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+					starved = true
+					s.log.Warnf("workers' store: %v: accepting again as connections close (a flood of connections to the port?)", err)
+				}
+				if !backoff.Wait(s.done) {
 					return
 				}
 				continue // an accept error that passes (EMFILE, an aborted connection)
 			}
 			backoff.Reset()
+			starved = false
 			if tc, ok := nc.(*net.TCPConn); ok {
 				_ = tc.SetNoDelay(true)
 			}
