@@ -1,6 +1,7 @@
 package watchdog
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -352,8 +353,34 @@ func readDump(path string) (Dump, int64, error) {
 	return d, int64(len(b)), err
 }
 
+// Bounds of what one dump may hold, checked before its entries and
+// groups are decoded (an empty entry, "{}", takes three bytes on disk
+// and a kilobyte decoded): far above PyTorch's recorder (2,000 entries
+// by default, TORCH_NCCL_TRACE_BUFFER_SIZE).
+const (
+	MaxDumpEntries = 1 << 17
+	MaxDumpGroups  = 1 << 16
+)
+
 // parseDump reads a dump's JSON and bounds what it claims.
 func parseDump(path string, b []byte) (Dump, error) {
+	var counts struct {
+		Entries  json.RawMessage `json:"entries"`
+		PGConfig json.RawMessage `json:"pg_config"`
+		PGStatus json.RawMessage `json:"pg_status"`
+	}
+	if err := json.Unmarshal(b, &counts); err != nil {
+		return Dump{}, fmt.Errorf("%s: not a flight recorder dump: %w", path, err)
+	}
+	for _, f := range []struct {
+		name  string
+		raw   json.RawMessage
+		limit int
+	}{{"entries", counts.Entries, MaxDumpEntries}, {"pg_config", counts.PGConfig, MaxDumpGroups}, {"pg_status", counts.PGStatus, MaxDumpGroups}} {
+		if n := countJSON(f.raw, f.limit); n > f.limit {
+			return Dump{}, fmt.Errorf("%s: not a flight recorder dump: %q holds more than %d items", path, f.name, f.limit)
+		}
+	}
 	var d Dump
 	if err := json.Unmarshal(b, &d); err != nil {
 		return d, fmt.Errorf("%s: not a flight recorder dump: %w", path, err)
@@ -371,3 +398,28 @@ func parseDump(path string, b []byte) (Dump, error) {
 // lists of the ranks that did not dump is that long. The largest jobs
 // run today have some 100,000 ranks.
 const MaxWorldSize = 1 << 20
+
+// countJSON counts the items of a JSON array or object, stopping past
+// limit; anything else counts 0 (decoding then says what is wrong).
+func countJSON(raw json.RawMessage, limit int) int {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if d, ok := tok.(json.Delim); err != nil || !ok || (d != '[' && d != '{') {
+		return 0
+	}
+	object := tok == json.Delim('{')
+	n := 0
+	for dec.More() && n <= limit {
+		if object {
+			if _, err := dec.Token(); err != nil {
+				return n
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return n
+		}
+		n++
+	}
+	return n
+}

@@ -170,11 +170,17 @@ func TestTraceOfAHostileFolder(t *testing.T) {
 	for _, tc := range []struct{ name, dump, want string }{
 		{"world", `{"version":"2.10","rank":0,"world_size":100000000,"entries":[],"pg_status":{}}`, "world_size 100000000 is outside 0..1048576"},
 		{"rank", `{"version":"2.10","rank":-5,"world_size":2,"entries":[],"pg_status":{}}`, "rank -5 is outside 0..1"},
+		// 400 KB on disk, some 130 MB decoded; seven million took 7 GB.
+		{"entries", `{"version":"2.10","rank":0,"world_size":2,"entries":[` + strings.Repeat("{},", 1<<17) + `{}],"pg_status":{}}`, `"entries" holds more than 131072 items`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := filepath.Join(sharedTemp(t), "dumps")
-			asOther(t, cred, "mkdir "+dir+"; printf '%s' '"+tc.dump+"' > "+dir+"/fr_trace_rank_0.json")
+			tmp := sharedTemp(t)
+			dir, src := filepath.Join(tmp, "dumps"), filepath.Join(tmp, "dump.json")
+			if err := os.WriteFile(src, []byte(tc.dump), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			asOther(t, cred, "mkdir "+dir+"; cat "+src+" > "+dir+"/fr_trace_rank_0.json")
 			r := runGorun(t, testEnv(), "trace", dir)
 			if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("gorun trace: exit %d; want 1 and %q\n%s%s", r.code, tc.want, r.stdout, r.stderr)
