@@ -145,6 +145,10 @@ func TestStaticNodesThatCannotMeet(t *testing.T) {
 	for _, tc := range []struct{ name, says, want string }{
 		{"not node 0's gorun", "HTTP/1.1 400 Bad Request\r\n", "not node 0's gorun"},
 		{"closed without a word", "", "closed the connection without a word"},
+		// Tables from whatever answers on the port, bounded as hellos are.
+		{"a huge worker count", `{"gorun_static":1,"nprocs":[9223372036854775807,1],"roles":["x","default"]}` + "\n", "answered 9223372036854775807 workers for node 0"},
+		{"a negative worker count", `{"gorun_static":1,"nprocs":[-4611686018427387904,1],"roles":["x","default"]}` + "\n", "answered -4611686018427387904 workers for node 0"},
+		{"a bad secret", `{"gorun_static":1,"nprocs":[1,1],"roles":["default","default"],"job_secret":"chosen"}` + "\n", "not 64 hexadecimal digits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

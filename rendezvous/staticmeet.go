@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -347,13 +346,47 @@ func (s *Static) ask(ctx context.Context, c net.Conn, me staticHello, addr strin
 	case t.Error != "":
 		return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, t.Error)
 	}
-	if len(t.Nprocs) != me.NNodes || len(t.Roles) != me.NNodes || t.Nprocs[me.NodeRank] != me.Nproc {
-		return staticTable{}, fmt.Errorf("%w: node 0 at %s answered a table of %d nodes", ErrInvalidNode, addr, len(t.Nprocs))
-	}
-	if slices.Contains(t.Nprocs, 0) {
-		return staticTable{}, fmt.Errorf("%w: node 0 at %s answered a node without workers", ErrInvalidNode, addr)
+	if why := t.invalid(me); why != "" {
+		return staticTable{}, fmt.Errorf("%w: what answers at %s as node 0 %s", ErrInvalidNode, addr, why)
 	}
 	return t, nil
+}
+
+// invalid says why a table that node 0 answered cannot be this job's,
+// or "": every number and name in it is bounded as node 0 bounds the
+// hellos (refusal), so that what answers on the port cannot hand this
+// node's workers a negative or overflowing rank.
+func (t staticTable) invalid(me staticHello) string {
+	if len(t.Nprocs) != me.NNodes || len(t.Roles) != me.NNodes || t.Nprocs[me.NodeRank] != me.Nproc {
+		return fmt.Sprintf("answered a table of %d nodes that does not hold this node's %d workers", len(t.Nprocs), me.Nproc)
+	}
+	world := 0
+	for i, n := range t.Nprocs {
+		if n < 1 || n > maxStaticNproc || world > maxStaticWorld-n {
+			return fmt.Sprintf("answered %d workers for node %d (want 1..%d, and a world of at most %d ranks)", n, i, maxStaticNproc, maxStaticWorld)
+		}
+		world += n
+		if r := t.Roles[i]; len(r) > maxStaticRoleLen || !printableRole(r) {
+			return fmt.Sprintf("answered a role for node %d that is not a name of at most %d printable characters", i, maxStaticRoleLen)
+		}
+	}
+	if t.JobSecret != "" && !isHex(t.JobSecret, 64) {
+		return "answered a job secret that is not 64 hexadecimal digits"
+	}
+	return ""
+}
+
+// isHex says whether s is n hexadecimal digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // writeLine writes v as one JSON line.

@@ -231,3 +231,37 @@ print("group of", world, "store", os.environ.get("TORCHELASTIC_USE_AGENT_STORE")
 		t.Errorf("node 0 exit %d, node 1 exit %d; want 0 and a group of 2 over the agent's store\n%s%s\n%s", code0, r.code, o0, e0, r.stderr)
 	}
 }
+
+// forgerScript listens on port argv[1] as if it were node 0, answers
+// every caller's first line with the table argv[2], and says "ready".
+const forgerScript = `
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.makefile().readline()
+    c.sendall(sys.argv[2].encode() + b"\n")
+    c.close()
+`
+
+// TestStaticForgedTable: another user who answers on the master port
+// in node 0's place with a table of 2^63-1 workers does not give node
+// 1's workers an overflowing rank (before: RANK=9223372036854775807,
+// WORLD_SIZE negative, exit 0): the table is refused, by what is wrong.
+func TestStaticForgedTable(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	port := proctest.FreePort(t, "127.0.0.1")
+	forger := otherPython(t, cred, forgerScript, strconv.Itoa(port), `{"gorun_static":1,"nprocs":[9223372036854775807,1],"roles":["x","default"]}`)
+	if !forger.Scan() || forger.Text() != "ready" {
+		t.Fatalf("the forger did not start: %q", forger.Text())
+	}
+	r := runGorun(t, testEnv(), staticNode(2, 1, port, "--no-python", "/bin/sh", "-c", `echo "rank $RANK world $WORLD_SIZE"`)...)
+	if r.code == 0 || strings.Contains(r.stdout, "rank ") || !strings.Contains(r.stderr, "answered 9223372036854775807 workers for node 0") {
+		t.Errorf("node 1: exit %d; want a refusal of the table and no worker started\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
