@@ -51,7 +51,7 @@ func (p *progress) saw(now time.Time) { p.last.Store(now.UnixNano()) }
 func (p *progress) latest() time.Time {
 	t := time.Unix(0, p.last.Load())
 	if p.heartbeat != "" {
-		if fi, err := os.Stat(p.heartbeat); err == nil && fi.ModTime().After(t) {
+		if fi, err := os.Lstat(p.heartbeat); err == nil && fi.ModTime().After(t) { // a link is not followed
 			t = fi.ModTime()
 		}
 	}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/launcher/agentstore"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -54,7 +56,11 @@ func (a *Agent) openWorkerStore(ctx context.Context) (*agentstore.Server, error)
 	s, err := agentstore.Listen(port, a.cfg.Log)
 	if err != nil {
 		if port != 0 && errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("--master-port=%d is taken by another process (gorun serves the workers' store there, as torchrun 2.x does): free it, or leave --master-port out for a free port: %w", port, err)
+			advice := "free it, or leave --master-port out for a free port"
+			if _, static := a.rdzv.(MeetingHost); static {
+				advice = "free it, or give every node another --master-port"
+			}
+			return nil, fmt.Errorf("--master-port=%d is taken by another process%s (gorun serves the workers' store there, as torchrun 2.x does): %s: %w", port, proc.PortHolderNote(net.JoinHostPort("0.0.0.0", strconv.Itoa(port))), advice, err)
 		}
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/idleconns"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 )
 
 // DefaultStaticJoinTimeout is how long the nodes of a static job wait for
@@ -120,7 +121,7 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 		addr := net.JoinHostPort("", strconv.Itoa(s.cfg.MasterPort))
 		var err error
 		if ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp", addr); err != nil {
-			return staticTable{}, fmt.Errorf("rendezvous: static: node 0 meets the other nodes on the master port %d before worker rank 0's store takes it: %w", s.cfg.MasterPort, err)
+			return staticTable{}, fmt.Errorf("rendezvous: static: node 0 meets the other nodes on the master port %d before worker rank 0's store takes it%s: %w", s.cfg.MasterPort, proc.PortHolderNote(addr), err)
 		}
 	}
 	// Cancelled when host returns, not by ctx (the nodes that came must be

@@ -265,3 +265,23 @@ func TestStaticForgedTable(t *testing.T) {
 		t.Errorf("node 1: exit %d; want a refusal of the table and no worker started\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestMasterPortOfAnotherUser: a master port that another user holds is
+// refused naming that user, whether node 0 meets the others there
+// itself (gorun's own workers) or through the agent's store (Python).
+func TestMasterPortOfAnotherUser(t *testing.T) {
+	t.Parallel()
+	cred := proctest.OtherUser(t)
+	py := writePython(t, t.TempDir(), "print('worker ran')\n")
+	for _, worker := range [][]string{{"--no-python", "true"}, {py}} {
+		t.Run(worker[0], func(t *testing.T) {
+			t.Parallel()
+			port, _ := squatter(t, cred)
+			p, _ := strconv.Atoi(port)
+			r := runGorun(t, testEnv("PYTHON_EXEC="+testPython(t)), staticNode(2, 0, p, worker...)...)
+			if r.code == 0 || !strings.Contains(r.stderr, "held by user "+proctest.OtherUserName) {
+				t.Errorf("exit %d; want a refusal naming user %s\n%s", r.code, proctest.OtherUserName, r.stderr)
+			}
+		})
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 )
 
 // probeTimeout bounds each step of diagnose.
@@ -112,9 +114,9 @@ func probeJobTLS(c net.Conn, endpoint string, tlsCfg *tls.Config) (string, bool,
 	var foreign *ForeignCertError
 	switch {
 	case errors.As(err, &foreign):
-		return fmt.Sprintf("the port speaks TLS, with a certificate not of this job%s: if the job's store uses TLS files of yours (--rdzv-conf cert=,key=), give this node the same TLS settings (cacert=, and cert=,key=); otherwise the process on the port cannot prove it holds the job's token. Nothing secret was sent to it", portOwnerNote(endpoint)), true, ErrNotJobStore
+		return fmt.Sprintf("the port speaks TLS, with a certificate not of this job%s: if the job's store uses TLS files of yours (--rdzv-conf cert=,key=), give this node the same TLS settings (cacert=, and cert=,key=); otherwise the process on the port cannot prove it holds the job's token. Nothing secret was sent to it", proc.PortHolderNote(endpoint)), true, ErrNotJobStore
 	case errors.Is(err, ErrNotJobStore), errors.As(err, &record):
-		return fmt.Sprintf("the process on the port cannot prove it holds the job's token%s; nothing secret was sent to it (another user's or another job's process, or the store of an earlier job with the same run id and endpoint; an external etcd wants --rdzv-backend=etcd)", portOwnerNote(endpoint)), true, ErrNotJobStore
+		return fmt.Sprintf("the process on the port cannot prove it holds the job's token%s; nothing secret was sent to it (another user's or another job's process, or the store of an earlier job with the same run id and endpoint; an external etcd wants --rdzv-backend=etcd)", proc.PortHolderNote(endpoint)), true, ErrNotJobStore
 	case errors.As(err, &op) && op.Op == "remote error":
 		return errTokenRefused.Error() + " (" + op.Err.Error() + "): every node of the job needs the same token", true, errTokenRefused
 	}
