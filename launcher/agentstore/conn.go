@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // op is a store operation, whatever its number on the wire.
@@ -119,6 +120,20 @@ func (c *conn) serve() {
 func (c *conn) reply(b ...[]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	return c.write(b)
+}
+
+// replyWithin is reply, given at most d to be written.
+func (c *conn) replyWithin(d time.Duration, b ...[]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(d))
+	defer c.nc.SetWriteDeadline(time.Time{})
+	return c.write(b)
+}
+
+// write writes and flushes b; c.wmu held.
+func (c *conn) write(b [][]byte) error {
 	for _, p := range b {
 		if _, err := c.w.Write(p); err != nil {
 			return err

@@ -2,6 +2,7 @@ package agentstore
 
 import (
 	"context"
+	"io"
 	"net"
 	"strconv"
 	"testing"
@@ -40,5 +41,75 @@ func TestWaitIdle(t *testing.T) {
 	client.Close()
 	if !s.WaitIdle(ctx, time.Minute) {
 		t.Fatal("not idle once the client left (a silent connection remains)")
+	}
+}
+
+// TestAStalledWaiterHoldsNoSetter: a client that parks a WAIT and then
+// stops reading (its replies pile up until the store's writes to it
+// block) does not hold the client whose SET releases that WAIT: the
+// setter's next query is answered.
+func TestAStalledWaiterHoldsNoSetter(t *testing.T) {
+	t.Parallel()
+	s := serve(t)
+	setter, stalled := dial(t, s), dial(t, s)
+	if tc, ok := stalled.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	big := make([]byte, 1<<20)
+	if _, err := setter.Write(query(1, field([]byte("big")), field(big))); err != nil { // SET big
+		t.Fatal(err)
+	}
+	getBig := query(3, field([]byte("big")))
+	// The same connection's GET answered: the SET was applied.
+	if _, err := setter.Write(getBig); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(setter, make([]byte, 8+len(big))); err != nil {
+		t.Fatal(err)
+	}
+	// WAIT for "k", then GETs it never reads: 64 MiB of replies.
+	stall := query(6, u64Bytes(1), field([]byte("k")))
+	for range 64 {
+		stall = append(stall, getBig...)
+	}
+	go stalled.Write(stall) // blocks too, once the store stops reading it
+	// Once the store is stuck writing to the stalled client, SET "k"
+	// (releasing its WAIT) and ask for it back.
+	waitStuck(t, s)
+	if _, err := setter.Write(append(query(1, field([]byte("k")), field([]byte("v"))), query(3, field([]byte("k")))...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = setter.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 9)
+	if _, err := io.ReadFull(setter, got); err != nil || string(got[8:]) != "v" {
+		t.Fatalf("the setter's GET: %q, %v; want its value, not a store held by the stalled client", got, err)
+	}
+}
+
+// waitStuck waits until the store holds a parked WAIT and is stuck
+// writing to its client: the connection's writer stays locked (a reply
+// of 1 MiB that the client does not read never ends), 20 looks in a row.
+func waitStuck(t *testing.T, s *Server) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for held := 0; held < 20; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the store is not stuck writing to the stalled client within a minute")
+		}
+		s.mu.Lock()
+		var c *conn
+		if len(s.waiters) > 0 {
+			c = s.waiters[0].c
+		}
+		s.mu.Unlock()
+		switch {
+		case c == nil:
+			held = 0
+		case c.wmu.TryLock():
+			c.wmu.Unlock()
+			held = 0
+		default:
+			held++
+		}
 	}
 }

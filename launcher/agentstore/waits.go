@@ -1,6 +1,9 @@
 package agentstore
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // waiter is a parked WAIT (keys) or BARRIER (barrier, world) of one
 // connection.
@@ -29,7 +32,7 @@ func (s *Server) update(f func()) {
 	f()
 	ready := s.takeReady(-1)
 	s.mu.Unlock()
-	release(ready)
+	s.release(ready)
 }
 
 // takeReady removes and returns the WAITs whose keys all exist, at most
@@ -49,11 +52,22 @@ func (s *Server) takeReady(limit int) []*waiter {
 	return ready
 }
 
-// release tells each waiter to stop waiting. A connection gone since
-// is no matter.
-func release(ws []*waiter) {
+// releaseWriteTimeout bounds how long a waiter's release may wait for
+// its connection to take the reply: past it, that connection is closed.
+const releaseWriteTimeout = 30 * time.Second
+
+// release tells each waiter to stop waiting, each in a goroutine of the
+// server's own: the caller that made the keys (a worker's SET) never
+// waits on another client's connection, which may not be reading (a
+// stranger that parked a WAIT and stopped reading would otherwise hold
+// every setter of its keys). A connection gone since is no matter.
+func (s *Server) release(ws []*waiter) {
 	for _, w := range ws {
-		_ = w.c.reply([]byte{stopWaiting})
+		s.wg.Go(func() {
+			if w.c.replyWithin(releaseWriteTimeout, []byte{stopWaiting}) != nil {
+				w.c.nc.Close()
+			}
+		})
 	}
 }
 
@@ -80,7 +94,7 @@ func (s *Server) barrier(c *conn, key string, world int64) error {
 	if n < world {
 		s.waiters = append(s.waiters, &waiter{c: c, barrier: key, world: world})
 		s.mu.Unlock()
-		release(ready)
+		s.release(ready)
 		return nil
 	}
 	kept := s.waiters[:0]
@@ -93,7 +107,7 @@ func (s *Server) barrier(c *conn, key string, world int64) error {
 	}
 	s.waiters = kept
 	s.mu.Unlock()
-	release(ready)
+	s.release(ready)
 	return c.reply([]byte{stopWaiting})
 }
 
@@ -104,5 +118,5 @@ func (s *Server) push(key string, v []byte) {
 	s.queues[key] = append(s.queues[key], v)
 	ready := s.takeReady(1)
 	s.mu.Unlock()
-	release(ready)
+	s.release(ready)
 }
