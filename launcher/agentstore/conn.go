@@ -78,6 +78,9 @@ type conn struct {
 	// spoke is set once a query came: a client, not a connection that
 	// never said anything (WaitIdle does not wait for those).
 	spoke atomic.Bool
+	// parked are its WAITs and BARRIERs not answered yet; the server's
+	// mu guards it.
+	parked []*waiter
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -231,7 +234,7 @@ func (c *conn) handle(o op) error {
 		if err != nil {
 			return err
 		}
-		s.update(func() {
+		s.update([]string{k}, func() {
 			if o == opAppend {
 				v = append(s.keys[k], v...)
 			}
@@ -252,7 +255,7 @@ func (c *conn) handle(o op) error {
 				return err
 			}
 		}
-		s.update(func() {
+		s.update(keys, func() {
 			for i, k := range keys {
 				s.keys[k] = values[i]
 			}
@@ -268,7 +271,7 @@ func (c *conn) handle(o op) error {
 			return err
 		}
 		var out []byte
-		s.update(func() {
+		s.update([]string{k}, func() {
 			cur, ok := s.keys[k]
 			switch {
 			case !ok && len(expected) == 0, ok && bytes.Equal(cur, expected):
@@ -311,7 +314,7 @@ func (c *conn) handle(o op) error {
 			return err
 		}
 		var sum int64
-		s.update(func() {
+		s.update([]string{k}, func() {
 			cur, _ := strconv.ParseInt(string(s.keys[k]), 10, 64)
 			sum = cur + int64(delta)
 			s.keys[k] = []byte(strconv.FormatInt(sum, 10))

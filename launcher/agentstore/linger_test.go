@@ -2,9 +2,11 @@ package agentstore
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -98,8 +100,8 @@ func waitStuck(t *testing.T, s *Server) {
 		}
 		s.mu.Lock()
 		var c *conn
-		if len(s.waiters) > 0 {
-			c = s.waiters[0].c
+		for _, ws := range s.waiting {
+			c = ws[0].c
 		}
 		s.mu.Unlock()
 		switch {
@@ -110,6 +112,72 @@ func waitStuck(t *testing.T, s *Server) {
 			held = 0
 		default:
 			held++
+		}
+	}
+}
+
+// TestParkedWaitsCostTheirKeyOnly: a WAIT is parked at the first of its
+// keys still missing, so that a SET of another key does not look at it
+// again (a client that parked WAITs listing a key 100,000 times slowed
+// every SET of that key); a connection parks at most maxParked.
+func TestParkedWaitsCostTheirKeyOnly(t *testing.T) {
+	t.Parallel()
+	s, hook := serveLogged(t)
+	setter, waiter := dial(t, s), dial(t, s)
+	if _, err := setter.Write(query(1, field([]byte("a")), field([]byte("1")))); err != nil { // SET a
+		t.Fatal(err)
+	}
+	wait := query(6, u64Bytes(100_001))
+	for range 100_000 {
+		wait = append(wait, field([]byte("a"))...)
+	}
+	wait = append(wait, field([]byte("missing"))...)
+	for range maxParked {
+		if _, err := waiter.Write(wait); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Parked at "missing", none at "a": a SET of "a" finds none of them.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s.mu.Lock()
+		atA, atMissing := len(s.waiting["a"]), len(s.waiting["missing"])
+		s.mu.Unlock()
+		if atA != 0 {
+			t.Fatalf("%d WAITs parked at a, which exists", atA)
+		}
+		if atMissing == maxParked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d WAITs parked at missing after a minute; want %d", atMissing, maxParked)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := waiter.Write(wait); err != nil { // one too many
+		t.Fatal(err)
+	}
+	_ = waiter.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := waiter.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("read %v; want the connection closed for its WAIT past %d", err, maxParked)
+	}
+	logged := false
+	for _, e := range hook.AllEntries() {
+		logged = logged || strings.Contains(e.Message, "more than 4 WAITs or BARRIERs parked at once")
+	}
+	if !logged {
+		t.Error("no log line for the WAIT past the limit")
+	}
+	// Its WAITs go with it (the store forgets it once it closed it).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		s.mu.Lock()
+		parked := len(s.waiting)
+		s.mu.Unlock()
+		if parked == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WAITs of %d keys still parked a minute after their connection closed", parked)
 		}
 	}
 }

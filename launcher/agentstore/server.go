@@ -36,14 +36,17 @@ type Server struct {
 	ln  net.Listener
 	log logrus.FieldLogger
 
-	mu      sync.Mutex
-	keys    map[string][]byte
-	queues  map[string][][]byte
-	waiters []*waiter
-	conns   map[*conn]struct{}
-	divert  *diverted // nil: every connection is the store's
-	closed  bool
-	done    chan struct{} // closed by Close
+	mu     sync.Mutex
+	keys   map[string][]byte
+	queues map[string][][]byte
+	// waiting are the parked WAITs by the key each waits for next;
+	// barriers the parked BARRIERs by their key.
+	waiting  map[string][]*waiter
+	barriers map[string][]*waiter
+	conns    map[*conn]struct{}
+	divert   *diverted // nil: every connection is the store's
+	closed   bool
+	done     chan struct{} // closed by Close
 
 	wg sync.WaitGroup // the accept loop and the connections
 }
@@ -57,7 +60,8 @@ func Listen(port int, log logrus.FieldLogger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workers' store: listen on port %d: %w", port, err)
 	}
-	return &Server{ln: ln, log: log, keys: map[string][]byte{}, queues: map[string][][]byte{}, conns: map[*conn]struct{}{}, done: make(chan struct{})}, nil
+	return &Server{ln: ln, log: log, keys: map[string][]byte{}, queues: map[string][][]byte{},
+		waiting: map[string][]*waiter{}, barriers: map[string][]*waiter{}, conns: map[*conn]struct{}{}, done: make(chan struct{})}, nil
 }
 
 // Port is the port the server holds.
@@ -115,7 +119,8 @@ func (s *Server) Serve(ctx context.Context) {
 // the same keys again.
 func (s *Server) Reset() {
 	s.mu.Lock()
-	s.keys, s.queues, s.waiters = map[string][]byte{}, map[string][][]byte{}, nil
+	s.keys, s.queues = map[string][]byte{}, map[string][][]byte{}
+	s.waiting, s.barriers = map[string][]*waiter{}, map[string][]*waiter{}
 	conns := s.conns
 	s.conns = map[*conn]struct{}{}
 	s.mu.Unlock()
@@ -136,7 +141,7 @@ func (s *Server) Close() error {
 	close(s.done)
 	conns := s.conns
 	s.conns = nil
-	s.waiters = nil
+	s.waiting, s.barriers = map[string][]*waiter{}, map[string][]*waiter{}
 	s.mu.Unlock()
 	err := s.ln.Close()
 	for c := range conns {
@@ -188,15 +193,4 @@ func (s *Server) forget(c *conn) {
 	defer s.mu.Unlock()
 	delete(s.conns, c)
 	s.dropWaits(c)
-}
-
-// dropWaits removes c's parked waits; s.mu held.
-func (s *Server) dropWaits(c *conn) {
-	kept := s.waiters[:0]
-	for _, w := range s.waiters {
-		if w.c != c {
-			kept = append(kept, w)
-		}
-	}
-	s.waiters = kept
 }

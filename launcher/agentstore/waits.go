@@ -1,55 +1,128 @@
 package agentstore
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
 
-// waiter is a parked WAIT (keys) or BARRIER (barrier, world) of one
-// connection.
+// waiter is a parked WAIT (keys, of which keys[next] is the first still
+// missing) or BARRIER (barrier, world) of one connection.
 type waiter struct {
 	c       *conn
 	keys    []string
+	next    int
 	barrier string
 	world   int64
 }
+
+// maxParked bounds the WAITs and BARRIERs one connection may have parked
+// at once: a PyTorch client waits for one at a time.
+const maxParked = 4
 
 // have reports whether every key exists, as a key or a queue that is not
 // empty; s.mu held.
 func (s *Server) have(keys []string) bool {
 	for _, k := range keys {
-		if _, ok := s.keys[k]; !ok && len(s.queues[k]) == 0 {
+		if !s.present(k) {
 			return false
 		}
 	}
 	return true
 }
 
-// update runs f under the lock, then answers the waits whose keys now
-// all exist.
-func (s *Server) update(f func()) {
+// present reports whether key exists, as a key or a queue that is not
+// empty; s.mu held.
+func (s *Server) present(key string) bool {
+	_, ok := s.keys[key]
+	return ok || len(s.queues[key]) > 0
+}
+
+// update runs f under the lock, then answers the waits that the keys f
+// set complete.
+func (s *Server) update(keys []string, f func()) {
 	s.mu.Lock()
 	f()
-	ready := s.takeReady(-1)
+	var ready []*waiter
+	for _, k := range keys {
+		ready = append(ready, s.wake(k, -1)...)
+	}
 	s.mu.Unlock()
 	s.release(ready)
 }
 
-// takeReady removes and returns the WAITs whose keys all exist, at most
-// limit of them (-1: all); s.mu held.
-func (s *Server) takeReady(limit int) []*waiter {
+// index parks w at the first of its keys still missing, and says whether
+// none is (then it is not parked); s.mu held. A WAIT is looked at again
+// only when the key it waits for appears, so that a SET costs the waits
+// for that key, not every parked one (PyTorch's server keeps them so
+// too): a client that parks WAITs of many keys slows no one else.
+func (s *Server) index(w *waiter) bool {
+	for w.next < len(w.keys) && s.present(w.keys[w.next]) {
+		w.next++
+	}
+	if w.next == len(w.keys) {
+		return true
+	}
+	k := w.keys[w.next]
+	s.waiting[k] = append(s.waiting[k], w)
+	return false
+}
+
+// wake looks at the WAITs that wait for key, now present, and returns
+// those it completes, at most limit of them (-1: all), no longer parked;
+// the others wait for their next missing key; s.mu held.
+func (s *Server) wake(key string, limit int) []*waiter {
+	ws := s.waiting[key]
+	if len(ws) == 0 {
+		return nil
+	}
+	delete(s.waiting, key)
 	var ready []*waiter
-	kept := s.waiters[:0]
-	for _, w := range s.waiters {
-		if w.barrier == "" && limit != 0 && s.have(w.keys) {
+	for i, w := range ws {
+		if limit == 0 {
+			s.waiting[key] = append(s.waiting[key], ws[i:]...)
+			break
+		}
+		if s.index(w) {
 			ready = append(ready, w)
+			w.c.unpark(w)
 			limit--
+		}
+	}
+	return ready
+}
+
+// park records w as c's, refusing more than maxParked at once; s.mu held.
+func (c *conn) park(w *waiter) error {
+	if len(c.parked) >= maxParked {
+		return fmt.Errorf("%w: more than %d WAITs or BARRIERs parked at once", errBadQuery, maxParked)
+	}
+	c.parked = append(c.parked, w)
+	return nil
+}
+
+// unpark forgets w, answered; s.mu held.
+func (c *conn) unpark(w *waiter) {
+	if i := slices.Index(c.parked, w); i >= 0 {
+		c.parked = slices.Delete(c.parked, i, i+1)
+	}
+}
+
+// dropWaits removes c's parked waits; s.mu held.
+func (s *Server) dropWaits(c *conn) {
+	for _, w := range c.parked {
+		if w.barrier != "" {
+			s.barriers[w.barrier] = slices.DeleteFunc(s.barriers[w.barrier], func(o *waiter) bool { return o == w })
 			continue
 		}
-		kept = append(kept, w)
+		k := w.keys[w.next]
+		s.waiting[k] = slices.DeleteFunc(s.waiting[k], func(o *waiter) bool { return o == w })
+		if len(s.waiting[k]) == 0 {
+			delete(s.waiting, k)
+		}
 	}
-	s.waiters = kept
-	return ready
+	c.parked = nil
 }
 
 // releaseWriteTimeout bounds how long a waiter's release may wait for
@@ -74,11 +147,15 @@ func (s *Server) release(ws []*waiter) {
 // wait answers at once when the keys exist, else parks the caller.
 func (s *Server) wait(w *waiter) error {
 	s.mu.Lock()
-	if s.have(w.keys) {
+	if err := w.c.park(w); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if s.index(w) {
+		w.c.unpark(w)
 		s.mu.Unlock()
 		return w.c.reply([]byte{stopWaiting})
 	}
-	s.waiters = append(s.waiters, w)
 	s.mu.Unlock()
 	return nil
 }
@@ -90,22 +167,24 @@ func (s *Server) barrier(c *conn, key string, world int64) error {
 	n, _ := strconv.ParseInt(string(s.keys[key]), 10, 64)
 	n++
 	s.keys[key] = []byte(strconv.FormatInt(n, 10))
-	ready := s.takeReady(-1) // the counter is a key WAITs may want
+	ready := s.wake(key, -1) // the counter is a key WAITs may want
 	if n < world {
-		s.waiters = append(s.waiters, &waiter{c: c, barrier: key, world: world})
+		w := &waiter{c: c, barrier: key, world: world}
+		if err := c.park(w); err != nil {
+			s.mu.Unlock()
+			s.release(ready)
+			return err
+		}
+		s.barriers[key] = append(s.barriers[key], w)
 		s.mu.Unlock()
 		s.release(ready)
 		return nil
 	}
-	kept := s.waiters[:0]
-	for _, w := range s.waiters {
-		if w.barrier == key {
-			ready = append(ready, w)
-			continue
-		}
-		kept = append(kept, w)
+	for _, w := range s.barriers[key] {
+		w.c.unpark(w)
+		ready = append(ready, w)
 	}
-	s.waiters = kept
+	delete(s.barriers, key)
 	s.mu.Unlock()
 	s.release(ready)
 	return c.reply([]byte{stopWaiting})
@@ -116,7 +195,7 @@ func (s *Server) barrier(c *conn, key string, world int64) error {
 func (s *Server) push(key string, v []byte) {
 	s.mu.Lock()
 	s.queues[key] = append(s.queues[key], v)
-	ready := s.takeReady(1)
+	ready := s.wake(key, 1)
 	s.mu.Unlock()
 	s.release(ready)
 }
