@@ -70,6 +70,10 @@ func (s *Static) AgentStorePort() int {
 // meeting then hands out no job secret (the workers are Python's, whose
 // store is the agent's). Call it before the first Next.
 func (s *Static) MeetOn(ln net.Listener) {
+	if s.cfg.NodeRank != 0 {
+		ln.Close() // the others meet node 0 on its port, not here
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.meetLn = ln

@@ -55,14 +55,18 @@ func waitListening(t *testing.T, port int) {
 	})
 }
 
-// floodScript opens argv[2] idle connections to port argv[1] as fast as
-// it can, says so, holds them argv[3] seconds, closes them and says so.
+// floodScript opens argv[2] connections to port argv[1] as fast as it
+// can, each sending argv[4] (nothing when absent), says so, holds them
+// argv[3] seconds, closes them and says so.
 const floodScript = `
 import socket, sys, time
 conns = []
 for _ in range(int(sys.argv[2])):
     try:
-        conns.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5))
+        c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+        if len(sys.argv) > 4:
+            c.sendall(sys.argv[4].encode())
+        conns.append(c)
     except OSError:
         pass
 print("flooded", len(conns), flush=True)
@@ -88,9 +92,13 @@ func TestStaticMeetingSurvivesAFlood(t *testing.T) {
 		worker []string
 		hold   string // seconds the flood holds its connections
 		until  string // the flood's line after which node 1 starts
+		sends  []string
 	}{
-		{"no-python, after the flood", []string{"--no-python", "true"}, "1", "done"},
-		{"python, during the flood", []string{py}, "60", "flooded"},
+		{"no-python, after the flood", []string{"--no-python", "true"}, "1", "done", nil},
+		{"python, during the flood", []string{py}, "60", "flooded", nil},
+		// A first byte that is no meeting's: the store's own, while the
+		// meeting lasts, would wait without a bound.
+		{"python, a byte each", []string{py}, "60", "flooded", []string{"A"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -99,7 +107,7 @@ func TestStaticMeetingSurvivesAFlood(t *testing.T) {
 			args := staticNode(2, 0, port, tc.worker...)
 			c0, _, e0 := startCmd(t, exec.Command("/bin/sh", append([]string{"-c", `ulimit -n 128 && exec "$0" "$@"`, gorunBin}, args...)...), env)
 			waitListening(t, port)
-			flood := otherPython(t, cred, floodScript, strconv.Itoa(port), "300", tc.hold)
+			flood := otherPython(t, cred, floodScript, append([]string{strconv.Itoa(port), "300", tc.hold}, tc.sends...)...)
 			for flood.Scan() && !strings.HasPrefix(flood.Text(), tc.until) {
 				t.Log("flood: ", flood.Text())
 			}

@@ -25,9 +25,10 @@ type diverted struct {
 }
 
 // Divert hands the connections whose first byte is first to the returned
-// listener instead of serving them, until that listener is closed: then
-// they are the store's again (which closes them, as a query it cannot
-// read). Another protocol shares the port so that it stays held from
+// listener instead of serving them, and closes those that begin with any
+// other byte, until that listener is closed: then they are the store's
+// again (which closes a meeting's line, as a query it cannot read). No
+// worker uses the store while the divert is open. Another protocol shares the port so that it stays held from
 // that protocol's first use to the workers' last: the static backend's
 // meeting of the nodes, whose JSON lines begin with '{', a byte that
 // begins no query of the store. While it is open, a connection has wait
@@ -64,7 +65,11 @@ func (s *Server) diverts(c *conn) bool {
 		return true
 	}
 	if head[0] != d.first {
-		return false
+		// No worker uses the store before the meeting ends: whatever
+		// else speaks first while it lasts is a stranger.
+		c.nc.Close()
+		s.forget(c)
+		return true
 	}
 	select {
 	case d.conns <- &peekedConn{Conn: c.nc, r: c.r}:
