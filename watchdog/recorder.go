@@ -331,8 +331,9 @@ func ReadDump(path string) (Dump, error) {
 	return d, err
 }
 
-// readDump is ReadDump, which also returns how many bytes it read.
-func readDump(path string) (Dump, int64, error) {
+// readDump is ReadDump, which also returns how many JSON values the dump
+// holds (countValues).
+func readDump(path string) (Dump, int, error) {
 	var d Dump
 	f, st, err := private.OpenRegular(path)
 	switch {
@@ -349,8 +350,7 @@ func readDump(path string) (Dump, int64, error) {
 	if err != nil {
 		return d, 0, err
 	}
-	d, err = parseDump(path, b)
-	return d, int64(len(b)), err
+	return parseDump(path, b)
 }
 
 // Bounds of what one dump may hold, checked before its entries and
@@ -360,17 +360,30 @@ func readDump(path string) (Dump, int64, error) {
 const (
 	MaxDumpEntries = 1 << 17
 	MaxDumpGroups  = 1 << 16
+	// MaxDumpValues bounds the JSON values a dump holds at any depth
+	// (one entry's list of sizes may hold millions of small ones, each
+	// some 50 bytes decoded): a real recorder's 2,000 entries hold some
+	// 100,000.
+	MaxDumpValues = 1 << 22
 )
 
-// parseDump reads a dump's JSON and bounds what it claims.
-func parseDump(path string, b []byte) (Dump, error) {
+// parseDump reads a dump's JSON and bounds what it claims; it returns
+// how many JSON values the dump holds.
+func parseDump(path string, b []byte) (Dump, int, error) {
+	bad := func(format string, a ...any) (Dump, int, error) {
+		return Dump{}, 0, fmt.Errorf("%s: not a flight recorder dump: "+format, append([]any{path}, a...)...)
+	}
+	values := countValues(b, MaxDumpValues)
+	if values > MaxDumpValues {
+		return bad("it holds more than %d JSON values", MaxDumpValues)
+	}
 	var counts struct {
 		Entries  json.RawMessage `json:"entries"`
 		PGConfig json.RawMessage `json:"pg_config"`
 		PGStatus json.RawMessage `json:"pg_status"`
 	}
 	if err := json.Unmarshal(b, &counts); err != nil {
-		return Dump{}, fmt.Errorf("%s: not a flight recorder dump: %w", path, err)
+		return bad("%w", err)
 	}
 	for _, f := range []struct {
 		name  string
@@ -378,20 +391,20 @@ func parseDump(path string, b []byte) (Dump, error) {
 		limit int
 	}{{"entries", counts.Entries, MaxDumpEntries}, {"pg_config", counts.PGConfig, MaxDumpGroups}, {"pg_status", counts.PGStatus, MaxDumpGroups}} {
 		if n := countJSON(f.raw, f.limit); n > f.limit {
-			return Dump{}, fmt.Errorf("%s: not a flight recorder dump: %q holds more than %d items", path, f.name, f.limit)
+			return bad("%q holds more than %d items", f.name, f.limit)
 		}
 	}
 	var d Dump
 	if err := json.Unmarshal(b, &d); err != nil {
-		return d, fmt.Errorf("%s: not a flight recorder dump: %w", path, err)
+		return bad("%w", err)
 	}
 	switch {
 	case d.WorldSize < 0 || d.WorldSize > MaxWorldSize:
-		return d, fmt.Errorf("%s: not a flight recorder dump: world_size %d is outside 0..%d", path, d.WorldSize, MaxWorldSize)
+		return bad("world_size %d is outside 0..%d", d.WorldSize, MaxWorldSize)
 	case d.Rank < 0 || (d.WorldSize > 0 && d.Rank >= d.WorldSize):
-		return d, fmt.Errorf("%s: not a flight recorder dump: rank %d is outside 0..%d (world_size %d)", path, d.Rank, max(d.WorldSize-1, 0), d.WorldSize)
+		return bad("rank %d is outside 0..%d (world_size %d)", d.Rank, max(d.WorldSize-1, 0), d.WorldSize)
 	}
-	return d, nil
+	return d, values, nil
 }
 
 // MaxWorldSize bounds the world size a dump may claim: what the analysis
@@ -418,6 +431,24 @@ func countJSON(raw json.RawMessage, limit int) int {
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
 			return n
+		}
+		n++
+	}
+	return n
+}
+
+// countValues counts the JSON values in b at any depth (arrays and
+// objects count once, and each value in them), stopping past limit.
+func countValues(b []byte, limit int) int {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	n := 0
+	for n <= limit {
+		tok, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		if d, ok := tok.(json.Delim); ok && (d == ']' || d == '}') {
+			continue
 		}
 		n++
 	}

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gorun-dev/gorun/internal/sys/proc"
 )
 
 // Verdict is what the dumps of a job's ranks say about a hang or a desync.
@@ -84,22 +86,38 @@ func ReadDumps(dir string) ([]Dump, error) {
 	return ReadDumpFiles(paths)
 }
 
-// MaxDumpsBytes bounds what ReadDumpFiles reads in all: a folder of many
-// large files that are not a job's dumps costs no more than this.
-const MaxDumpsBytes = 1 << 30
+// MinDumpsValues is the least of the JSON values ReadDumpFiles decodes
+// in all (dumpsValues): some 300 full recorders of 2,000 entries.
+const MinDumpsValues = 1 << 24
+
+// bytesPerValue is what a dump's JSON value takes decoded, at most.
+const bytesPerValue = 128
+
+// dumpsValues bounds the JSON values ReadDumpFiles decodes in all: what
+// half the memory the kernel says is available holds, and at least
+// MinDumpsValues. A folder of dumps that are not a job's (or more than
+// this machine can analyse) costs no more, and the machine's other work
+// is not pushed out.
+func dumpsValues() int {
+	avail, ok := proc.MemAvailable()
+	if !ok {
+		return MinDumpsValues
+	}
+	return max(MinDumpsValues, int(min(avail/2/bytesPerValue, 1<<40)))
+}
 
 // ReadDumpFiles reads the dumps at paths (ReadDump), by rank; past
-// MaxDumpsBytes in all it stops with an error naming the file.
+// dumpsValues in all it stops with an error naming the file.
 func ReadDumpFiles(paths []string) ([]Dump, error) {
 	dumps := make([]Dump, 0, len(paths))
-	var total int64
+	total, budget := 0, dumpsValues()
 	for _, p := range paths {
-		d, size, err := readDump(p)
+		d, values, err := readDump(p)
 		if err != nil {
 			return nil, err
 		}
-		if total += size; total > MaxDumpsBytes {
-			return nil, fmt.Errorf("%s: the dumps read so far hold %d MiB, above the %d MiB that %d ranks' dumps could: not a job's dumps", p, total>>20, MaxDumpsBytes>>20, len(paths))
+		if total += values; total > budget {
+			return nil, fmt.Errorf("%s: the %d dumps read so far hold more than %d JSON values in all, more than half the memory available here holds decoded: analyse fewer ranks' dumps (a folder of some of them), or on a machine with more memory", p, len(dumps)+1, budget)
 		}
 		dumps = append(dumps, d)
 	}

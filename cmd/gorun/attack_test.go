@@ -172,6 +172,8 @@ func TestTraceOfAHostileFolder(t *testing.T) {
 		{"rank", `{"version":"2.10","rank":-5,"world_size":2,"entries":[],"pg_status":{}}`, "rank -5 is outside 0..1"},
 		// 400 KB on disk, some 130 MB decoded; seven million took 7 GB.
 		{"entries", `{"version":"2.10","rank":0,"world_size":2,"entries":[` + strings.Repeat("{},", 1<<17) + `{}],"pg_status":{}}`, `"entries" holds more than 131072 items`},
+		// One entry's sizes: 13 MB on disk, 1.4 GB decoded at 64 MiB.
+		{"values", `{"version":"2.10","rank":0,"world_size":2,"entries":[{"input_sizes":[` + strings.Repeat("[0],", 1<<22) + `[0]]}],"pg_status":{}}`, "holds more than 4194304 JSON values"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -139,3 +139,23 @@ func TreeCPUTimes(roots []int) (map[int]time.Duration, error) {
 	}
 	return out, nil
 }
+
+// MemAvailable is the memory the kernel says new work may use without
+// swapping (/proc/meminfo's MemAvailable), in bytes; false if unknown.
+func MemAvailable() (uint64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+					return kb << 10, true
+				}
+			}
+		}
+	}
+	return 0, false
+}
