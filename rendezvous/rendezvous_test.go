@@ -142,13 +142,18 @@ func TestStaticNodesThatCannotMeet(t *testing.T) {
 			t.Errorf("Next = %v; want node 0 named", err)
 		}
 	})
-	for _, tc := range []struct{ name, says, want string }{
-		{"not node 0's gorun", "HTTP/1.1 400 Bad Request\r\n", "not node 0's gorun"},
-		{"closed without a word", "", "closed the connection without a word"},
+	for _, tc := range []struct {
+		name, says, want string
+		kind             error
+	}{
+		{"not node 0's gorun", "HTTP/1.1 400 Bad Request\r\n", "not node 0's gorun", ErrInvalidNode},
+		{"closed without a word", "", "closed the connection without a word", ErrInvalidNode},
 		// Tables from whatever answers on the port, bounded as hellos are.
-		{"a huge worker count", `{"gorun_static":1,"nprocs":[9223372036854775807,1],"roles":["x","default"]}` + "\n", "answered 9223372036854775807 workers for node 0"},
-		{"a negative worker count", `{"gorun_static":1,"nprocs":[-4611686018427387904,1],"roles":["x","default"]}` + "\n", "answered -4611686018427387904 workers for node 0"},
-		{"a bad secret", `{"gorun_static":1,"nprocs":[1,1],"roles":["default","default"],"job_secret":"chosen"}` + "\n", "not 64 hexadecimal digits"},
+		{"a huge worker count", `{"gorun_static":1,"nprocs":[9223372036854775807,1],"roles":["x","default"]}` + "\n", "answered 9223372036854775807 workers for node 0", ErrInvalidNode},
+		{"a negative worker count", `{"gorun_static":1,"nprocs":[-4611686018427387904,1],"roles":["x","default"]}` + "\n", "answered -4611686018427387904 workers for node 0", ErrInvalidNode},
+		{"a bad secret", `{"gorun_static":1,"nprocs":[1,1],"roles":["default","default"],"job_secret":"chosen"}` + "\n", "not 64 hexadecimal digits", ErrInvalidNode},
+		// Its words shown, never obeyed: a terminal's escapes and a forged line.
+		{"escapes in its error", `{"gorun_static":1,"error":"\u001b[2JFAKE\ngorun: forged line\u0007"}` + "\n", `\x1b[2JFAKE\ngorun: forged line\a`, ErrShapeMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -164,7 +169,7 @@ func TestStaticNodesThatCannotMeet(t *testing.T) {
 				}
 			}()
 			_, err = static(2, 1, ln.Addr().(*net.TCPAddr).Port, time.Minute).Next(context.Background(), node)
-			if !errors.Is(err, ErrInvalidNode) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) || strings.ContainsAny(err.Error(), "\x1b\n\a") {
 				t.Errorf("Next = %v; want %q", err, tc.want)
 			}
 		})

@@ -9,8 +9,10 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/gorun-dev/gorun/internal/idleconns"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
@@ -339,13 +341,16 @@ func (s *Static) ask(ctx context.Context, c net.Conn, me staticHello, addr strin
 		}
 		return staticTable{}, fmt.Errorf("%w: what answers at %s does not speak the static meeting: not node 0's gorun (its workers' store, if the job is running without this node, or another program there)", ErrInvalidNode, addr)
 	}
+	// Node 0's words, as whatever answers there wrote them: shown, never
+	// obeyed by the terminal or the log.
+	said := printableText(t.Error, maxSaid)
 	switch {
 	case t.Ended == "timeout":
-		return staticTable{}, fmt.Errorf("%w: %s", ErrJoinTimeout, t.Error)
+		return staticTable{}, fmt.Errorf("%w: %s", ErrJoinTimeout, said)
 	case t.Ended != "":
-		return staticTable{}, fmt.Errorf("rendezvous: static: %s", t.Error)
+		return staticTable{}, fmt.Errorf("rendezvous: static: %s", said)
 	case t.Error != "":
-		return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, t.Error)
+		return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, said)
 	}
 	if why := t.invalid(me); why != "" {
 		return staticTable{}, fmt.Errorf("%w: what answers at %s as node 0 %s", ErrInvalidNode, addr, why)
@@ -375,6 +380,29 @@ func (t staticTable) invalid(me staticHello) string {
 		return "answered a job secret that is not 64 hexadecimal digits"
 	}
 	return ""
+}
+
+// maxSaid bounds what a node shows of node 0's error: node 0's own are
+// a line or two.
+const maxSaid = 2000
+
+// printableText is s with every character that is not printable (escape
+// sequences, new lines, bells) written as a Go escape, cut to max bytes.
+func printableText(s string, max int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= max {
+			b.WriteString("...")
+			break
+		}
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRune(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 // isHex says whether s is n hexadecimal digits.
