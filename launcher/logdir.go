@@ -64,7 +64,7 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 			return nil, err
 		}
 		logDir = real
-		if err := os.MkdirAll(logDir, 0o755); err != nil {
+		if err := private.MkdirAll(logDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
 		}
 		if err := CheckLogDir(logDir); err != nil {

@@ -213,3 +213,44 @@ func UserName(uid int) string {
 	}
 	return fmt.Sprintf("uid %d", uid)
 }
+
+// MkdirAll makes the folders of path that are missing, each inside its
+// parent through a handle and opened without following a link: a link
+// or another user's folder that appears in the way between a check and
+// the making (in a folder others may write to, as /tmp) is refused, not
+// followed. The folders that exist already are resolved as usual; path
+// should be one the caller resolved and checked (no links on it).
+func MkdirAll(path string, mode uint32) error {
+	path = filepath.Clean(path)
+	existing, missing := path, []string(nil)
+	for {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		parent := filepath.Dir(existing)
+		if parent == existing {
+			return fmt.Errorf("%s: no part of it exists", path)
+		}
+		missing = append([]string{filepath.Base(existing)}, missing...)
+		existing = parent
+	}
+	d, err := OpenFolder(existing)
+	if err != nil {
+		return err
+	}
+	defer func() { d.Close() }()
+	for _, name := range missing {
+		if err := unix.Mkdirat(int(d.f.Fd()), name, mode); err != nil && !errors.Is(err, unix.EEXIST) {
+			return &fs.PathError{Op: "mkdir", Path: filepath.Join(d.path, name), Err: err}
+		}
+		sub, err := d.Sub(name) // a link or another user's folder is refused
+		if err != nil {
+			return err
+		}
+		d.Close()
+		d = sub
+	}
+	return nil
+}

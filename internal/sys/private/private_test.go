@@ -68,3 +68,27 @@ func mkdir(t *testing.T, path string, mode fs.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+// TestMkdirAllFollowsNoLink: the folders MkdirAll makes are made inside
+// their parents through handles: a link in the way (another user's, in a
+// folder others may write) is refused and nothing is made where it
+// points; the folders it makes are made.
+func TestMkdirAllFollowsNoLink(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAll(filepath.Join(dir, "link", "logs", "run"), 0o755); err == nil {
+		t.Error("MkdirAll through a link: no error")
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) > 0 {
+		t.Errorf("made %s where the link points", entries[0].Name())
+	}
+	made := filepath.Join(dir, "a", "b", "c")
+	if err := MkdirAll(made, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(made); err != nil || !fi.IsDir() {
+		t.Errorf("%s: %v; want a folder", made, err)
+	}
+}
