@@ -74,19 +74,18 @@ func (l *Local) Next(ctx context.Context, node Node) (Round, error) {
 			return Round{}, err
 		}
 	}
-	return Round{
+	r := Round{
 		RunID:          l.cfg.RunID,
 		Number:         n,
 		RestartCount:   restarts,
-		GroupWorldSize: 1,
-		WorldSize:      node.LocalWorldSize,
-		RoleWorldSize:  node.LocalWorldSize,
 		MasterAddr:     l.cfg.MasterAddr,
 		MasterPort:     port,
 		StoreEndpoints: l.cfg.StoreEndpoints,
 		StorePrefix:    l.roundPrefix(n),
 		StoreUser:      l.cfg.StoreUser, StorePassword: l.cfg.StorePassword,
-	}, nil
+	}
+	r.Place(0, Uniform(1, node.LocalWorldSize, node.Role))
+	return r, nil
 }
 
 // AgentStorePort is the port the agent's store binds: --master-port, or

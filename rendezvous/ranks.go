@@ -25,3 +25,33 @@ func Places(nprocs []int, roles []string) []Place {
 	}
 	return out
 }
+
+// Shape is a round's nodes in group-rank order: each node's worker
+// count and role.
+type Shape struct {
+	Nprocs []int
+	Roles  []string
+}
+
+// Uniform is the shape of n nodes that each start nproc workers of role.
+func Uniform(n, nproc int, role string) Shape {
+	s := Shape{Nprocs: make([]int, n), Roles: make([]string, n)}
+	for i := range n {
+		s.Nprocs[i], s.Roles[i] = nproc, role
+	}
+	return s
+}
+
+// Place sets r's ranks for the node of group rank i in a round of shape
+// s (Places): every backend's round, and a dry run's, is planned by this
+// one function.
+func (r *Round) Place(i int, s Shape) {
+	p := Places(s.Nprocs, s.Roles)[i]
+	world := 0
+	for _, n := range s.Nprocs {
+		world += n
+	}
+	r.GroupRank, r.GroupWorldSize = i, len(s.Nprocs)
+	r.BaseRank, r.WorldSize = p.Base, world
+	r.BaseRoleRank, r.RoleWorldSize = p.RoleBase, p.RoleWorld
+}

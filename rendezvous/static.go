@@ -124,7 +124,7 @@ func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
 		return Round{}, err
 	}
 	r := s.Plan(node)
-	r.BaseRank, r.WorldSize, r.BaseRoleRank, r.RoleWorldSize = table.ranks(s.cfg.NodeRank)
+	r.Place(s.cfg.NodeRank, Shape{Nprocs: table.Nprocs, Roles: table.Roles})
 	r.Number, r.RestartCount = n, restarts
 	r.JobSecret = Token(table.JobSecret) // none for one node: the launcher makes its own
 	return r, nil
@@ -156,19 +156,9 @@ func (s *Static) met(ctx context.Context, node Node) (staticTable, error) {
 // node's worker count and role (the others' are known only once they
 // meet).
 func (s *Static) Plan(node Node) Round {
-	world := s.cfg.NNodes * node.LocalWorldSize
-	base := s.cfg.NodeRank * node.LocalWorldSize
-	return Round{
-		RunID:          s.cfg.RunID,
-		GroupRank:      s.cfg.NodeRank,
-		GroupWorldSize: s.cfg.NNodes,
-		BaseRank:       base,
-		WorldSize:      world,
-		BaseRoleRank:   base,
-		RoleWorldSize:  world,
-		MasterAddr:     s.cfg.MasterAddr,
-		MasterPort:     s.cfg.MasterPort,
-	}
+	r := Round{RunID: s.cfg.RunID, MasterAddr: s.cfg.MasterAddr, MasterPort: s.cfg.MasterPort}
+	r.Place(s.cfg.NodeRank, Uniform(s.cfg.NNodes, node.LocalWorldSize, node.Role))
+	return r
 }
 
 // SplitEndpoint splits a rendezvous endpoint "host", "host:port" or

@@ -65,14 +65,6 @@ type staticTable struct {
 	JobSecret string `json:"job_secret,omitempty"`
 }
 
-// ranks is node rank's place in the table (Places) and the world size.
-func (t staticTable) ranks(nodeRank int) (base, world, roleBase, roleWorld int) {
-	for _, n := range t.Nprocs {
-		world += n
-	}
-	p := Places(t.Nprocs, t.Roles)[nodeRank]
-	return p.Base, world, p.RoleBase, p.RoleWorld
-}
 
 // meet has the static job's nodes tell each other their worker counts and
 // roles once, at the first round, over the master port: node 0 listens

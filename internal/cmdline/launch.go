@@ -133,8 +133,10 @@ func applyLayoutPlan(path string, cfg *launcher.Config, plan *rendezvousPlan, ro
 		valid := cfg.Plan.ValidNodes(cfg.NprocPerNode)
 		plan.elastic.Sizes = valid
 		n := valid[len(valid)-1]
-		spare = round.GroupRank >= n
-		round.GroupWorldSize, round.WorldSize, round.RoleWorldSize = n, n*cfg.NprocPerNode, n*cfg.NprocPerNode
+		rank := round.GroupRank
+		spare = rank >= n
+		round.Place(min(rank, n-1), rendezvous.Uniform(n, cfg.NprocPerNode, cfg.Role))
+		round.GroupRank = rank // a hot spare has no place in the round: it shows its own rank
 	}
 	return spare, nil
 }
@@ -458,9 +460,8 @@ func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[
 	}
 	// A dry run shows the largest job with this node's rank.
 	rank := max(spec.NodeRank, 0)
-	round.GroupRank, round.GroupWorldSize = rank, maxNodes
-	round.BaseRank, round.BaseRoleRank = rank*cfg.NprocPerNode, rank*cfg.NprocPerNode
-	round.WorldSize, round.RoleWorldSize = maxNodes*cfg.NprocPerNode, maxNodes*cfg.NprocPerNode
+	round.Place(min(rank, maxNodes-1), rendezvous.Uniform(maxNodes, cfg.NprocPerNode, cfg.Role))
+	round.GroupRank = rank
 	round.MasterAddr, round.MasterPort = "<node 0's address>", 0
 	return rendezvousPlan{elastic: spec, round: round}, nil
 }
