@@ -65,7 +65,6 @@ type staticTable struct {
 	JobSecret string `json:"job_secret,omitempty"`
 }
 
-
 // meet has the static job's nodes tell each other their worker counts and
 // roles once, at the first round, over the master port: node 0 listens
 // there until every node came, answers them all with the table, and
