@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/secret"
 	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
@@ -28,33 +29,33 @@ const SecretLen = 32
 // hold its slot longer.
 const DefaultHandshakeTimeout = 10 * time.Second
 
-// Secret is a job's shared secret. The zero Secret is none: the store
-// and the mesh then run the same handshake with an empty key, which any
-// program can compute, so they accept any connection. A Secret never
-// prints its bytes.
-type Secret struct{ key []byte }
+// Secret is a job's shared secret, 64 hexadecimal digits of 32 random
+// bytes (JobSecretEnv): gorun's one secret type (package
+// internal/secret), which never prints itself. The zero Secret is none:
+// the store and the mesh then run the same handshake with an empty key,
+// which any program can compute, so they accept any connection.
+type Secret = secret.Secret
 
 // ParseSecret reads a secret written as 64 hexadecimal digits. Its errors
 // never quote s.
 func ParseSecret(s string) (Secret, error) {
 	if len(s) != 2*SecretLen {
-		return Secret{}, fmt.Errorf("comm: %s: want %d hexadecimal digits (%d random bytes); it has %d characters", JobSecretEnv, 2*SecretLen, SecretLen, len(s))
+		return nil, fmt.Errorf("comm: %s: want %d hexadecimal digits (%d random bytes); it has %d characters", JobSecretEnv, 2*SecretLen, SecretLen, len(s))
 	}
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		return Secret{}, fmt.Errorf("comm: %s: want %d hexadecimal digits (%d random bytes); it has other characters", JobSecretEnv, 2*SecretLen, SecretLen)
+	if _, err := hex.DecodeString(s); err != nil {
+		return nil, fmt.Errorf("comm: %s: want %d hexadecimal digits (%d random bytes); it has other characters", JobSecretEnv, 2*SecretLen, SecretLen)
 	}
-	return Secret{key: b}, nil
+	return Secret(s), nil
 }
 
 // NewSecretHex makes a job secret in the form JobSecretEnv wants: 64
 // hexadecimal digits of 32 random bytes.
 func NewSecretHex() (string, error) {
-	b := make([]byte, SecretLen)
-	if _, err := io.ReadFull(rand.Reader, b); err != nil {
+	s, err := secret.New()
+	if err != nil {
 		return "", fmt.Errorf("comm: job secret: %w", err)
 	}
-	return hex.EncodeToString(b), nil
+	return s.Reveal(), nil
 }
 
 // SecretFromEnv reads JobSecretEnv: the zero Secret when it is unset or
@@ -62,29 +63,17 @@ func NewSecretHex() (string, error) {
 func SecretFromEnv() (Secret, error) {
 	v := os.Getenv(JobSecretEnv)
 	if v == "" {
-		return Secret{}, nil
+		return nil, nil
 	}
 	return ParseSecret(v)
 }
 
-// IsSet reports whether s is a secret (not the zero Secret).
-func (s Secret) IsSet() bool { return len(s.key) > 0 }
-
-// String hides the secret.
-func (s Secret) String() string {
-	if s.IsSet() {
-		return "[job secret]"
-	}
-	return "[no job secret]"
-}
-
-// GoString hides the secret from %#v.
-func (s Secret) GoString() string { return s.String() }
-
-// mac is HMAC-SHA256 under the secret of label and parts, each part
-// prefixed with its length so that no two lists give the same input.
-func (s Secret) mac(label string, parts ...[]byte) []byte {
-	h := hmac.New(sha256.New, s.key)
+// secretMAC is HMAC-SHA256, under the key whose hex s is, of label and
+// parts, each part prefixed with its length so that no two lists give
+// the same input.
+func secretMAC(s Secret, label string, parts ...[]byte) []byte {
+	key, _ := hex.DecodeString(s.Reveal()) // checked by ParseSecret; none: empty
+	h := hmac.New(sha256.New, key)
 	var n [4]byte
 	for _, p := range append([][]byte{[]byte(label)}, parts...) {
 		binary.LittleEndian.PutUint32(n[:], uint32(len(p)))
@@ -94,10 +83,10 @@ func (s Secret) mac(label string, parts ...[]byte) []byte {
 	return h.Sum(nil)
 }
 
-// verify reports in constant time whether got is the MAC of label and
-// parts.
-func (s Secret) verify(got []byte, label string, parts ...[]byte) bool {
-	return hmac.Equal(got, s.mac(label, parts...))
+// verifyMAC reports in constant time whether got is the MAC of label and
+// parts under s.
+func verifyMAC(s Secret, got []byte, label string, parts ...[]byte) bool {
+	return hmac.Equal(got, secretMAC(s, label, parts...))
 }
 
 // hmacEqual compares two MACs in constant time.

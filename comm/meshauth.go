@@ -54,7 +54,7 @@ func (cfg meshConfig) handshakeTimeout() time.Duration {
 // meshMAC is the MAC of a handshake's message label between dialer from
 // and listener to at addr.
 func (cfg meshConfig) meshMAC(label, addr string, from, to int, nl, nd []byte) []byte {
-	return cfg.secret.mac(label, []byte(cfg.prefix), []byte(addr), u32(from), u32(to), nl, nd)
+	return secretMAC(cfg.secret, label, []byte(cfg.prefix), []byte(addr), u32(from), u32(to), nl, nd)
 }
 
 // dialPeer connects this rank to the listener of lower rank to at addr
@@ -96,7 +96,7 @@ func (cfg meshConfig) dialPeer(ctx context.Context, to int, addr string) (net.Co
 	if _, err := io.ReadFull(c, proof); err != nil {
 		return fail("the handshake was refused (does every rank have the same "+JobSecretEnv+"?)", err)
 	}
-	if !cfg.secret.verify(proof, labelMeshAccept, []byte(cfg.prefix), []byte(addr), u32(cfg.rank), u32(to), nl, nd) {
+	if !verifyMAC(cfg.secret, proof, labelMeshAccept, []byte(cfg.prefix), []byte(addr), u32(cfg.rank), u32(to), nl, nd) {
 		return fail("handshake", errors.New("the listener did not prove it knows "+JobSecretEnv+" (a stranger at a published address?)"))
 	}
 	_ = c.SetDeadline(time.Time{})
@@ -220,7 +220,7 @@ func (m *mesh) challenge(ctx context.Context, c net.Conn, addr string) (int, []b
 	r := int(binary.LittleEndian.Uint32(claim[:4]))
 	nd, mac := claim[4:4+nonceLen], claim[4+nonceLen:]
 	// The MAC covers the claimed rank: check it before believing it.
-	if !m.cfg.secret.verify(mac, labelMeshDial, []byte(m.cfg.prefix), []byte(addr), u32(r), u32(m.rank), nl, nd) {
+	if !verifyMAC(m.cfg.secret, mac, labelMeshDial, []byte(m.cfg.prefix), []byte(addr), u32(r), u32(m.rank), nl, nd) {
 		return 0, nil, fmt.Errorf("it claims rank %d without proving it knows %s (wrong or missing secret, or not a gorun rank)", r, JobSecretEnv)
 	}
 	if r <= m.rank || r >= m.size {

@@ -124,7 +124,7 @@ func TestMeshRefusesStrangers(t *testing.T) {
 			}{
 				{"garbage", func([]byte) []byte { return []byte(strings.Repeat("garbage!", 9)[:4+nonceLen+32]) }, "without proving it knows GORUN_JOB_SECRET"},
 				{"wrong secret", claim(otherSecret(t), addr, 1), "claims rank 1 without proving it knows GORUN_JOB_SECRET"},
-				{"rank 1 without the secret", claim(Secret{}, addr, 1), "claims rank 1 without proving"},
+				{"rank 1 without the secret", claim(nil, addr, 1), "claims rank 1 without proving"},
 				{"rank out of range", claim(testSecret, addr, 7), "claims rank 7: want a rank above 0 and below 2"},
 				{"itself", claim(testSecret, addr, 0), "claims rank 0: want a rank above 0"},
 			}

@@ -26,7 +26,7 @@ const shmPrefix = "gorun-"
 
 // shmTag is the tag of a ring name whose other fields are fields.
 func (cfg meshConfig) shmTag(fields string) string {
-	return hex.EncodeToString(cfg.secret.mac(labelShmName, []byte(cfg.prefix), []byte(fields))[:8])
+	return hex.EncodeToString(secretMAC(cfg.secret, labelShmName, []byte(cfg.prefix), []byte(fields))[:8])
 }
 
 // newShmNames names the two ring files of the pair (lower rank a,

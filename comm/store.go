@@ -128,10 +128,10 @@ func (s *StoreServer) handshake(c net.Conn, r *bufio.Reader) (string, error) {
 	if !ok {
 		return "store: authentication failed: want AUTH <nonce> <mac> (this is gorun's worker store)", errors.New("malformed answer")
 	}
-	if !s.secret.verify(mac, labelStoreClient, nonce, theirs) {
+	if !verifyMAC(s.secret, mac, labelStoreClient, nonce, theirs) {
 		return "store: authentication failed: wrong or missing " + JobSecretEnv, errors.New("wrong MAC")
 	}
-	_, err = c.Write([]byte("OK " + hex.EncodeToString(s.secret.mac(labelStoreServer, nonce, theirs)) + "\n"))
+	_, err = c.Write([]byte("OK " + hex.EncodeToString(secretMAC(s.secret, labelStoreServer, nonce, theirs)) + "\n"))
 	return "", err
 }
 

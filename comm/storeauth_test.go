@@ -52,7 +52,7 @@ func greeted(t *testing.T, addr string) (net.Conn, *bufio.Reader, []byte) {
 // authAs answers the challenge with the MAC under secret.
 func authAs(secret Secret, nonce []byte) string {
 	mine := make([]byte, nonceLen)
-	return "AUTH " + hex.EncodeToString(mine) + " " + hex.EncodeToString(secret.mac(labelStoreClient, nonce, mine)) + "\n"
+	return "AUTH " + hex.EncodeToString(mine) + " " + hex.EncodeToString(secretMAC(secret, labelStoreClient, nonce, mine)) + "\n"
 }
 
 // stream writes n bytes of 'x' (no newline) to c in 1 MiB pieces until
@@ -115,7 +115,7 @@ func TestStoreRefusesStrangers(t *testing.T) {
 			case "wrong":
 				answer = authAs(otherSecret(t), nonce)
 			case "none":
-				answer = authAs(Secret{}, nonce)
+				answer = authAs(nil, nonce)
 			case "":
 			default:
 				answer = tc.auth
@@ -144,7 +144,7 @@ func TestStoreRefusesStrangers(t *testing.T) {
 			if err != nil || !strings.HasPrefix(line, "ERR ") || !strings.Contains(line, tc.want) {
 				t.Fatalf("answer %q, %v; want an ERR line with %q", line, err, tc.want)
 			}
-			if strings.Contains(line, hex.EncodeToString(testSecret.key)) {
+			if strings.Contains(line, testSecret.Reveal()) {
 				t.Fatal("the answer holds the secret")
 			}
 			// Closed after the error.

@@ -70,7 +70,7 @@ func (c *StoreClient) handshake(ctx context.Context, secret Secret) error {
 	if err != nil {
 		return err
 	}
-	answer := "AUTH " + hex.EncodeToString(mine) + " " + hex.EncodeToString(secret.mac(labelStoreClient, nonce, mine)) + "\n"
+	answer := "AUTH " + hex.EncodeToString(mine) + " " + hex.EncodeToString(secretMAC(secret, labelStoreClient, nonce, mine)) + "\n"
 	if _, err := c.c.Write([]byte(answer)); err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (c *StoreClient) handshake(ctx context.Context, secret Secret) error {
 	}
 	proof, ok := strings.CutPrefix(reply, "OK ")
 	mac, ok2 := parseHex(proof, 32)
-	if !ok || !ok2 || !secret.verify(mac, labelStoreServer, nonce, mine) {
+	if !ok || !ok2 || !verifyMAC(secret, mac, labelStoreServer, nonce, mine) {
 		return fmt.Errorf("%w: the store did not prove it knows %s (a store of another job, or a stranger)", ErrStoreAuth, JobSecretEnv)
 	}
 	return nil

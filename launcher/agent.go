@@ -92,7 +92,7 @@ func NewAgent(cfg Config, rdzv Rendezvous, signals <-chan os.Signal) (*Agent, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.JobSecret == "" {
+	if !cfg.JobSecret.IsSet() {
 		s, err := NewSecret()
 		if err != nil {
 			return nil, err
@@ -407,7 +407,7 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 	}
 	workerRound := round
 	if len(workerRound.JobSecret) == 0 {
-		workerRound.JobSecret = rendezvous.Token(cfg.JobSecret.Reveal())
+		workerRound.JobSecret = cfg.JobSecret
 	}
 	specs, err := PlanWorkers(cfg, shared, workerRound, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
 	if err != nil {

@@ -3,73 +3,13 @@ package launcher
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/gorun-dev/gorun/rendezvous"
 )
-
-func TestNewSecret(t *testing.T) {
-	a, err := NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if raw, err := hex.DecodeString(a.Reveal()); err != nil || len(raw) != 32 || len(a.Reveal()) != 64 {
-		t.Errorf("secret %d characters, %v; want 64 hex digits", len(a.Reveal()), err)
-	}
-	if a == b {
-		t.Error("two secrets are equal")
-	}
-	if _, err := newSecret(strings.NewReader("short")); err == nil {
-		t.Error("a short read gave a secret")
-	}
-}
-
-// TestSecretNeverPrints: whatever prints a Secret, or a struct holding
-// one, shows the placeholder.
-func TestSecretNeverPrints(t *testing.T) {
-	s := Secret("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff")
-	cfg := Config{RunID: "j", JobSecret: s}
-	var logged bytes.Buffer
-	log := logrus.New()
-	log.SetOutput(&logged)
-	log.SetFormatter(&logrus.JSONFormatter{})
-	log.WithField("secret", s).Info("x")
-	js, _ := json.Marshal(struct{ S Secret }{s})
-	for _, tt := range []struct{ name, got string }{
-		{"%s", fmt.Sprintf("%s", s)},
-		{"%v", fmt.Sprintf("%v", s)},
-		{"%q", fmt.Sprintf("%q", s)},
-		{"%x", fmt.Sprintf("%x", s)},
-		{"%+v config", fmt.Sprintf("%+v", cfg)},
-		{"%#v config", fmt.Sprintf("%#v", cfg)},
-		{"json", string(js)},
-		{"logrus", logged.String()},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if strings.Contains(tt.got, "0011") || strings.Contains(tt.got, hex.EncodeToString([]byte("0011"))) {
-				t.Errorf("%s shows the secret: %s", tt.name, tt.got)
-			}
-			if !strings.Contains(tt.got, SecretPlaceholder) && !strings.Contains(tt.got, `\u003csecret\u003e`) {
-				t.Errorf("%s lacks %s: %s", tt.name, SecretPlaceholder, tt.got)
-			}
-		})
-	}
-	if s.Reveal() != string(s) || Secret("").String() != "" {
-		t.Error("Reveal or the empty secret's String is wrong")
-	}
-}
 
 // secretRound is a Local rendezvous whose rounds carry a job secret, as
 // the etcd rendezvous's do.

@@ -29,7 +29,7 @@ type LocalStore struct {
 // command line, which every user can read). Its errors go to stderr; it
 // dies with this process.
 func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore, error) {
-	if secret == "" {
+	if !secret.IsSet() {
 		return nil, fmt.Errorf("local store: no job secret")
 	}
 	port, err := rendezvous.FreePort(rendezvous.DefaultLocalAddr)

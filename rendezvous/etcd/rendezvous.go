@@ -266,7 +266,7 @@ func (r *Rendezvous) sharedToken(ctx context.Context) (Token, error) {
 }
 
 // WorkerSecret is the secret this job's workers share (GORUN_JOB_SECRET).
-func (r *Rendezvous) WorkerSecret() string { return r.token.WorkerSecret(r.cfg.Shape.RunID) }
+func (r *Rendezvous) WorkerSecret() rendezvous.Token { return r.token.WorkerSecret(r.cfg.Shape.RunID) }
 
 // ID is this agent's node id in the job.
 func (r *Rendezvous) ID() string { return r.id }
@@ -473,7 +473,7 @@ func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 		BaseRoleRank: res.roleBase, RoleWorldSize: res.roleWorld,
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
 		StoreEndpoints: r.cli.Endpoints(), StorePrefix: r.k.store(rec.Round),
-		JobSecret: rendezvous.Token(r.WorkerSecret()), SpareSince: r.spareSince,
+		JobSecret: r.WorkerSecret(), SpareSince: r.spareSince,
 	}
 }
 
