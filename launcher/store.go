@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/gorun-dev/gorun/internal/storecmd"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -43,7 +44,7 @@ func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore
 	s := &LocalStore{endpoint: rendezvous.DefaultLocalAddr + ":" + strconv.Itoa(port), dir: dir}
 	// etcd's own log lines are JSON for operators of a store, not for the
 	// job's terminal: a failure to serve reaches the workers as errors.
-	argv := []string{binary, "store", "--listen", s.endpoint, "--data-dir", dir.Path(), "--log-level", "panic"}
+	argv := []string{binary, storecmd.Command, storecmd.Arg(storecmd.Listen, s.endpoint), storecmd.Arg(storecmd.DataDir, dir.Path()), storecmd.Arg(storecmd.LogLevel, "panic")}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		dir.Remove()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/storecmd"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
@@ -58,6 +59,7 @@ var ErrMemberTaken = errors.New("the store went on without this member (its plac
 // killed.
 type memberProcess struct {
 	argv   []string
+	client string // where it serves clients
 	token  Token
 	what   string // "member 1", for the log
 	dir    *tempdir.Dir
@@ -84,7 +86,7 @@ func startMember(ctx context.Context, c Conf, token Token, members []storeMember
 		peers = append(peers, m.peer)
 	}
 	return runMember(ctx, c, token, log, fmt.Sprintf("member %d", index), members[index].client,
-		"--cluster", strings.Join(peers, ","), "--member", strconv.Itoa(index), "--ready-timeout", c.connect.String())
+		storecmd.Arg(storecmd.Cluster, strings.Join(peers, ",")), storecmd.Arg(storecmd.Member, strconv.Itoa(index)), storecmd.Arg(storecmd.ReadyTimeout, c.connect.String()))
 }
 
 // joinMember starts member name of a running store, which added it as a
@@ -92,7 +94,7 @@ func startMember(ctx context.Context, c Conf, token Token, members []storeMember
 // gave them), serving clients at client, and returns once it serves.
 func joinMember(ctx context.Context, c Conf, token Token, name, client, peer, initial string, log logrus.FieldLogger) (*memberProcess, error) {
 	return runMember(ctx, c, token, log, "member "+name, client,
-		"--peer-listen", peer, "--join", initial, "--name", name, "--ready-timeout", c.connect.String())
+		storecmd.Arg(storecmd.PeerListen, peer), storecmd.Arg(storecmd.Join, initial), storecmd.Arg(storecmd.Name, name), storecmd.Arg(storecmd.ReadyTimeout, c.connect.String()))
 }
 
 // runMember starts a member (what, serving clients at client; args: its
@@ -106,15 +108,16 @@ func runMember(ctx context.Context, c Conf, token Token, log logrus.FieldLogger,
 	if err != nil {
 		return nil, fmt.Errorf("host %s of the embedded store: data folder: %w", what, err)
 	}
-	argv := append([]string{exe, "store", "--listen", client}, args...)
-	argv = append(argv, "--data-dir", dir.Path(), "--log-level", c.storeLogLevel, "--token-stdin", "--stop-on-stdin-close", "--prefix", c.prefix)
+	argv := append([]string{exe, storecmd.Command, storecmd.Arg(storecmd.Listen, client)}, args...)
+	argv = append(argv, storecmd.Arg(storecmd.DataDir, dir.Path()), storecmd.Arg(storecmd.LogLevel, c.storeLogLevel),
+		"--"+storecmd.TokenStdin, "--"+storecmd.StopOnStdinClose, storecmd.Arg(storecmd.Prefix, c.prefix))
 	if c.tls.CertFile != "" {
-		argv = append(argv, "--cert", c.tls.CertFile, "--key", c.tls.KeyFile)
+		argv = append(argv, storecmd.Arg(storecmd.Cert, c.tls.CertFile), storecmd.Arg(storecmd.Key, c.tls.KeyFile))
 		if c.tls.TrustedCAFile != "" {
-			argv = append(argv, "--cacert", c.tls.TrustedCAFile)
+			argv = append(argv, storecmd.Arg(storecmd.CACert, c.tls.TrustedCAFile))
 		}
 	}
-	m := &memberProcess{argv: argv, token: token, what: what, dir: dir, log: log, stderr: os.Stderr,
+	m := &memberProcess{argv: argv, client: client, token: token, what: what, dir: dir, log: log, stderr: os.Stderr,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go m.supervise(ready)
@@ -227,9 +230,9 @@ func (m *memberProcess) runOnce(ready chan<- error) (served bool, status syscall
 	}
 	lines := bufio.NewScanner(outR)
 	for lines.Scan() {
-		if !served && strings.HasPrefix(lines.Text(), "gorun store: member ") {
+		if !served && storecmd.Serving(lines.Text()) {
 			served = true
-			m.log.Infof("%s of the job's store serves at %s (pid %d; authentication on; peers over mutual TLS)", m.what, m.argv[3], p.Pid)
+			m.log.Infof("%s of the job's store serves at %s (pid %d; authentication on; peers over mutual TLS)", m.what, m.client, p.Pid)
 			if ready != nil {
 				ready <- nil
 				ready = nil

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
+	"github.com/gorun-dev/gorun/internal/storecmd"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/internal/workerenv"
@@ -36,23 +37,23 @@ func (e *Commands) StoreCommand() *cli.Command {
 // storeFlags are gorun store's flags.
 func storeFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:2379", Usage: "client address host:port (use the host's address to serve other machines)", EnvVars: []string{"GORUN_STORE_LISTEN"}},
-		&cli.StringFlag{Name: "peer-listen", Value: "127.0.0.1:0", Usage: "peer address host:port (one member: unused by clients)"},
-		&cli.StringFlag{Name: "data-dir", Usage: "data directory (default: a temporary one, removed on exit)", EnvVars: []string{"GORUN_STORE_DATA_DIR"}},
-		&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "etcd's log level: debug, info, warn, error, panic"},
+		&cli.StringFlag{Name: storecmd.Listen, Value: "127.0.0.1:2379", Usage: "client address host:port (use the host's address to serve other machines)", EnvVars: []string{"GORUN_STORE_LISTEN"}},
+		&cli.StringFlag{Name: storecmd.PeerListen, Value: "127.0.0.1:0", Usage: "peer address host:port (one member: unused by clients)"},
+		&cli.StringFlag{Name: storecmd.DataDir, Usage: "data directory (default: a temporary one, removed on exit)", EnvVars: []string{"GORUN_STORE_DATA_DIR"}},
+		&cli.StringFlag{Name: storecmd.LogLevel, Value: "warn", Usage: "etcd's log level: debug, info, warn, error, panic"},
 		&cli.StringFlag{Name: "token-file", Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{rendezvous.TokenFileEnv}},
-		&cli.StringFlag{Name: "prefix", Value: etcdrdzv.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
+		&cli.StringFlag{Name: storecmd.Prefix, Value: etcdrdzv.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
 		&cli.BoolFlag{Name: "no-auth", Usage: "serve without authentication: anyone who reaches the port reads and writes every key"},
-		&cli.StringFlag{Name: "cert", Usage: "TLS certificate of the client port (with --key)"},
-		&cli.StringFlag{Name: "key", Usage: "TLS key of the client port"},
-		&cli.StringFlag{Name: "cacert", Usage: "CA that clients' certificates must be signed by (mutual TLS)"},
-		&cli.StringFlag{Name: "cluster", Usage: "the peer addresses host:port of a store of 3, 5 or 7 members, in the same order on every member (each member serves clients at its --listen; peers authenticate each other with the token)"},
-		&cli.IntFlag{Name: "member", Value: -1, Usage: "this member's place (from 0) in --cluster"},
-		&cli.StringFlag{Name: "join", Usage: "join a running store as the learner --name that its first member added: its members as etcd's initial cluster (name=https://host:port,...; how an agent runs a member its job's store grows by), this member's peers at --peer-listen"},
-		&cli.StringFlag{Name: "name", Usage: "this member's name in --join"},
-		&cli.DurationFlag{Name: "ready-timeout", Value: etcdrdzv.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
-		&cli.BoolFlag{Name: "token-stdin", Usage: "read the jobs' token from standard input (how an agent hands it to the store member it runs)"},
-		&cli.BoolFlag{Name: "stop-on-stdin-close", Usage: "ignore stop signals and serve until standard input closes (how an agent runs its store member: a scheduler signals every process of a job, and only the agent may stop the member); with --token-stdin, the token is the first line"},
+		&cli.StringFlag{Name: storecmd.Cert, Usage: "TLS certificate of the client port (with --key)"},
+		&cli.StringFlag{Name: storecmd.Key, Usage: "TLS key of the client port"},
+		&cli.StringFlag{Name: storecmd.CACert, Usage: "CA that clients' certificates must be signed by (mutual TLS)"},
+		&cli.StringFlag{Name: storecmd.Cluster, Usage: "the peer addresses host:port of a store of 3, 5 or 7 members, in the same order on every member (each member serves clients at its --listen; peers authenticate each other with the token)"},
+		&cli.IntFlag{Name: storecmd.Member, Value: -1, Usage: "this member's place (from 0) in --cluster"},
+		&cli.StringFlag{Name: storecmd.Join, Usage: "join a running store as the learner --name that its first member added: its members as etcd's initial cluster (name=https://host:port,...; how an agent runs a member its job's store grows by), this member's peers at --peer-listen"},
+		&cli.StringFlag{Name: storecmd.Name, Usage: "this member's name in --join"},
+		&cli.DurationFlag{Name: storecmd.ReadyTimeout, Value: etcdrdzv.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
+		&cli.BoolFlag{Name: storecmd.TokenStdin, Usage: "read the jobs' token from standard input (how an agent hands it to the store member it runs)"},
+		&cli.BoolFlag{Name: storecmd.StopOnStdinClose, Usage: "ignore stop signals and serve until standard input closes (how an agent runs its store member: a scheduler signals every process of a job, and only the agent may stop the member); with --token-stdin, the token is the first line"},
 	}
 }
 
@@ -70,8 +71,8 @@ func storeAction(c *cli.Context) error {
 	}
 	stdin := bufio.NewReader(os.Stdin)
 	var stdinToken []byte
-	if c.Bool("token-stdin") {
-		if c.Bool("stop-on-stdin-close") {
+	if c.Bool(storecmd.TokenStdin) {
+		if c.Bool(storecmd.StopOnStdinClose) {
 			// The first line: the end of the input stops the member.
 			var line string
 			line, err = stdin.ReadString('\n')
@@ -85,7 +86,7 @@ func storeAction(c *cli.Context) error {
 	}
 	ctx, stop := storeContext(c, stdin)
 	defer stop()
-	token, password, err := storeSecret(ctx, c, stdinToken, cluster != nil || c.String("join") != "")
+	token, password, err := storeSecret(ctx, c, stdinToken, cluster != nil || c.String(storecmd.Join) != "")
 	if err != nil {
 		return err
 	}
@@ -95,38 +96,38 @@ func storeAction(c *cli.Context) error {
 // checkStoreFlags checks gorun store's flags and returns --cluster's
 // members (nil: a store of one).
 func checkStoreFlags(c *cli.Context) ([]string, error) {
-	switch c.String("log-level") {
+	switch c.String(storecmd.LogLevel) {
 	case "debug", "info", "warn", "error", "panic":
 	default:
-		return nil, cmdline.Usagef("--log-level=%q: want debug, info, warn, error or panic", c.String("log-level"))
+		return nil, cmdline.Usagef("--log-level=%q: want debug, info, warn, error or panic", c.String(storecmd.LogLevel))
 	}
-	if (c.String("cert") == "") != (c.String("key") == "") {
+	if (c.String(storecmd.Cert) == "") != (c.String(storecmd.Key) == "") {
 		return nil, cmdline.Usagef("--cert and --key go together")
 	}
 	var cluster []string
-	if v := c.String("cluster"); v != "" {
+	if v := c.String(storecmd.Cluster); v != "" {
 		cluster = strings.Split(v, ",")
 		if n := len(cluster); n < 3 || n%2 == 0 || n > 7 {
 			return nil, cmdline.Usagef("--cluster: %d members; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them)", n)
 		}
-		if m := c.Int("member"); m < 0 || m >= len(cluster) {
+		if m := c.Int(storecmd.Member); m < 0 || m >= len(cluster) {
 			return nil, cmdline.Usagef("--member=%d: want this member's place in --cluster, 0 to %d", m, len(cluster)-1)
 		}
 		if c.Bool("no-auth") {
 			return nil, cmdline.Usagef("--cluster needs the jobs' token (its members authenticate each other with it): drop --no-auth")
 		}
-	} else if c.IsSet("member") {
+	} else if c.IsSet(storecmd.Member) {
 		return nil, cmdline.Usagef("--member is a place in --cluster: give --cluster too")
 	}
-	if join := c.String("join"); join != "" || c.IsSet("name") {
+	if join := c.String(storecmd.Join); join != "" || c.IsSet(storecmd.Name) {
 		switch {
 		case cluster != nil:
 			return nil, cmdline.Usagef("--join and --cluster: give one (a store's members at its start, or a running store to join)")
-		case join == "" || c.String("name") == "":
+		case join == "" || c.String(storecmd.Name) == "":
 			return nil, cmdline.Usagef("--join and --name go together")
 		case c.Bool("no-auth"):
 			return nil, cmdline.Usagef("--join needs the jobs' token (its members authenticate each other with it): drop --no-auth")
-		case strings.HasSuffix(c.String("peer-listen"), ":0"):
+		case strings.HasSuffix(c.String(storecmd.PeerListen), ":0"):
 			return nil, cmdline.Usagef("--join: give this member's peer address (--peer-listen host:port), as the store added it")
 		}
 	}
@@ -136,7 +137,7 @@ func checkStoreFlags(c *cli.Context) ([]string, error) {
 // storeContext ends on SIGINT or SIGTERM; for an agent's member
 // (--stop-on-stdin-close), which ignores them, when stdin ends instead.
 func storeContext(c *cli.Context, stdin io.Reader) (context.Context, context.CancelFunc) {
-	if !c.Bool("stop-on-stdin-close") {
+	if !c.Bool(storecmd.StopOnStdinClose) {
 		return signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	}
 	// Slurm's scancel and time limit signal every process of the step,
@@ -159,7 +160,7 @@ func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered 
 		return nil, "", nil
 	}
 	tokenFile, tokenText := c.String("token-file"), os.Getenv(rendezvous.TokenEnv)
-	if c.Bool("token-stdin") {
+	if c.Bool(storecmd.TokenStdin) {
 		tokenFile, tokenText = "", string(stdinToken)
 	}
 	password := os.Getenv(workerenv.StorePassword)
@@ -184,7 +185,7 @@ func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered 
 // serveStore starts the store and serves until ctx ends or the store
 // fails.
 func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etcdrdzv.Token, password string) error {
-	dataDir := c.String("data-dir")
+	dataDir := c.String(storecmd.DataDir)
 	if dataDir == "" {
 		// Locked, so that the next gorun sweeps it if this one is
 		// killed.
@@ -196,12 +197,12 @@ func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etc
 		dataDir = dir.Path()
 	}
 	s, err := etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{
-		ClientAddr: c.String("listen"), PeerAddr: c.String("peer-listen"),
-		Dir: dataDir, LogLevel: c.String("log-level"),
-		Token: token, Password: password, AuthPrefix: c.String("prefix"),
-		CertFile: c.String("cert"), KeyFile: c.String("key"), TrustedCAFile: c.String("cacert"),
-		Cluster: cluster, Member: c.Int("member"), ReadyTimeout: c.Duration("ready-timeout"),
-		Join: c.String("join"), Name: c.String("name"),
+		ClientAddr: c.String(storecmd.Listen), PeerAddr: c.String(storecmd.PeerListen),
+		Dir: dataDir, LogLevel: c.String(storecmd.LogLevel),
+		Token: token, Password: password, AuthPrefix: c.String(storecmd.Prefix),
+		CertFile: c.String(storecmd.Cert), KeyFile: c.String(storecmd.Key), TrustedCAFile: c.String(storecmd.CACert),
+		Cluster: cluster, Member: c.Int(storecmd.Member), ReadyTimeout: c.Duration(storecmd.ReadyTimeout),
+		Join: c.String(storecmd.Join), Name: c.String(storecmd.Name),
 	})
 	if ctx.Err() != nil {
 		return nil // stopped while starting
@@ -215,10 +216,10 @@ func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etc
 	defer s.Close()
 	switch {
 	case cluster != nil:
-		// One line, which an agent running this member waits for.
-		fmt.Fprintf(c.App.Writer, "gorun store: member %d of %d serving at %v; stop with Ctrl-C\n", c.Int("member"), len(cluster), s.Endpoints())
-	case c.String("join") != "":
-		fmt.Fprintf(c.App.Writer, "gorun store: member %s joined, serving at %v\n", c.String("name"), s.Endpoints())
+		// The line an agent running this member waits for.
+		_ = storecmd.AnnounceMember(c.App.Writer, fmt.Sprintf("%d of %d", c.Int(storecmd.Member), len(cluster)), s.Endpoints(), "; stop with Ctrl-C")
+	case c.String(storecmd.Join) != "":
+		_ = storecmd.AnnounceMember(c.App.Writer, c.String(storecmd.Name)+" (joined)", s.Endpoints(), "")
 	default:
 		fmt.Fprintf(c.App.Writer, "gorun store: etcd serving at %v; stop with Ctrl-C\n", s.Endpoints())
 	}
