@@ -57,6 +57,12 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return Usage(err)
 	}
+	// Which binary runs the launch is decided before it is parsed: the
+	// gorun binary hands a launch that needs etcd over at once, and
+	// gorun-etcd parses it, once.
+	if opts.Companion == nil && needsEtcd(c) {
+		return execCompanion("--rdzv-backend=" + c.String(fRdzvBackend))
+	}
 	cfg, err := launchConfig(c, log)
 	if err != nil {
 		return Usage(err)
@@ -65,7 +71,7 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return Usage(err)
 	}
-	rdzv, round := plan.rdzv, plan.round
+	round := plan.round
 	if plan.elastic != nil {
 		plan.elastic.StoreHosts = storeHosts
 	}
@@ -73,20 +79,7 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return Usage(err)
 	}
-	if plan.elastic != nil && !c.Bool(fDryRun) && opts.Companion == nil {
-		return execCompanion("--rdzv-backend=" + plan.elastic.Backend)
-	}
-	// Once per launch: not again in the gorun-etcd this one becomes.
 	logSchedulerNote(log)
-	if plan.elastic != nil && !c.Bool(fDryRun) {
-		plan.elastic.Log = log
-		var release func()
-		rdzv, release, err = opts.Companion.Rendezvous(c.Context, *plan.elastic)
-		if err != nil {
-			return ExitError(err, 1)
-		}
-		defer release()
-	}
 	if err := cfg.Validate(); err != nil {
 		return Usage(err)
 	}
@@ -94,25 +87,65 @@ func launchAction(c *cli.Context, opts Options) error {
 		_, porter := plan.rdzv.(launcher.AgentStorePorter)
 		return dryRun(c, &cfg, round, spare, porter || plan.elastic != nil, schedName, fromScheduler)
 	}
-	if plan.standalone != nil {
+	rdzv, release, err := openRendezvous(c.Context, plan, &cfg, opts, log)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return runAgent(c.Context, cfg, rdzv)
+}
+
+// needsEtcd says, from the flags alone, whether the launch's rendezvous
+// needs etcd, that is gorun-etcd: several nodes, not --standalone, not a
+// dry run, an etcd backend. Bad input is left to the launch's parse.
+func needsEtcd(c *cli.Context) bool {
+	if c.Bool(fStandalone) || c.Bool(fDryRun) {
+		return false
+	}
+	if _, maxNodes, err := launcher.ParseNNodes(c.String(fNnodes)); err != nil || maxNodes == 1 {
+		return false
+	}
+	switch c.String(fRdzvBackend) {
+	case "c10d", "etcd", "etcd-v2", "embedded":
+		return true
+	}
+	return false
+}
+
+// openRendezvous opens the launch's rendezvous, whichever backend it is:
+// the elastic one through gorun-etcd's companion, the single node of
+// --standalone with its store for Go workers, or the static and
+// single-node ones as planned. release frees what it started.
+func openRendezvous(ctx context.Context, plan rendezvousPlan, cfg *launcher.Config, opts Options, log *logrus.Logger) (launcher.Rendezvous, func(), error) {
+	switch {
+	case plan.elastic != nil:
+		plan.elastic.Log = log
+		rdzv, release, err := opts.Companion.Rendezvous(ctx, *plan.elastic)
+		if err != nil {
+			return nil, nil, ExitError(err, 1)
+		}
+		return rdzv, release, nil
+	case plan.standalone != nil:
 		// One secret for the job: the store checks it, the workers
 		// present it.
+		var err error
 		if cfg.JobSecret, err = launcher.NewSecret(); err != nil {
-			return cli.Exit(err.Error(), 1)
+			return nil, nil, cli.Exit(err.Error(), 1)
 		}
-		if store := startLocalStore(log, cfg.JobSecret); store != nil {
-			defer func() {
-				if err := store.Stop(); err != nil {
-					log.Warnf("stop the local store: %v", err)
-				}
-			}()
-			local := *plan.standalone
-			local.StoreEndpoints, local.StorePrefix = []string{store.Endpoint()}, "/gorun/"+cfg.RunID+"/store/"
-			local.StoreUser, local.StorePassword = rendezvous.EtcdUser, cfg.JobSecret.Reveal()
-			rdzv = rendezvous.NewLocal(local)
+		store := startLocalStore(log, cfg.JobSecret)
+		if store == nil {
+			return plan.rdzv, func() {}, nil
 		}
+		local := *plan.standalone
+		local.StoreEndpoints, local.StorePrefix = []string{store.Endpoint()}, "/gorun/"+cfg.RunID+"/store/"
+		local.StoreUser, local.StorePassword = rendezvous.EtcdUser, cfg.JobSecret.Reveal()
+		return rendezvous.NewLocal(local), func() {
+			if err := store.Stop(); err != nil {
+				log.Warnf("stop the local store: %v", err)
+			}
+		}, nil
 	}
-	return runAgent(c.Context, cfg, rdzv)
+	return plan.rdzv, func() {}, nil
 }
 
 // applyLayoutPlan reads --plan (path; "" for none) into cfg.Plan. An
