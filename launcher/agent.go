@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/launcher/probe"
@@ -77,7 +79,7 @@ type Agent struct {
 	pre *preemptor
 	// events is this node's timeline (goodput.go), kept in the run's
 	// folder with --log-dir.
-	events *EventLog
+	events *goodput.EventLog
 	// warm holds the warm interpreters (nil without --warm-start).
 	warm *warmPool
 	// shortReported: the goodput's short form was printed (with the
@@ -165,7 +167,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	}
 	closeEvents := a.openEvents(layout)
 	res, err := a.run(ctx, layout)
-	a.events.Record(Event{Kind: EventExit, Code: res.ExitCode})
+	a.events.Record(goodput.Event{Kind: goodput.EventExit, Code: res.ExitCode})
 	closeEvents()
 	if res.ExitCode != 0 && !a.shortReported && a.spawned() {
 		// An exit without the failure summary (the store lost, a round
@@ -265,7 +267,7 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 	restarts := 0
 	for {
 		var round rendezvous.Round
-		a.events.Record(Event{Kind: EventRendezvous})
+		a.events.Record(goodput.Event{Kind: goodput.EventRendezvous})
 		sig, err := a.interruptible(ctx, true, func(ctx context.Context) error {
 			var err error
 			round, err = a.rdzv.Next(ctx, node)
@@ -293,7 +295,7 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 		restarts = round.RestartCount
 		useWorkerStore(store, &round)
 		if !round.SpareSince.IsZero() {
-			a.events.Record(Event{Kind: EventRendezvous, Spare: true, Round: round.Number, Time: round.SpareSince})
+			a.events.Record(goodput.Event{Kind: goodput.EventRendezvous, Spare: true, Round: round.Number, Time: round.SpareSince})
 		}
 		res, again, err := a.runRound(ctx, round, layout, shared)
 		if !again || err != nil {
@@ -426,10 +428,10 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 		return nil, "", err
 	}
 	att.onStraggler = func(s probe.Straggler, node string, recovered bool) {
-		a.events.Record(Event{Kind: EventStraggler, Attempt: attemptN, Straggler: stragglerEvent(s, node, recovered)})
+		a.events.Record(goodput.Event{Kind: goodput.EventStraggler, Attempt: attemptN, Straggler: goodput.NewStragglerEvent(s, node, recovered)})
 	}
 	a.warm.fill(att.stdin) // the next (re)start's interpreters
-	a.events.Record(Event{Kind: EventSpawn, Time: spawned, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
+	a.events.Record(goodput.Event{Kind: goodput.EventSpawn, Time: spawned, Attempt: attemptN, Round: round.Number, WorldSize: round.WorldSize})
 	a.startSweep(ctx)
 	return att, dumps, nil
 }

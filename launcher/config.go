@@ -37,11 +37,10 @@ type Std int
 
 // The Std values are a bit set, as in torchrun: 1 stdout, 2 stderr.
 const (
-	StdNone   Std = 0
-	StdOut    Std = 1
-	StdErr    Std = 2
-	StdAll    Std = 3
-	stdMaxBit Std = 3
+	StdNone Std = 0
+	StdOut  Std = 1
+	StdErr  Std = 2
+	StdAll  Std = 3
 )
 
 // Has reports whether s selects stream t (StdOut or StdErr).

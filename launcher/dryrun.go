@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -83,7 +85,7 @@ func PlanDryRun(cfg *Config, round rendezvous.Round, spare, agentStore bool) (Dr
 		shared = append(shared, EnvVar{"PYTHONPATH", probe.PythonPath("<temporary directory gorun-python-*>", user)})
 	}
 	errorFile := func(lr int) string {
-		return filepath.Join(root, attemptName(0), strconv.Itoa(lr), "error.json")
+		return filepath.Join(root, goodput.AttemptName(0), strconv.Itoa(lr), "error.json")
 	}
 	workers := []WorkerSpec{}
 	if !spare {

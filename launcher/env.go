@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/memory"
@@ -235,7 +237,7 @@ func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, e
 	if cfg.HangTimeout > 0 {
 		vars = append(vars, EnvVar{EnvHeartbeatFile, filepath.Join(filepath.Dir(errorFile), "heartbeat")})
 	}
-	vars = append(vars, EnvVar{EnvProgressFile, filepath.Join(filepath.Dir(errorFile), ProgressFile)})
+	vars = append(vars, EnvVar{goodput.EnvProgressFile, filepath.Join(filepath.Dir(errorFile), goodput.ProgressFile)})
 	if cfg.probes() {
 		vars = append(vars,
 			EnvVar{probe.EnvFile, filepath.Join(filepath.Dir(errorFile), probe.SnapshotFile)},

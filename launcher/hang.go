@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/probe"
@@ -90,7 +92,7 @@ type life struct {
 
 func newLife(spec WorkerSpec, out *progress, now time.Time) *life {
 	l := &life{out: out, last: now, why: "its start", cpuAt: now}
-	l.progressFile, _ = lookupEnv(spec.Env, EnvProgressFile)
+	l.progressFile, _ = lookupEnv(spec.Env, goodput.EnvProgressFile)
 	l.snapshotFile, _ = lookupEnv(spec.Env, probe.EnvFile)
 	return l
 }
@@ -106,7 +108,7 @@ func (l *life) update(pid int, now time.Time, treeCPU time.Duration) {
 	}
 	seen(l.out.latest(), "output or its heartbeat file")
 	if l.progressFile != "" {
-		if p, err := ReadProgress(l.progressFile); err == nil && p.Seen && p.Step != l.step {
+		if p, err := goodput.ReadProgress(l.progressFile); err == nil && p.Seen && p.Step != l.step {
 			l.step = p.Step
 			seen(now, "a step in its progress file")
 		}

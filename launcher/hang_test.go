@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 	"github.com/gorun-dev/gorun/launcher/probe"
@@ -31,7 +33,7 @@ func TestLifeSigns(t *testing.T) {
 			writeAt(t, filepath.Join(dir, "heartbeat"), "", at)
 		}, "output or its heartbeat file"},
 		{"a step in the progress file", func(t *testing.T, dir string, _ *progress, at time.Time) {
-			writeAt(t, filepath.Join(dir, ProgressFile), "step=5 time=1 first_step=1 first_time=1\n", at)
+			writeAt(t, filepath.Join(dir, goodput.ProgressFile), "step=5 time=1 first_step=1 first_time=1\n", at)
 		}, "a step in its progress file"},
 		{"a probe snapshot with a step", func(t *testing.T, dir string, _ *progress, at time.Time) {
 			writeAt(t, filepath.Join(dir, probe.SnapshotFile), fmt.Sprintf(`{"version":1,"pid":9,"time_ns":%d,"steps":4,"stack":[["t.py",3,"main"]]}`, at.UnixNano()), at)
@@ -41,7 +43,7 @@ func TestLifeSigns(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			start := time.Now().Add(-time.Minute)
-			spec := WorkerSpec{Env: []string{EnvProgressFile + "=" + filepath.Join(dir, ProgressFile), probe.EnvFile + "=" + filepath.Join(dir, probe.SnapshotFile)}}
+			spec := WorkerSpec{Env: []string{goodput.EnvProgressFile + "=" + filepath.Join(dir, goodput.ProgressFile), probe.EnvFile + "=" + filepath.Join(dir, probe.SnapshotFile)}}
 			out := newProgress(filepath.Join(dir, "heartbeat"), start)
 			l := newLife(spec, out, start)
 			writeAt(t, filepath.Join(dir, probe.SnapshotFile), fmt.Sprintf(`{"version":1,"pid":9,"time_ns":%d,"steps":3,"stack":[["t.py",3,"main"]]}`, start.UnixNano()), start)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
@@ -225,34 +227,13 @@ func openOwnRoot(path string) (*os.Root, error) {
 // kept reports whether the files outlive the run.
 func (l *logLayout) kept() bool { return l.temp == nil }
 
-// attemptName is attempt n's folder, relative to the run's.
-func attemptName(n int) string { return attemptPrefix + strconv.Itoa(n) }
-
-// attemptPrefix starts the name of an attempt's folder.
-const attemptPrefix = "attempt_"
-
 // FlightRecorderFolder is the name of an attempt's flight-recorder folder
 // under --log-dir: <run>/attempt_<n>/flight_recorder.
 const FlightRecorderFolder = "flight_recorder"
 
-// AttemptDir is attempt n's folder in the run folder run:
-// <run>/attempt_<n>, for the run folder's readers (gorun report).
-func AttemptDir(run string, n int) string { return filepath.Join(run, attemptName(n)) }
-
-// ParseAttemptName reads the name of an attempt's folder, attempt_<n>,
-// for the run folder's readers (gorun trace).
-func ParseAttemptName(name string) (int, bool) {
-	s, ok := strings.CutPrefix(name, attemptPrefix)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	return n, err == nil && n >= 0
-}
-
 // rankName is a rank's folder, relative to the run's.
 func rankName(attempt, localRank int) string {
-	return filepath.Join(attemptName(attempt), strconv.Itoa(localRank))
+	return filepath.Join(goodput.AttemptName(attempt), strconv.Itoa(localRank))
 }
 
 func (l *logLayout) rankDir(attempt, localRank int) string {
@@ -264,7 +245,7 @@ func (l *logLayout) rankDir(attempt, localRank int) string {
 // that ended by a membership change keeps its attempt number) is emptied
 // first; one that this run did not make is never removed.
 func (l *logLayout) prepareAttempt(attempt, nproc int) error {
-	name := attemptName(attempt)
+	name := goodput.AttemptName(attempt)
 	if l.attempts[attempt] {
 		// A membership change reruns the attempt in a new round: with
 		// --log-dir the earlier round's files are kept beside it, as
@@ -301,14 +282,14 @@ func (l *logLayout) prepareAttempt(attempt, nproc int) error {
 // attempt's folder when it dumps; close removes those that stayed empty.
 func (l *logLayout) dumpDir(attempt int) (dir, warning string, err error) {
 	if l.kept() {
-		return filepath.Join(l.root, attemptName(attempt), FlightRecorderFolder), "", nil
+		return filepath.Join(l.root, goodput.AttemptName(attempt), FlightRecorderFolder), "", nil
 	}
 	if l.frBase == "" {
 		if l.frBase, warning, err = l.makeDumpBase(); err != nil {
 			return "", warning, fmt.Errorf("flight recorder folder: %w", err)
 		}
 	}
-	return filepath.Join(l.frBase, filepath.Base(l.root), attemptName(attempt)), warning, nil
+	return filepath.Join(l.frBase, filepath.Base(l.root), goodput.AttemptName(attempt)), warning, nil
 }
 
 // makeDumpBase makes the per-user flight-recorder folder (or a fresh one)
@@ -349,7 +330,7 @@ func (l *logLayout) createStream(attempt, localRank int, stream string) (*os.Fil
 // its local ranks' folders: a new file, never one already there, nor a
 // link.
 func (l *logLayout) createAttemptFile(attempt int, name string) (*os.File, error) {
-	return l.dir.OpenFile(filepath.Join(attemptName(attempt), name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode)
+	return l.dir.OpenFile(filepath.Join(goodput.AttemptName(attempt), name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode)
 }
 
 // close removes a temporary layout, and the flight-recorder folders of
@@ -379,7 +360,7 @@ func (l *logLayout) removeEmptyDumpFolders() {
 	name := filepath.Base(l.root)
 	if run, err := base.Sub(name); err == nil {
 		for a := range l.attempts {
-			_ = run.RemoveEmpty(attemptName(a))
+			_ = run.RemoveEmpty(goodput.AttemptName(a))
 		}
 		run.Close()
 	}

@@ -323,7 +323,8 @@ func (t cpuTopology) groupByLastCache(cpus []int) ([][]int, error) {
 		}
 		level, shared := -1, []int(nil)
 		for _, e := range entries {
-			if idx, ok := strings.CutPrefix(e.Name(), "index"); !ok || !digits(idx) {
+			idx, ok := strings.CutPrefix(e.Name(), "index")
+			if n, err := strconv.Atoi(idx); !ok || err != nil || n < 0 {
 				continue
 			}
 			typ, _ := t.read(filepath.Join(dir, e.Name(), "type"))

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -108,7 +110,7 @@ type preemptor struct {
 	told      bool
 	wg        sync.WaitGroup
 	// events receives the stop request (the agent's timeline).
-	events *EventLog
+	events *goodput.EventLog
 }
 
 // stopFiles are the files that tell the workers what a stop signal
@@ -243,7 +245,7 @@ func (p *preemptor) begin(req rendezvous.StopRequest) {
 	p.req, p.since = &req, time.Now()
 	p.deadline = p.since.Add(p.grace())
 	if p.events != nil {
-		p.events.Record(Event{Kind: EventStopRequest, Reason: req.Reason, Time: p.since})
+		p.events.Record(goodput.Event{Kind: goodput.EventStopRequest, Reason: req.Reason, Time: p.since})
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/sirupsen/logrus"
 
 	"github.com/gorun-dev/gorun/launcher/probe"
@@ -67,10 +69,10 @@ func TestNodeStragglers(t *testing.T) {
 			var logs bytes.Buffer
 			log := logrus.New()
 			log.SetOutput(&logs)
-			var events []*StragglerEvent
+			var events []*goodput.StragglerEvent
 			att := &attempt{cfg: &Config{Log: log}}
 			att.onStraggler = func(s probe.Straggler, node string, recovered bool) {
-				events = append(events, stragglerEvent(s, node, recovered))
+				events = append(events, goodput.NewStragglerEvent(s, node, recovered))
 			}
 			h := &hangWatch{att: att}
 			f := &fakeArrivals{feed: make(chan rendezvous.NodeReport, 2)}

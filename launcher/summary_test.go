@@ -1,36 +1,14 @@
 package launcher
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 func TestFormatSummary(t *testing.T) {
 	at := time.Date(2026, 11, 29, 15, 41, 40, 123e6, time.UTC)
@@ -48,8 +26,8 @@ func TestFormatSummary(t *testing.T) {
 		{LocalRank: 0, Rank: 0, PID: 17128, ExitCode: 3, Time: at.Add(2 * time.Millisecond), Host: "node0"},
 	}
 	py := Entrypoint{Script: "train.py"}
-	golden(t, "summary.txt", FormatSummary(py, failures))
-	golden(t, "summary_single.txt", FormatSummary(py, failures[2:]))
+	golden.Check(t, "summary.txt", FormatSummary(py, failures))
+	golden.Check(t, "summary_single.txt", FormatSummary(py, failures[2:]))
 	if FormatSummary(py, nil) != "" {
 		t.Error("FormatSummary with no failures is not empty")
 	}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
@@ -18,7 +20,7 @@ func (a *Agent) openEvents(layout *logLayout) func() {
 	var f *os.File
 	if layout.kept() {
 		var err error
-		f, err = layout.dir.OpenFile(EventsFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND|syscall.O_NOFOLLOW, fileMode)
+		f, err = layout.dir.OpenFile(goodput.EventsFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND|syscall.O_NOFOLLOW, fileMode)
 		if err != nil {
 			cfg.Log.Warnf("the run's timeline stays in memory only: %v", err)
 		} else {
@@ -30,11 +32,11 @@ func (a *Agent) openEvents(layout *logLayout) func() {
 		}
 	}
 	if f != nil {
-		a.events = NewEventLog(f)
+		a.events = goodput.NewEventLog(f)
 	} else {
-		a.events = NewEventLog(nil)
+		a.events = goodput.NewEventLog(nil)
 	}
-	a.events.Record(Event{Kind: EventStart, Node: cfg.Hostname, RunID: cfg.RunID})
+	a.events.Record(goodput.Event{Kind: goodput.EventStart, Node: cfg.Hostname, RunID: cfg.RunID})
 	return func() {
 		if err := a.events.Err(); err != nil {
 			cfg.Log.Warnf("the run's timeline file is incomplete: %v", err)
@@ -45,20 +47,20 @@ func (a *Agent) openEvents(layout *logLayout) func() {
 
 // recordEnd records how an attempt ended, with its workers' progress.
 func (a *Agent) recordEnd(att *attempt, out outcome) {
-	var ps []Progress
+	var ps []goodput.Progress
 	for _, w := range att.workers {
-		path, ok := lookupEnv(w.spec.Env, EnvProgressFile)
+		path, ok := lookupEnv(w.spec.Env, goodput.EnvProgressFile)
 		if !ok {
 			continue
 		}
-		p, err := ReadProgress(path)
+		p, err := goodput.ReadProgress(path)
 		if err != nil {
 			a.cfg.Log.Debugf("progress of local rank %d: %v", w.spec.LocalRank, err)
 			continue
 		}
 		ps = append(ps, p)
 	}
-	var probed []Progress
+	var probed []goodput.Progress
 	var ckpt time.Time
 	ckptStep := 0
 	for _, w := range att.workers {
@@ -72,7 +74,7 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 		}
 		// A script that knows nothing of gorun: the optimizer steps its
 		// probe counted.
-		probed = append(probed, probeProgress(s))
+		probed = append(probed, goodput.ProbeProgress(s))
 		if s.Saves > 0 && time.Unix(0, s.LastSaveNs).After(ckpt) {
 			ckpt, ckptStep = time.Unix(0, s.LastSaveNs), int(s.StepsAtSave)
 			if !s.StepHook {
@@ -80,8 +82,8 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 			}
 		}
 	}
-	p, from := workersProgress(ps, probed)
-	ev := Event{Kind: EventEnd, Attempt: att.number, How: endHow(out, a.pre.active())}
+	p, from := goodput.WorkersProgress(ps, probed)
+	ev := goodput.Event{Kind: goodput.EventEnd, Attempt: att.number, How: endHow(out, a.pre.active())}
 	switch out.kind {
 	case outcomeFailed:
 		if len(out.failures) > 0 {
@@ -137,30 +139,30 @@ func endHow(out outcome, stopRequested bool) string {
 	case outcomeSucceeded:
 		if stopRequested {
 			if out.stoppedBySignal {
-				return EndStopped
+				return goodput.EndStopped
 			}
-			return EndPreempted
+			return goodput.EndPreempted
 		}
-		return EndSucceeded
+		return goodput.EndSucceeded
 	case outcomeFailed:
-		return EndFailed
+		return goodput.EndFailed
 	case outcomeInterrupted:
 		if stopRequested {
-			return EndStopped
+			return goodput.EndStopped
 		}
-		return EndInterrupted
+		return goodput.EndInterrupted
 	}
-	return EndStopped
+	return goodput.EndStopped
 }
 
 // spawned says whether any workers were started.
 func (a *Agent) spawned() bool {
-	return slices.ContainsFunc(a.events.Events(), func(e Event) bool { return e.Kind == EventSpawn })
+	return slices.ContainsFunc(a.events.Events(), func(e goodput.Event) bool { return e.Kind == goodput.EventSpawn })
 }
 
 // report computes the goodput report of this node's timeline so far.
-func (a *Agent) report() (Report, error) {
-	return ComputeReport(a.events.Events(), time.Now(), nil)
+func (a *Agent) report() (goodput.Report, error) {
+	return goodput.ComputeReport(a.events.Events(), time.Now(), nil)
 }
 
 // printShortReport adds the goodput report's short form to the failure
@@ -193,7 +195,7 @@ func (a *Agent) writeReport() {
 // writeReportFile writes r to path: a regular file of this user's, made
 // (0600) when absent. A link, a FIFO (opened without blocking, so a
 // planted one cannot hold gorun) or another user's file is refused.
-func writeReportFile(path string, r Report) error {
+func writeReportFile(path string, r goodput.Report) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, fileMode)
 	if err != nil {
 		return err
@@ -217,15 +219,4 @@ func writeReportFile(path string, r Report) error {
 		return err
 	}
 	return f.Close()
-}
-
-// probeProgress is a worker's progress as its probe counted the
-// optimizer steps (Seen false without a step: PyTorch 1.x has no global
-// step hook).
-func probeProgress(s probe.Snapshot) Progress {
-	if !s.StepHook || s.Steps == 0 || s.FirstStepNs == 0 || len(s.StepTimesNs) == 0 {
-		return Progress{}
-	}
-	return Progress{Seen: true, FirstStep: 1, Step: int(s.Steps),
-		FirstTime: time.Unix(0, s.FirstStepNs), Time: time.Unix(0, s.StepTimesNs[len(s.StepTimesNs)-1])}
 }

@@ -17,8 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/internal/sys/netns"
-	gorunlauncher "github.com/gorun-dev/gorun/launcher"
 )
 
 // recoveryRun is one job of the recovery benchmark: its agents, one
@@ -372,17 +373,17 @@ func (r *recoveryRun) startupsAndLoss(ag *recoveryAgents, survivors []int, t0 fl
 }
 
 // runEvents reads the events.jsonl of the one run folder under logDir.
-func runEvents(logDir string) ([]gorunlauncher.Event, error) {
-	files, _ := filepath.Glob(filepath.Join(logDir, "*", gorunlauncher.EventsFile))
+func runEvents(logDir string) ([]goodput.Event, error) {
+	files, _ := filepath.Glob(filepath.Join(logDir, "*", goodput.EventsFile))
 	if len(files) != 1 {
-		return nil, fmt.Errorf("%s: %d run folders with %s, want 1", logDir, len(files), gorunlauncher.EventsFile)
+		return nil, fmt.Errorf("%s: %d run folders with %s, want 1", logDir, len(files), goodput.EventsFile)
 	}
 	f, err := os.Open(files[0])
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	events, err := gorunlauncher.ReadEvents(f)
+	events, err := goodput.ReadEvents(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", files[0], err)
 	}
@@ -391,8 +392,8 @@ func runEvents(logDir string) ([]gorunlauncher.Event, error) {
 
 // goodputLost is what the goodput report of a run's events counts as lost
 // to the failure of the attempt that ended after t0.
-func goodputLost(events []gorunlauncher.Event, t0 float64) (time.Duration, error) {
-	rep, err := gorunlauncher.ComputeReport(events, time.Now(), nil)
+func goodputLost(events []goodput.Event, t0 float64) (time.Duration, error) {
+	rep, err := goodput.ComputeReport(events, time.Now(), nil)
 	if err != nil {
 		return 0, err
 	}
@@ -405,9 +406,9 @@ func goodputLost(events []gorunlauncher.Event, t0 float64) (time.Duration, error
 }
 
 // spawnAfter is the time of the first spawn event after t0.
-func spawnAfter(events []gorunlauncher.Event, t0 float64) (float64, error) {
+func spawnAfter(events []goodput.Event, t0 float64) (float64, error) {
 	for _, e := range events {
-		if t := float64(e.Time.UnixNano()) / 1e9; e.Kind == gorunlauncher.EventSpawn && t > t0 {
+		if t := float64(e.Time.UnixNano()) / 1e9; e.Kind == goodput.EventSpawn && t > t0 {
 			return t, nil
 		}
 	}

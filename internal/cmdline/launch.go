@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/cmdline/flagval"
+
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
@@ -102,7 +104,7 @@ func needsEtcd(c *cli.Context) bool {
 	if c.Bool(fStandalone) || c.Bool(fDryRun) {
 		return false
 	}
-	if _, maxNodes, err := launcher.ParseNNodes(c.String(fNnodes)); err != nil || maxNodes == 1 {
+	if _, maxNodes, err := flagval.ParseNNodes(c.String(fNnodes)); err != nil || maxNodes == 1 {
 		return false
 	}
 	switch c.String(fRdzvBackend) {
@@ -266,7 +268,7 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 		RunPath:  c.Bool(fRunPath),
 		Python:   strings.Fields(c.String(fPython)),
 	}
-	n, what, err := launcher.NewDeviceProbe().ResolveNproc(c.Context, c.String(fNprocPerNode))
+	n, what, err := flagval.NewDeviceProbe().ResolveNproc(c.Context, c.String(fNprocPerNode))
 	if err != nil {
 		return cfg, err
 	}
@@ -318,7 +320,7 @@ func launchConfig(c *cli.Context, log *logrus.Logger) (launcher.Config, error) {
 func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 	var err error
 	cfg.MaxRestarts = c.Int(fMaxRestarts)
-	if cfg.NoRestartExitCodes, err = launcher.ParseExitCodes(fNoRestartCodes, c.String(fNoRestartCodes)); err != nil {
+	if cfg.NoRestartExitCodes, err = flagval.ParseExitCodes(fNoRestartCodes, c.String(fNoRestartCodes)); err != nil {
 		return err
 	}
 	if cfg.RestartBackoff, err = rendezvous.ParseSeconds(fBackoff, c.String(fBackoff)); err != nil {
@@ -341,7 +343,7 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 	default:
 		return fmt.Errorf("--%s=%q: want on or off", fWorkerProbe, v)
 	}
-	if cfg.StopSignals, err = launcher.ParseSignals(fSignals, c.String(fSignals)); err != nil {
+	if cfg.StopSignals, err = flagval.ParseSignals(fSignals, c.String(fSignals)); err != nil {
 		return err
 	}
 	cfg.ForwardSignals = nil
@@ -357,7 +359,7 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 	if cfg.PreemptGrace, err = rendezvous.ParseSeconds(fPreemptGrace, c.String(fPreemptGrace)); err != nil {
 		return err
 	}
-	if cfg.PreemptSignals, err = launcher.ParseSignals(fPreemptSignal, c.String(fPreemptSignal)); err != nil {
+	if cfg.PreemptSignals, err = flagval.ParseSignals(fPreemptSignal, c.String(fPreemptSignal)); err != nil {
 		return err
 	}
 	if cfg.PreemptWorkerSignal, err = parseWorkerSignal(c.String(fPreemptWorkerSig)); err != nil {
@@ -380,13 +382,13 @@ func parseOutput(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) error
 			return err
 		}
 	}
-	if cfg.Redirects, err = launcher.ParseStdSpec(fRedirects, c.String(fRedirects)); err != nil {
+	if cfg.Redirects, err = flagval.ParseStdSpec(fRedirects, c.String(fRedirects)); err != nil {
 		return err
 	}
-	if cfg.Tee, err = launcher.ParseStdSpec(fTee, c.String(fTee)); err != nil {
+	if cfg.Tee, err = flagval.ParseStdSpec(fTee, c.String(fTee)); err != nil {
 		return err
 	}
-	if cfg.LocalRanksFilter, err = launcher.ParseIntList(fLocalRanks, c.String(fLocalRanks)); err != nil {
+	if cfg.LocalRanksFilter, err = flagval.ParseIntList(fLocalRanks, c.String(fLocalRanks)); err != nil {
 		return err
 	}
 	var absent []string
@@ -555,11 +557,11 @@ type rendezvousPlan struct {
 // selectRendezvous picks the backend for the command line. It also
 // settles cfg.RunID.
 func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) (rendezvousPlan, error) {
-	minNodes, maxNodes, err := launcher.ParseNNodes(c.String(fNnodes))
+	minNodes, maxNodes, err := flagval.ParseNNodes(c.String(fNnodes))
 	if err != nil {
 		return rendezvousPlan{}, err
 	}
-	conf, err := launcher.ParseKeyValues(fRdzvConf, c.String(fRdzvConf))
+	conf, err := flagval.ParseKeyValues(fRdzvConf, c.String(fRdzvConf))
 	if err != nil {
 		return rendezvousPlan{}, err
 	}
@@ -612,7 +614,7 @@ func parseWorkerSignal(v string) (syscall.Signal, error) {
 	if strings.EqualFold(strings.TrimSpace(v), "none") || strings.TrimSpace(v) == "" {
 		return 0, nil
 	}
-	sigs, err := launcher.ParseSignals(fPreemptWorkerSig, v)
+	sigs, err := flagval.ParseSignals(fPreemptWorkerSig, v)
 	if err != nil {
 		return 0, err
 	}

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/gorun-dev/gorun/launcher/goodput"
 
-	"github.com/gorun-dev/gorun/launcher"
+	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/sys/private"
 )
@@ -21,7 +21,7 @@ func reportCommand() *cli.Command {
 	return &cli.Command{
 		Name: "report",
 		Usage: "say where a run's wall time went (goodput): rendezvous, startup, productive training, time lost to failures, " +
-			"preemption, teardown; LOGDIR is a run folder (with " + launcher.EventsFile + ") or a --log-dir, whose latest run is reported",
+			"preemption, teardown; LOGDIR is a run folder (with " + goodput.EventsFile + ") or a --log-dir, whose latest run is reported",
 		ArgsUsage: "LOGDIR",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
@@ -49,14 +49,14 @@ func reportAction(c *cli.Context) error {
 		}
 		now = t
 	}
-	run, picked, err := launcher.FindRunFolder(logDir)
+	run, picked, err := goodput.FindRunFolder(logDir)
 	if err != nil {
 		return Usagef("report: %v", err)
 	}
 	if picked {
-		fmt.Fprintf(c.App.ErrWriter, "gorun: report: reporting %s, the run in %s whose %s changed last\n", run, logDir, launcher.EventsFile)
+		fmt.Fprintf(c.App.ErrWriter, "gorun: report: reporting %s, the run in %s whose %s changed last\n", run, logDir, goodput.EventsFile)
 	}
-	path := filepath.Join(run, launcher.EventsFile)
+	path := filepath.Join(run, goodput.EventsFile)
 	events, err := readEventsFile(path)
 	if err != nil {
 		return err
@@ -64,11 +64,11 @@ func reportAction(c *cli.Context) error {
 	if len(events) == 0 {
 		return Usagef("report: %s has no events: the run in %s has not started", path, logDir)
 	}
-	progress, warnings := launcher.RunningProgress(run, events)
+	progress, warnings := goodput.RunningProgress(run, events)
 	for _, w := range warnings {
 		fmt.Fprintf(c.App.ErrWriter, "gorun: warning: report: %v\n", w)
 	}
-	r, err := launcher.ComputeReport(events, now, progress)
+	r, err := goodput.ComputeReport(events, now, progress)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("report: %s: %v", path, err), 1)
 	}
@@ -85,7 +85,7 @@ const maxEventsBytes = 32 << 20
 
 // readEventsFile reads an events file: a file it cannot open is a usage
 // error (exit 2), bad content exit 1.
-func readEventsFile(path string) ([]launcher.Event, error) {
+func readEventsFile(path string) ([]goodput.Event, error) {
 	// Without blocking, then checked: a FIFO swapped in must not hold us.
 	f, st, err := private.OpenRegular(path)
 	switch {
@@ -98,7 +98,7 @@ func readEventsFile(path string) ([]launcher.Event, error) {
 	if st.Size() > maxEventsBytes {
 		return nil, cli.Exit(fmt.Sprintf("report: %s is %d MiB, above the %d MiB a run's timeline can hold: not read (is it gorun's?)", path, st.Size()>>20, maxEventsBytes>>20), 1)
 	}
-	events, err := launcher.ReadEvents(io.LimitReader(f, maxEventsBytes))
+	events, err := goodput.ReadEvents(io.LimitReader(f, maxEventsBytes))
 	if err != nil {
 		return nil, cli.Exit(fmt.Sprintf("report: %s: %v", path, err), 1)
 	}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/gorun-dev/gorun/launcher/goodput"
 
-	"github.com/gorun-dev/gorun/launcher"
+	"github.com/urfave/cli/v2"
 )
 
 var updateReport = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -83,11 +83,11 @@ func TestReportGolden(t *testing.T) {
 // comes from its workers' progress files.
 func TestReportRunning(t *testing.T) {
 	logDir := t.TempDir()
-	old := writeFile(t, logDir, "job/"+launcher.EventsFile, `{"time":"2026-03-01T11:00:00Z","event":"start"}`+"\n")
+	old := writeFile(t, logDir, "job/"+goodput.EventsFile, `{"time":"2026-03-01T11:00:00Z","event":"start"}`+"\n")
 	events := `{"time":"2026-03-01T12:00:00Z","event":"start","run_id":"job"}
 {"time":"2026-03-01T12:00:02Z","event":"spawn","attempt":3,"world_size":2}
 `
-	latest := writeFile(t, logDir, "job.1/"+launcher.EventsFile, events)
+	latest := writeFile(t, logDir, "job.1/"+goodput.EventsFile, events)
 	writeFile(t, logDir, "job.1/attempt_3/0/progress", "step=40 time=1772366430000000000 first_step=1 first_time=1772366405000000000\n")
 	writeFile(t, logDir, "job.1/attempt_3/1/progress", "step=41 time=1772366440000000000 first_step=1 first_time=1772366410000000000 loss=2.5\n")
 	writeFile(t, logDir, "job.1/attempt_3/2/progress", "garbage\n")
@@ -105,7 +105,7 @@ func TestReportRunning(t *testing.T) {
 	if !strings.Contains(stderr, "reporting "+filepath.Dir(latest)) || !strings.Contains(stderr, "attempt_3/2/progress") {
 		t.Errorf("stderr %q does not name the run picked and warn of the bad progress file", stderr)
 	}
-	var r launcher.Report
+	var r goodput.Report
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatalf("%v:\n%s", err, stdout)
 	}
@@ -123,14 +123,14 @@ func TestReportRunning(t *testing.T) {
 
 func TestReportErrors(t *testing.T) {
 	dir := t.TempDir()
-	empty := filepath.Dir(writeFile(t, dir, "empty/"+launcher.EventsFile, ""))
-	bad := filepath.Dir(writeFile(t, dir, "bad/"+launcher.EventsFile, "{\"time\":\"2026-03-01T12:00:00Z\",\"event\":\"start\"}\nnot json\n"))
-	order := filepath.Dir(writeFile(t, dir, "order/"+launcher.EventsFile,
+	empty := filepath.Dir(writeFile(t, dir, "empty/"+goodput.EventsFile, ""))
+	bad := filepath.Dir(writeFile(t, dir, "bad/"+goodput.EventsFile, "{\"time\":\"2026-03-01T12:00:00Z\",\"event\":\"start\"}\nnot json\n"))
+	order := filepath.Dir(writeFile(t, dir, "order/"+goodput.EventsFile,
 		`{"time":"2026-03-01T12:00:00Z","event":"start"}`+"\n"+`{"time":"2026-03-01T12:00:01Z","event":"end","how":"failed"}`+"\n"))
 	file := writeFile(t, dir, "file", "")
 	none := t.TempDir()
-	huge := filepath.Dir(writeFile(t, dir, "huge/"+launcher.EventsFile, ""))
-	if err := os.Truncate(filepath.Join(huge, launcher.EventsFile), 1<<30); err != nil { // sparse
+	huge := filepath.Dir(writeFile(t, dir, "huge/"+goodput.EventsFile, ""))
+	if err := os.Truncate(filepath.Join(huge, goodput.EventsFile), 1<<30); err != nil { // sparse
 		t.Fatal(err)
 	}
 	for i, tt := range []struct {
@@ -145,7 +145,7 @@ func TestReportErrors(t *testing.T) {
 		{"a file", []string{file}, 2, "LOGDIR " + file + " is not a folder"},
 		{"no runs", []string{none}, 2, "LOGDIR " + none + " holds no events.jsonl"},
 		{"no events", []string{empty}, 2, "has no events"},
-		{"bad line", []string{bad}, 1, filepath.Join(bad, launcher.EventsFile) + ": line 2 is not a JSON event"},
+		{"bad line", []string{bad}, 1, filepath.Join(bad, goodput.EventsFile) + ": line 2 is not a JSON event"},
 		{"bad timeline", []string{order}, 1, "attempt 0 ended without a \"spawn\" event"},
 		{"a gigabyte", []string{huge}, 1, "is 1024 MiB, above the 32 MiB a run's timeline can hold: not read"},
 		{"format", []string{"--format", "yaml", empty}, 2, `--format="yaml": want text or json`},

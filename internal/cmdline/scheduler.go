@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun-dev/gorun/internal/cmdline/flagval"
+
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
@@ -65,7 +67,7 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerS
 	// the one the scheduler's values chose (the embedded one at the first
 	// host) and the user names no members.
 	if len(det.StoreHosts) > 0 {
-		conf, _ := launcher.ParseKeyValues(fRdzvConf, c.String(fRdzvConf))
+		conf, _ := flagval.ParseKeyValues(fRdzvConf, c.String(fRdzvConf))
 		ep, fromScheduler := det.Value(fRdzvEndpoint)
 		st := launcher.SchedulerSetting{Flag: fRdzvConf, Value: "store_hosts=" + strings.Join(det.StoreHosts, "+"), Source: det.StoreSource}
 		st.Overridden = conf["store_hosts"] != "" || !fromScheduler || c.String(fRdzvEndpoint) != ep || c.String(fRdzvBackend) == "static"

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun-dev/gorun/launcher/goodput"
+
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/watchdog"
@@ -228,7 +230,7 @@ func name(abs string) Attempt {
 	if filepath.Base(abs) == launcher.FlightRecorderFolder {
 		abs = filepath.Dir(abs)
 	}
-	if n, ok := launcher.ParseAttemptName(filepath.Base(abs)); ok {
+	if n, ok := goodput.ParseAttemptName(filepath.Base(abs)); ok {
 		return Attempt{Run: filepath.Base(filepath.Dir(abs)), Number: n}
 	}
 	return Attempt{Number: -1}

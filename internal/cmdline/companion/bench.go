@@ -6,11 +6,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/cmdline/flagval"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/bench/rdzvbench"
 	"github.com/gorun-dev/gorun/internal/cmdline"
-	"github.com/gorun-dev/gorun/launcher"
 )
 
 // Targets of the rendezvous benchmark (issue 3), for 1024 agents.
@@ -31,7 +32,7 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 			&cli.StringFlag{Name: "write", Usage: "update this markdown file's rendezvous section (e.g. docs/benchmarks.md)"},
 		},
 		Action: func(c *cli.Context) error {
-			counts, err := launcher.ParseIntList("agents", c.String("agents"))
+			counts, err := flagval.ParseIntList("agents", c.String("agents"))
 			if err != nil || len(counts) == 0 {
 				return cmdline.Usagef("--agents=%q: want a number or a comma-separated list", c.String("agents"))
 			}

@@ -7,11 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/cmdline/flagval"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/bench/rdzvbench"
 	"github.com/gorun-dev/gorun/internal/cmdline"
-	"github.com/gorun-dev/gorun/launcher"
 )
 
 // BenchLeasesCommand is `gorun bench leases`: the store's cost of keeping
@@ -29,7 +30,7 @@ func (e *Commands) BenchLeasesCommand() *cli.Command {
 			&cli.StringFlag{Name: "write", Usage: "update this markdown file's leases section (e.g. docs/benchmarks.md)"},
 		},
 		Action: func(c *cli.Context) error {
-			counts, err := launcher.ParseIntList("nodes", c.String("nodes"))
+			counts, err := flagval.ParseIntList("nodes", c.String("nodes"))
 			if err != nil || len(counts) == 0 {
 				return cmdline.Usagef("--nodes=%q: want a number or a comma-separated list", c.String("nodes"))
 			}

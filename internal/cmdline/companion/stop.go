@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/cmdline/flagval"
+
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -72,7 +74,7 @@ func stopAction(c *cli.Context) error {
 		}
 		req.Grace = g
 	}
-	kv, err := launcher.ParseKeyValues("rdzv-conf", c.String("rdzv-conf"))
+	kv, err := flagval.ParseKeyValues("rdzv-conf", c.String("rdzv-conf"))
 	if err != nil {
 		return cmdline.Usage(err)
 	}

@@ -1,4 +1,4 @@
-package launcher
+package goodput
 
 import (
 	"bufio"
@@ -99,7 +99,7 @@ type StragglerEvent struct {
 	Node string `json:"node,omitempty"`
 }
 
-func stragglerEvent(s probe.Straggler, node string, recovered bool) *StragglerEvent {
+func NewStragglerEvent(s probe.Straggler, node string, recovered bool) *StragglerEvent {
 	return &StragglerEvent{Rank: s.Rank, Group: s.Group, Late: s.Late, Window: s.Window, LagSeconds: s.Lag.Seconds(),
 		Since: s.Since, SinceTime: s.SinceTime.Round(0), Step: s.Step, Recovered: recovered, Node: node}
 }

@@ -1,10 +1,12 @@
-package launcher
+package goodput
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorun-dev/gorun/launcher/probe"
@@ -90,7 +92,7 @@ func RunningProgress(run string, events []Event) (_ map[int]Progress, warnings [
 		// A script that knows nothing of gorun writes no progress file:
 		// its probe's last snapshot counts its optimizer steps.
 		if s, ok, err := probe.Read(filepath.Join(dir, e.Name(), probe.SnapshotFile)); err == nil && ok {
-			probed = append(probed, probeProgress(s))
+			probed = append(probed, ProbeProgress(s))
 		}
 		p, err := ReadProgress(filepath.Join(dir, e.Name(), ProgressFile))
 		if err != nil {
@@ -99,6 +101,38 @@ func RunningProgress(run string, events []Event) (_ map[int]Progress, warnings [
 		}
 		ps = append(ps, p)
 	}
-	p, _ := workersProgress(ps, probed)
+	p, _ := WorkersProgress(ps, probed)
 	return map[int]Progress{attempt: p}, warnings
+}
+
+// probeProgress is a worker's progress as its probe counted the
+// optimizer steps (Seen false without a step: PyTorch 1.x has no global
+// step hook).
+func ProbeProgress(s probe.Snapshot) Progress {
+	if !s.StepHook || s.Steps == 0 || s.FirstStepNs == 0 || len(s.StepTimesNs) == 0 {
+		return Progress{}
+	}
+	return Progress{Seen: true, FirstStep: 1, Step: int(s.Steps),
+		FirstTime: time.Unix(0, s.FirstStepNs), Time: time.Unix(0, s.StepTimesNs[len(s.StepTimesNs)-1])}
+}
+
+// AttemptName is attempt n's folder, relative to the run's.
+func AttemptName(n int) string { return AttemptPrefix + strconv.Itoa(n) }
+
+// AttemptPrefix starts the name of an attempt's folder.
+const AttemptPrefix = "attempt_"
+
+// AttemptDir is attempt n's folder in the run folder run:
+// <run>/attempt_<n>, for the run folder's readers (gorun report).
+func AttemptDir(run string, n int) string { return filepath.Join(run, AttemptName(n)) }
+
+// ParseAttemptName reads the name of an attempt's folder, attempt_<n>,
+// for the run folder's readers (gorun trace).
+func ParseAttemptName(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, AttemptPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 0
 }

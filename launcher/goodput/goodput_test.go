@@ -1,13 +1,14 @@
-package launcher
+package goodput
 
 import (
 	"bytes"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/golden"
 )
 
 // gt0 is the start of the test timelines.
@@ -394,9 +395,9 @@ func TestGoodputOutput(t *testing.T) {
 		if err := r.WriteJSON(&js); err != nil {
 			t.Fatal(err)
 		}
-		golden(t, filepath.Join("goodput", name+".txt"), text.String())
-		golden(t, filepath.Join("goodput", name+".json"), js.String())
-		golden(t, filepath.Join("goodput", name+"_short.txt"), r.Short()+"\n")
+		golden.Check(t, name+".txt", text.String())
+		golden.Check(t, name+".json", js.String())
+		golden.Check(t, name+"_short.txt", r.Short()+"\n")
 		if n := strings.Count(r.Short(), "\n") + 1; n > 4 {
 			t.Errorf("case %d: Short has %d lines, want at most 4", i, n)
 		}

@@ -1,4 +1,4 @@
-package launcher
+package goodput
 
 import (
 	"bytes"
@@ -119,11 +119,11 @@ func parseProgress(line string) (Progress, error) {
 	return p, nil
 }
 
-// workersProgress is the workers' progress: their progress files'
+// WorkersProgress is the workers' progress: their progress files'
 // merged, else (a script that knows nothing of gorun writes none) their
 // probes' counts merged; from says which ("progress file", "probe"; ""
 // for neither).
-func workersProgress(files, probed []Progress) (p Progress, from string) {
+func WorkersProgress(files, probed []Progress) (p Progress, from string) {
 	if p = MergeProgress(files...); p.Seen {
 		return p, "progress file"
 	}

@@ -1,4 +1,8 @@
-package launcher
+// Package flagval reads the values of gorun's launch flags: node
+// ranges, signal and exit-code lists, KEY=VALUE lists, output specs and
+// --nproc-per-node's device counts. The command line uses it; the
+// launcher takes what it read, already parsed.
+package flagval
 
 import (
 	"fmt"
@@ -7,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/gorun-dev/gorun/internal/workerenv"
+	"github.com/gorun-dev/gorun/launcher"
 )
 
 // ParseNNodes parses torchrun's --nnodes value: "N" or "MIN:MAX" with
@@ -39,32 +44,32 @@ func ParseNNodes(s string) (minNodes, maxNodes int, err error) {
 // 1 (stdout), 2 (stderr), 3 (both) for every local rank, or a list of
 // LOCAL_RANK:VALUE pairs such as "0:3,1:2" (ranks not listed get 0).
 // Unlike torchrun, local ranks of more than one digit are accepted.
-func ParseStdSpec(flag, s string) (StdSpec, error) {
+func ParseStdSpec(flag, s string) (launcher.StdSpec, error) {
 	s = strings.TrimSpace(s)
-	parseStd := func(v string) (Std, error) {
+	parseStd := func(v string) (launcher.Std, error) {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 || Std(n) > stdMaxBit {
+		if err != nil || n < 0 || launcher.Std(n) > launcher.StdAll {
 			return 0, fmt.Errorf("--%s=%q: %q is not one of 0 (none), 1 (stdout), 2 (stderr), 3 (both)", flag, s, v)
 		}
-		return Std(n), nil
+		return launcher.Std(n), nil
 	}
 	if !strings.Contains(s, ":") {
 		v, err := parseStd(s)
-		return StdSpec{Default: v}, err
+		return launcher.StdSpec{Default: v}, err
 	}
-	spec := StdSpec{PerRank: map[int]Std{}}
+	spec := launcher.StdSpec{PerRank: map[int]launcher.Std{}}
 	for _, pair := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(pair, ":")
 		if !ok {
-			return StdSpec{}, fmt.Errorf("--%s=%q: %q is not LOCAL_RANK:VALUE", flag, s, pair)
+			return launcher.StdSpec{}, fmt.Errorf("--%s=%q: %q is not LOCAL_RANK:VALUE", flag, s, pair)
 		}
 		r, err := strconv.Atoi(strings.TrimSpace(k))
 		if err != nil || r < 0 {
-			return StdSpec{}, fmt.Errorf("--%s=%q: %q is not a local rank", flag, s, k)
+			return launcher.StdSpec{}, fmt.Errorf("--%s=%q: %q is not a local rank", flag, s, k)
 		}
 		std, err := parseStd(v)
 		if err != nil {
-			return StdSpec{}, err
+			return launcher.StdSpec{}, err
 		}
 		spec.PerRank[r] = std
 	}
@@ -102,10 +107,6 @@ func ParseExitCodes(flag, s string) ([]int, error) {
 	}
 	return codes, nil
 }
-
-// SignalName returns the conventional name of sig, such as "SIGTERM", or
-// "signal N" for one without a name (workerenv's table).
-func SignalName(sig syscall.Signal) string { return workerenv.SignalName(sig) }
 
 // ParseSignals parses a comma-separated list of signal names (SIGTERM or
 // TERM, any case) as torchrun's --signals-to-handle takes it. SIGKILL and
@@ -146,14 +147,4 @@ func ParseKeyValues(flag, s string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
-}
-
-// signalList spells sigs as torchrun's --signals-to-handle does:
-// "SIGTERM,SIGINT".
-func signalList(sigs []syscall.Signal) string {
-	names := make([]string, len(sigs))
-	for i, s := range sigs {
-		names[i] = SignalName(s)
-	}
-	return strings.Join(names, ",")
 }

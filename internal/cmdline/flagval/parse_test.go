@@ -1,10 +1,12 @@
-package launcher
+package flagval
 
 import (
 	"reflect"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gorun-dev/gorun/launcher"
 )
 
 func TestParseNNodes(t *testing.T) {
@@ -42,18 +44,18 @@ func TestParseNNodes(t *testing.T) {
 func TestParseStdSpec(t *testing.T) {
 	tests := []struct {
 		in   string
-		want StdSpec
+		want launcher.StdSpec
 		err  bool
 	}{
-		{"0", StdSpec{Default: StdNone}, false},
-		{"3", StdSpec{Default: StdAll}, false},
-		{"0:1,1:2", StdSpec{PerRank: map[int]Std{0: StdOut, 1: StdErr}}, false},
-		{"12:3", StdSpec{PerRank: map[int]Std{12: StdAll}}, false},
-		{"4", StdSpec{}, true},
-		{"x", StdSpec{}, true},
-		{"0:1,1", StdSpec{}, true},
-		{"-1:1", StdSpec{}, true},
-		{"0:7", StdSpec{}, true},
+		{"0", launcher.StdSpec{Default: launcher.StdNone}, false},
+		{"3", launcher.StdSpec{Default: launcher.StdAll}, false},
+		{"0:1,1:2", launcher.StdSpec{PerRank: map[int]launcher.Std{0: launcher.StdOut, 1: launcher.StdErr}}, false},
+		{"12:3", launcher.StdSpec{PerRank: map[int]launcher.Std{12: launcher.StdAll}}, false},
+		{"4", launcher.StdSpec{}, true},
+		{"x", launcher.StdSpec{}, true},
+		{"0:1,1", launcher.StdSpec{}, true},
+		{"-1:1", launcher.StdSpec{}, true},
+		{"0:7", launcher.StdSpec{}, true},
 	}
 	for _, tt := range tests {
 		got, err := ParseStdSpec("tee", tt.in)
@@ -68,7 +70,7 @@ func TestParseStdSpec(t *testing.T) {
 		}
 	}
 	spec, _ := ParseStdSpec("tee", "1:3")
-	if spec.For(0) != StdNone || spec.For(1) != StdAll || !spec.Any() {
+	if spec.For(0) != launcher.StdNone || spec.For(1) != launcher.StdAll || !spec.Any() {
 		t.Errorf("spec 1:3: For(0)=%v For(1)=%v Any=%v; want 0, 3, true", spec.For(0), spec.For(1), spec.Any())
 	}
 }
@@ -99,8 +101,8 @@ func TestParseSignals(t *testing.T) {
 			t.Errorf("ParseSignals(%q) = nil error; want an error", bad)
 		}
 	}
-	if SignalName(syscall.SIGTERM) != "SIGTERM" || SignalName(syscall.Signal(63)) != "signal 63" {
-		t.Errorf("SignalName: %q, %q", SignalName(syscall.SIGTERM), SignalName(syscall.Signal(63)))
+	if launcher.SignalName(syscall.SIGTERM) != "SIGTERM" || launcher.SignalName(syscall.Signal(63)) != "signal 63" {
+		t.Errorf("SignalName: %q, %q", launcher.SignalName(syscall.SIGTERM), launcher.SignalName(syscall.Signal(63)))
 	}
 }
 
