@@ -411,7 +411,7 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 	if len(workerRound.JobSecret) == 0 {
 		workerRound.JobSecret = cfg.JobSecret
 	}
-	specs, err := PlanWorkers(cfg, shared, workerRound, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
+	specs, err := WorkerSpecs(cfg, shared, workerRound, attemptN, func(lr int) string { return layout.errorFile(attemptN, lr) })
 	if err != nil {
 		return nil, "", err
 	}

@@ -158,7 +158,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	// Plumb every worker first, then start them all at once: forks and
 	// execs overlap instead of queueing one after another.
 	childEnds := make([][2]*os.File, len(specs))
-	spares := make([]*spare, len(specs))
+	interps := make([]*warmInterp, len(specs))
 	for i, spec := range specs {
 		w := &worker{spec: spec}
 		if cfg.HangTimeout > 0 {
@@ -167,21 +167,21 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		}
 		att.workers = append(att.workers, w)
 		if _, fg := att.stdin.forRank(spec.LocalRank); !fg {
-			spares[i] = warm.take(spec)
+			interps[i] = warm.take(spec)
 		}
 		streams := []streamPlan{{0, "stdout", StdOut, stdout, false}, {1, "stderr", StdErr, stderr, false}}
 		if cfg.mergesStreams(spec.LocalRank) {
 			streams = []streamPlan{{0, "stdout", StdOut, stdout, true}}
 		}
 		for j, sp := range streams {
-			var spareOut *os.File
-			if spares[i] != nil {
-				spareOut = spares[i].out[j]
+			var interpOut *os.File
+			if interps[i] != nil {
+				interpOut = interps[i].out[j]
 			}
-			end, err := att.plumb(w, sp, layout, devNull, spareOut)
+			end, err := att.plumb(w, sp, layout, devNull, interpOut)
 			if err != nil {
 				closeChildEnds(childEnds, devNull)
-				warm.discardTaken(spares) // ends their pumps
+				warm.discardTaken(interps) // ends their pumps
 				att.abort()
 				return nil, err
 			}
@@ -195,7 +195,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	starts := make([]<-chan error, len(specs))
 	ignored := cfg.workerIgnoredSignals()
 	for i, spec := range specs {
-		if s := spares[i]; s != nil {
+		if s := interps[i]; s != nil {
 			procs[i], starts[i] = s.proc, att.handOver(warm, s, spec)
 			continue
 		}
@@ -213,7 +213,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		}
 		w.proc = procs[i]
 		att.byProc[procs[i]] = w
-		if spares[i] != nil {
+		if interps[i] != nil {
 			continue // the pool told the group at its fork
 		}
 		group.started(w.proc.Pid)
@@ -229,11 +229,11 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	return att, nil
 }
 
-// handOver makes the spare s the worker of spec: its exit reaches the
-// attempt as a worker's does. A hand-over that fails (the spare died
+// handOver makes the warm interpreter s the worker of spec: its exit reaches the
+// attempt as a worker's does. A hand-over that fails (the interpreter died
 // meanwhile) is that worker's failure, seen when its exit is: a restart
 // can help, unlike a program that cannot be started.
-func (att *attempt) handOver(warm *warmPool, s *spare, spec WorkerSpec) <-chan error {
+func (att *attempt) handOver(warm *warmPool, s *warmInterp, spec WorkerSpec) <-chan error {
 	started := make(chan error, 1)
 	warm.activate(s, spec)
 	started <- nil
@@ -257,16 +257,16 @@ func closeChildEnds(ends [][2]*os.File, devNull *os.File) {
 // plumb prepares one stream of w and returns the file the child writes
 // to: /dev/null when the stream goes nowhere, else a pipe whose read end a
 // pump copies to the console and/or the stream's log file. A warm
-// worker's stream is the pipe its spare was started with (spareOut, its
+// worker's stream is the pipe its warm interpreter was started with (interpOut, its
 // read end): it gets a pump whatever the stream's plan (nil: no file for
 // the child).
-func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, spareOut *os.File) (*os.File, error) {
+func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, interpOut *os.File) (*os.File, error) {
 	cfg, lr := att.cfg, w.spec.LocalRank
 	redirect, tee := cfg.Redirects.For(lr).Has(sp.bit), cfg.Tee.For(lr).Has(sp.bit)
 	toFile := redirect || tee
 	toConsole := (!redirect || tee) && (cfg.LocalRanksFilter == nil || slices.Contains(cfg.LocalRanksFilter, lr))
 	keepTail := sp.name == "stderr" || sp.both // why it failed, for the summary
-	if !toFile && !toConsole && !keepTail && w.progress == nil && spareOut == nil {
+	if !toFile && !toConsole && !keepTail && w.progress == nil && interpOut == nil {
 		return devNull, nil
 	}
 	var file *os.File
@@ -280,7 +280,7 @@ func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, 
 		w.files = append(w.files, f)
 		w.logs = append(w.logs, path)
 	}
-	r, wr := spareOut, (*os.File)(nil)
+	r, wr := interpOut, (*os.File)(nil)
 	if r == nil {
 		var err error
 		if r, wr, err = os.Pipe(); err != nil {

@@ -43,12 +43,12 @@ type WorkerSpec struct {
 	ErrorFile string `json:"error_file"`
 }
 
-// PlanWorkers returns the workers of one attempt: a round, the restart
+// WorkerSpecs returns the workers of one attempt: a round, the restart
 // count, and where each local rank writes its error file.
 // With a plan (cfg.Plan), each worker also gets the layout and its
 // coordinates; a layout that does not fit the round's world size is an
 // error.
-func PlanWorkers(cfg *Config, shared []EnvVar, round rendezvous.Round, restartCount int, errorFile func(localRank int) string) ([]WorkerSpec, error) {
+func WorkerSpecs(cfg *Config, shared []EnvVar, round rendezvous.Round, restartCount int, errorFile func(localRank int) string) ([]WorkerSpec, error) {
 	ranks, fit, err := layoutRanks(cfg, round)
 	if err != nil {
 		return nil, err

@@ -90,7 +90,7 @@ func PlanDryRun(cfg *Config, round rendezvous.Round, spare, agentStore bool) (Dr
 	workers := []WorkerSpec{}
 	if !spare {
 		var err error
-		if workers, err = PlanWorkers(cfg, shared, round, 0, errorFile); err != nil {
+		if workers, err = WorkerSpecs(cfg, shared, round, 0, errorFile); err != nil {
 			return DryRunPlan{}, err
 		}
 	}

@@ -111,7 +111,7 @@ func TestSharedEnvUnbuffered(t *testing.T) {
 	}
 }
 
-func TestPlanWorkersEnvironment(t *testing.T) {
+func TestWorkerSpecsEnvironment(t *testing.T) {
 	cfg := Config{
 		NprocPerNode: 2, Role: "trainer", MaxRestarts: 3,
 		Environ:    []string{"PATH=/bin", "RANK=99", "KEEP=me"},
@@ -119,7 +119,7 @@ func TestPlanWorkersEnvironment(t *testing.T) {
 	}
 	round := rendezvous.Round{RunID: "job", GroupRank: 1, GroupWorldSize: 2, BaseRank: 2, WorldSize: 4,
 		BaseRoleRank: 2, RoleWorldSize: 4, MasterAddr: "10.0.0.1", MasterPort: 1234}
-	specs, err := PlanWorkers(&cfg, nil, round, 2, func(lr int) string { return "/e/" + string(rune('0'+lr)) })
+	specs, err := WorkerSpecs(&cfg, nil, round, 2, func(lr int) string { return "/e/" + string(rune('0'+lr)) })
 	if err != nil || len(specs) != 2 {
 		t.Fatalf("got %d workers, %v; want 2", len(specs), err)
 	}
@@ -227,7 +227,7 @@ func TestVirtualLocalRank(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := Config{NprocPerNode: 2, Role: "default", Environ: tt.environ, VirtualLocalRank: true, Entrypoint: Entrypoint{Script: "x", NoPython: true}}
 			round := rendezvous.Round{RunID: "j", GroupWorldSize: 1, WorldSize: 2, RoleWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1}
-			specs, err := PlanWorkers(&cfg, nil, round, 0, func(lr int) string { return "/e/" + strconv.Itoa(lr) })
+			specs, err := WorkerSpecs(&cfg, nil, round, 0, func(lr int) string { return "/e/" + strconv.Itoa(lr) })
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Fatalf("err = %v; want %q", err, tt.wantErr)

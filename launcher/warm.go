@@ -34,12 +34,12 @@ import (
 // by native code (getenv: OpenMP's OMP_NUM_THREADS, CUDA's
 // CUDA_VISIBLE_DEVICES) cannot be seen: gorun sets those once per job, as
 // it does the PYTHON* variables the interpreter reads at its own start
-// (a spare's and its worker's are the same by construction).
+// (a warm interpreter's and its worker's are the same by construction).
 // docs/launcher.md lists what a script could still notice.
 //
-// Nothing waits for a spare: a worker handed to a spare that is still
+// Nothing waits for a warm interpreter: a worker handed to a warm interpreter that is still
 // importing runs once the imports are done, as a cold worker would after
-// its own; its stdout and stderr are the pipes the spare started with.
+// its own; its stdout and stderr are the pipes the warm interpreter started with.
 
 //go:embed warmstart.py
 var warmStartProgram string
@@ -48,7 +48,7 @@ var warmStartProgram string
 // --warm-imports names others.
 const DefaultWarmImport = "torch"
 
-// maxWarmLine bounds a line of a spare's control socket (the spare
+// maxWarmLine bounds a line of a warm interpreter's control socket (the warm interpreter
 // sends lines of at most 4,000 bytes).
 const maxWarmLine = 64 << 10
 
@@ -70,24 +70,24 @@ func isModuleName(s string) bool {
 	return true
 }
 
-// warmPool holds the spare interpreters of the node's local ranks. Its
-// spares are the agent goroutine's; the listeners of their control
+// warmPool holds the warm interpreter interpreters of the node's local ranks. Its
+// warm interpreters are the agent goroutine's; the listeners of their control
 // sockets only turn warm start off.
 type warmPool struct {
-	cfg    *Config
-	group  *jobGroup
-	env    []string // every spare's environment, less its local rank's
-	spares map[int]*spare
-	// talkers are the goroutines that read the spares' sockets and write
+	cfg     *Config
+	group   *jobGroup
+	env     []string // every warm interpreter's environment, less its local rank's
+	interps map[int]*warmInterp
+	// talkers are the goroutines that read the warm interpreters' sockets and write
 	// the workers' command lines to them.
 	talkers sync.WaitGroup
 	mu      sync.Mutex
 	off     string // why warm start was turned off ("" while it is on)
 }
 
-// spare is one warm interpreter, not yet a worker (or one that was just
+// warmInterp is one warm interpreter, not yet a worker (or one that was just
 // handed its worker).
-type spare struct {
+type warmInterp struct {
 	localRank int
 	proc      *process
 	exited    chan *process
@@ -108,7 +108,7 @@ func newWarmPool(cfg *Config, group *jobGroup, shared []EnvVar) *warmPool {
 		EnvVar{"LOCAL_WORLD_SIZE", strconv.Itoa(cfg.NprocPerNode)},
 		EnvVar{"ROLE_NAME", cfg.Role},
 		EnvVar{"TORCHELASTIC_MAX_RESTARTS", strconv.Itoa(cfg.MaxRestarts)})
-	return &warmPool{cfg: cfg, group: group, env: withEnv(withoutSecrets(cfg.Environ), constant), spares: map[int]*spare{}}
+	return &warmPool{cfg: cfg, group: group, env: withEnv(withoutSecrets(cfg.Environ), constant), interps: map[int]*warmInterp{}}
 }
 
 // imports is --warm-imports, or the default.
@@ -119,10 +119,10 @@ func (wp *warmPool) imports() []string {
 	return []string{DefaultWarmImport}
 }
 
-// spareArgv is the command line of a spare: the interpreter, the warm
+// interpArgv is the command line of a warm interpreter: the interpreter, the warm
 // program, what the worker runs (script, module or code) and its
 // arguments.
-func (wp *warmPool) spareArgv() []string {
+func (wp *warmPool) interpArgv() []string {
 	e := wp.cfg.Entrypoint
 	mode, target, args := "script", e.Script, e.Args
 	switch {
@@ -143,7 +143,7 @@ func (wp *warmPool) isOff() string {
 }
 
 // turnOff ends warm start for the rest of the job, saying why once; the
-// agent's goroutine discards the spares at its next fill or take.
+// agent's goroutine discards the warm interpreters at its next fill or take.
 func (wp *warmPool) turnOff(why string) {
 	wp.mu.Lock()
 	defer wp.mu.Unlock()
@@ -154,7 +154,7 @@ func (wp *warmPool) turnOff(why string) {
 	wp.cfg.Log.Warnf("--warm-start: %s; warm start is off for this job: workers start cold, as without --warm-start", why)
 }
 
-// fill starts a spare for every local rank that has none (but the one
+// fill starts a warm interpreter for every local rank that has none (but the one
 // that holds gorun's terminal: it runs in gorun's process group) and
 // waits until each is forked.
 func (wp *warmPool) fill(stdin stdinPlan) {
@@ -165,10 +165,10 @@ func (wp *warmPool) fill(stdin stdinPlan) {
 		wp.discardAll()
 		return
 	}
-	argv := ignoringSignals(wp.spareArgv(), wp.cfg.workerIgnoredSignals())
+	argv := ignoringSignals(wp.interpArgv(), wp.cfg.workerIgnoredSignals())
 	for lr := range wp.cfg.NprocPerNode {
 		in, fg := stdin.forRank(lr)
-		if wp.spares[lr] != nil || fg {
+		if wp.interps[lr] != nil || fg {
 			continue
 		}
 		env := withEnv(wp.env, []EnvVar{{"LOCAL_RANK", strconv.Itoa(lr)}})
@@ -178,19 +178,19 @@ func (wp *warmPool) fill(stdin stdinPlan) {
 			wp.discardAll()
 			return
 		}
-		wp.spares[lr] = s
+		wp.interps[lr] = s
 	}
 }
 
-// start starts one spare.
-func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, error) {
+// start starts one warm interpreter.
+func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*warmInterp, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	// gorun's end is non-blocking, so that its reads and writes wait in
-	// Go's poller and its Close ends them (a spare that never reads must
-	// not hold a goroutine); the spare's end stays blocking.
+	// Go's poller and its Close ends them (a warm interpreter that never reads must
+	// not hold a goroutine); the warm interpreter's end stays blocking.
 	if err := syscall.SetNonblock(fds[0], true); err != nil {
 		syscall.Close(fds[0])
 		syscall.Close(fds[1])
@@ -198,7 +198,7 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "warm-control"), os.NewFile(uintptr(fds[1]), "warm-control")
 	defer theirs.Close()
-	s := &spare{localRank: lr, ctl: ours, exited: make(chan *process, 1), heard: make(chan struct{})}
+	s := &warmInterp{localRank: lr, ctl: ours, exited: make(chan *process, 1), heard: make(chan struct{})}
 	var childEnds [2]*os.File
 	pipes := 2
 	if wp.cfg.mergesStreams(lr) {
@@ -234,13 +234,13 @@ func (wp *warmPool) start(argv, env []string, stdin *os.File, lr int) (*spare, e
 	return s, nil
 }
 
-// listen reads what the spare says on its control socket until it closes
+// listen reads what the warm interpreter says on its control socket until it closes
 // it: "ready" and how many variables its imports read, or "failed" and
 // why; then, once handed its worker, "warm", or why it execs the worker's
 // command line instead: "cold" (warm start cannot be trusted with this
 // job: it is turned off) or "fresh" (this start only: the script is not
 // a source file that compiles, or its folder moved).
-func (wp *warmPool) listen(s *spare) {
+func (wp *warmPool) listen(s *warmInterp) {
 	defer wp.talkers.Done()
 	defer close(s.heard)
 	defer s.ctl.Close()
@@ -262,7 +262,7 @@ func (wp *warmPool) listen(s *spare) {
 			case "cold":
 				wp.turnOff(fmt.Sprintf("local rank %d started cold: %s", s.localRank, why))
 			case "fresh":
-				// This start only: the next spares start from what is
+				// This start only: the next warm interpreters start from what is
 				// there now.
 				wp.cfg.Log.Infof("--warm-start: local rank %d starts cold this time: %s", s.localRank, why)
 			default:
@@ -279,10 +279,10 @@ func (wp *warmPool) listen(s *spare) {
 	}
 }
 
-// take returns the spare that runs spec, or nil when the rank starts
+// take returns the warm interpreter that runs spec, or nil when the rank starts
 // cold (there is none, it ended, or warm start is off). It does not wait
-// for the spare's imports: the spare runs the worker once they are done.
-func (wp *warmPool) take(spec WorkerSpec) *spare {
+// for the warm interpreter's imports: the warm interpreter runs the worker once they are done.
+func (wp *warmPool) take(spec WorkerSpec) *warmInterp {
 	if wp == nil {
 		return nil
 	}
@@ -290,11 +290,11 @@ func (wp *warmPool) take(spec WorkerSpec) *spare {
 		wp.discardAll()
 		return nil
 	}
-	s := wp.spares[spec.LocalRank]
+	s := wp.interps[spec.LocalRank]
 	if s == nil {
 		return nil
 	}
-	delete(wp.spares, spec.LocalRank)
+	delete(wp.interps, spec.LocalRank)
 	if s.proc.Exited() {
 		wp.cfg.Log.Warnf("--warm-start: the interpreter of local rank %d %s before its round: starting the rank cold", spec.LocalRank, describeExit(s.proc.status()))
 		wp.discard(s)
@@ -306,11 +306,11 @@ func (wp *warmPool) take(spec WorkerSpec) *spare {
 // activate makes s the worker of spec: it sends the worker's command
 // line and environment, and the interpreter runs the script (or, where
 // its imports cannot be trusted with this round, execs the command line).
-// The message is written in the background: a spare still importing
+// The message is written in the background: a warm interpreter still importing
 // reads it once its imports are done (a large environment does not fit
 // in the socket's buffer), and one that dies or is killed never does
 // (the socket's close ends the write).
-func (wp *warmPool) activate(s *spare, spec WorkerSpec) {
+func (wp *warmPool) activate(s *warmInterp, spec WorkerSpec) {
 	var b strings.Builder
 	field := func(v string) { b.WriteString(v); b.WriteByte(0) }
 	field(strconv.Itoa(len(spec.Argv)))
@@ -325,7 +325,7 @@ func (wp *warmPool) activate(s *spare, spec WorkerSpec) {
 	wp.talkers.Add(1)
 	go func() { // ends once written, or when the socket closes
 		defer wp.talkers.Done()
-		// A spare that died or closed its end meanwhile is that worker's
+		// A warm interpreter that died or closed its end meanwhile is that worker's
 		// failure, reported with its exit: nothing to add.
 		_, err := io.WriteString(s.ctl, msg)
 		if err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, os.ErrClosed) {
@@ -334,8 +334,8 @@ func (wp *warmPool) activate(s *spare, spec WorkerSpec) {
 	}()
 }
 
-// discard kills a spare and waits until it is gone.
-func (wp *warmPool) discard(s *spare) {
+// discard kills a warm interpreter and waits until it is gone.
+func (wp *warmPool) discard(s *warmInterp) {
 	_ = s.proc.signalGroup(syscall.SIGKILL)
 	<-s.proc.Done()
 	wp.group.ended(s.proc.Pid)
@@ -344,9 +344,9 @@ func (wp *warmPool) discard(s *spare) {
 	closeAll(s.out[:])
 }
 
-// discardTaken discards the spares of ss that are not nil (taken for an
+// discardTaken discards the warm interpreters of ss that are not nil (taken for an
 // attempt that could not start).
-func (wp *warmPool) discardTaken(ss []*spare) {
+func (wp *warmPool) discardTaken(ss []*warmInterp) {
 	for _, s := range ss {
 		if s != nil {
 			wp.discard(s)
@@ -354,15 +354,15 @@ func (wp *warmPool) discardTaken(ss []*spare) {
 	}
 }
 
-// discardAll discards the spares not taken.
+// discardAll discards the warm interpreters not taken.
 func (wp *warmPool) discardAll() {
-	for lr, s := range wp.spares {
+	for lr, s := range wp.interps {
 		wp.discard(s)
-		delete(wp.spares, lr)
+		delete(wp.interps, lr)
 	}
 }
 
-// close discards the spares and waits for the talkers of the ones that
+// close discards the warm interpreters and waits for the talkers of the ones that
 // became workers (every worker has exited when the agent closes it, and
 // its socket has closed).
 func (wp *warmPool) close() {

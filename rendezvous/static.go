@@ -123,7 +123,7 @@ func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
 	if err != nil {
 		return Round{}, err
 	}
-	r := s.Plan(node)
+	r := s.DryRunRound(node)
 	r.Place(s.cfg.NodeRank, Shape{Nprocs: table.Nprocs, Roles: table.Roles})
 	r.Number, r.RestartCount = n, restarts
 	r.JobSecret = Token(table.JobSecret) // none for one node: the launcher makes its own
@@ -151,11 +151,11 @@ func (s *Static) met(ctx context.Context, node Node) (staticTable, error) {
 	return t, nil
 }
 
-// Plan returns the round that Next would return for node, as round 0,
+// DryRunRound returns the round that Next would return for node, as round 0,
 // without joining it; --dry-run shows it, as if every node had this
 // node's worker count and role (the others' are known only once they
 // meet).
-func (s *Static) Plan(node Node) Round {
+func (s *Static) DryRunRound(node Node) Round {
 	r := Round{RunID: s.cfg.RunID, MasterAddr: s.cfg.MasterAddr, MasterPort: s.cfg.MasterPort}
 	r.Place(s.cfg.NodeRank, Uniform(s.cfg.NNodes, node.LocalWorldSize, node.Role))
 	return r

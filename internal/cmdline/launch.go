@@ -118,7 +118,7 @@ func needsEtcd(c *cli.Context) bool {
 // the elastic one through gorun-etcd's companion, the single node of
 // --standalone with its store for Go workers, or the static and
 // single-node ones as planned. release frees what it started.
-func openRendezvous(ctx context.Context, plan rendezvousPlan, cfg *launcher.Config, opts Options, log *logrus.Logger) (launcher.Rendezvous, func(), error) {
+func openRendezvous(ctx context.Context, plan rendezvousChoice, cfg *launcher.Config, opts Options, log *logrus.Logger) (launcher.Rendezvous, func(), error) {
 	switch {
 	case plan.elastic != nil:
 		plan.elastic.Log = log
@@ -153,7 +153,7 @@ func openRendezvous(ctx context.Context, plan rendezvousPlan, cfg *launcher.Conf
 // applyLayoutPlan reads --plan (path; "" for none) into cfg.Plan. An
 // elastic job then rounds at the node counts the layout allows, and the
 // dry run shows the largest; spare says this node's rank is beyond it.
-func applyLayoutPlan(path string, cfg *launcher.Config, plan *rendezvousPlan, round *rendezvous.Round, log *logrus.Logger) (spare bool, err error) {
+func applyLayoutPlan(path string, cfg *launcher.Config, plan *rendezvousChoice, round *rendezvous.Round, log *logrus.Logger) (spare bool, err error) {
 	if path == "" {
 		return false, nil
 	}
@@ -438,7 +438,7 @@ func checkTorchrunOnlyFlags(c *cli.Context, log *logrus.Logger) error {
 
 // singleNodePlan is the rendezvous of one node (--standalone, or
 // --nnodes=1): no store.
-func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, maxNodes int, log *logrus.Logger) (rendezvousPlan, error) {
+func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, maxNodes int, log *logrus.Logger) (rendezvousChoice, error) {
 	if maxNodes > 1 {
 		log.Warnf("--standalone runs a single node: ignoring --nnodes=%s", c.String(fNnodes))
 	}
@@ -450,7 +450,7 @@ func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round
 	if c.Bool(fStandalone) || fresh {
 		id, err := newRunID()
 		if err != nil {
-			return rendezvousPlan{}, err
+			return rendezvousChoice{}, err
 		}
 		cfg.RunID, local.RunID = id, id
 	}
@@ -465,14 +465,14 @@ func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round
 		}
 	}
 	if local.MasterPort < 0 || local.MasterPort > 65535 {
-		return rendezvousPlan{}, fmt.Errorf("--master-port=%d: want 1..65535, or 0 for a free port", local.MasterPort)
+		return rendezvousChoice{}, fmt.Errorf("--master-port=%d: want 1..65535, or 0 for a free port", local.MasterPort)
 	}
 	round.RunID = cfg.RunID
 	if local.MasterAddr != "" {
 		round.MasterAddr = local.MasterAddr
 	}
 	round.MasterPort = local.MasterPort
-	plan := rendezvousPlan{rdzv: rendezvous.NewLocal(local), round: round}
+	plan := rendezvousChoice{rdzv: rendezvous.NewLocal(local), round: round}
 	if c.Bool(fStandalone) {
 		plan.standalone = &local
 	}
@@ -481,7 +481,7 @@ func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round
 
 // elasticPlan asks for the etcd rendezvous (c10d, embedded, etcd); the
 // round is what a dry run shows: the largest job, with this node's rank.
-func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[string]string, minNodes, maxNodes int, round rendezvous.Round) (rendezvousPlan, error) {
+func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[string]string, minNodes, maxNodes int, round rendezvous.Round) (rendezvousChoice, error) {
 	spec := &rendezvous.Spec{
 		Backend: backend, Endpoint: c.String(fRdzvEndpoint), Conf: conf, RunID: cfg.RunID,
 		MinNodes: minNodes, MaxNodes: maxNodes, NodeRank: -1, NprocPerNode: cfg.NprocPerNode,
@@ -491,19 +491,19 @@ func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[
 		spec.NodeRank = c.Int(fNodeRank)
 	}
 	if spec.Endpoint == "" {
-		return rendezvousPlan{}, fmt.Errorf("--rdzv-backend=%s needs --rdzv-endpoint (host:port of etcd, or where the embedded store runs)", backend)
+		return rendezvousChoice{}, fmt.Errorf("--rdzv-backend=%s needs --rdzv-endpoint (host:port of etcd, or where the embedded store runs)", backend)
 	}
 	// A dry run shows the largest job with this node's rank.
 	rank := max(spec.NodeRank, 0)
 	round.Place(min(rank, maxNodes-1), rendezvous.Uniform(maxNodes, cfg.NprocPerNode, cfg.Role))
 	round.GroupRank = rank
 	round.MasterAddr, round.MasterPort = "<node 0's address>", 0
-	return rendezvousPlan{elastic: spec, round: round}, nil
+	return rendezvousChoice{elastic: spec, round: round}, nil
 }
 
 // staticPlan is torchrun's static backend: a fixed number of nodes,
 // ranks from --node-rank.
-func staticPlan(c *cli.Context, cfg *launcher.Config, conf map[string]string, minNodes, maxNodes int) (rendezvousPlan, error) {
+func staticPlan(c *cli.Context, cfg *launcher.Config, conf map[string]string, minNodes, maxNodes int) (rendezvousChoice, error) {
 	var err error
 	// The nodes' first meeting: gorun's join_timeout, or torchrun's static
 	// key, timeout; other keys mean nothing to the static backend.
@@ -511,13 +511,13 @@ func staticPlan(c *cli.Context, cfg *launcher.Config, conf map[string]string, mi
 	for _, key := range []string{"join_timeout", "timeout"} {
 		if v, ok := conf[key]; ok {
 			if joinTimeout, err = rendezvous.ParseSeconds(fRdzvConf+" "+key, v); err != nil {
-				return rendezvousPlan{}, err
+				return rendezvousChoice{}, err
 			}
 			break
 		}
 	}
 	if minNodes != maxNodes {
-		return rendezvousPlan{}, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
+		return rendezvousChoice{}, fmt.Errorf("--nnodes=%s: the static backend needs a fixed number of nodes", c.String(fNnodes))
 	}
 	// torchrun: the static backend's store is at --rdzv-endpoint when one is
 	// given, else at --master-addr:--master-port.
@@ -527,7 +527,7 @@ func staticPlan(c *cli.Context, cfg *launcher.Config, conf map[string]string, mi
 	}
 	if ep := c.String(fRdzvEndpoint); ep != "" {
 		if addr, port, err = rendezvous.SplitEndpoint(ep, port); err != nil {
-			return rendezvousPlan{}, fmt.Errorf("--rdzv-endpoint: %w", err)
+			return rendezvousChoice{}, fmt.Errorf("--rdzv-endpoint: %w", err)
 		}
 	}
 	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
@@ -535,13 +535,13 @@ func staticPlan(c *cli.Context, cfg *launcher.Config, conf map[string]string, mi
 		MasterAddr: addr, MasterPort: port, MaxRestarts: cfg.MaxRestarts, JoinTimeout: joinTimeout,
 	})
 	if err != nil {
-		return rendezvousPlan{}, err
+		return rendezvousChoice{}, err
 	}
-	return rendezvousPlan{rdzv: st, round: st.Plan(rendezvous.Node{LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role})}, nil
+	return rendezvousChoice{rdzv: st, round: st.DryRunRound(rendezvous.Node{LocalWorldSize: cfg.NprocPerNode, Role: cfg.Role})}, nil
 }
 
-// rendezvousPlan is the backend a launch uses.
-type rendezvousPlan struct {
+// rendezvousChoice is the backend a launch uses.
+type rendezvousChoice struct {
 	// rdzv is the backend, when it needs no etcd.
 	rdzv launcher.Rendezvous
 	// elastic, when set, asks for the etcd rendezvous instead.
@@ -556,30 +556,30 @@ type rendezvousPlan struct {
 
 // selectRendezvous picks the backend for the command line. It also
 // settles cfg.RunID.
-func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) (rendezvousPlan, error) {
+func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) (rendezvousChoice, error) {
 	minNodes, maxNodes, err := flagval.ParseNNodes(c.String(fNnodes))
 	if err != nil {
-		return rendezvousPlan{}, err
+		return rendezvousChoice{}, err
 	}
 	conf, err := flagval.ParseKeyValues(fRdzvConf, c.String(fRdzvConf))
 	if err != nil {
-		return rendezvousPlan{}, err
+		return rendezvousChoice{}, err
 	}
 	backend := c.String(fRdzvBackend)
 	switch backend {
 	case "static", "c10d", "etcd", "etcd-v2", "embedded":
 	default:
-		return rendezvousPlan{}, fmt.Errorf("--rdzv-backend=%q: want static, c10d, embedded, etcd or etcd-v2", backend)
+		return rendezvousChoice{}, fmt.Errorf("--rdzv-backend=%q: want static, c10d, embedded, etcd or etcd-v2", backend)
 	}
 	cfg.RunID = c.String(fRdzvID)
 	// Before anything uses it: the run id names folders and store keys.
 	if err := rendezvous.ValidateRunID(cfg.RunID); err != nil {
-		return rendezvousPlan{}, err
+		return rendezvousChoice{}, err
 	}
 	// A node rank beyond the node count (an indexed Job's pod without
 	// PET_NNODES) would run alone, pointed at node 0's store.
 	if c.IsSet(fNodeRank) && !c.Bool(fStandalone) && c.Int(fNodeRank) >= maxNodes {
-		return rendezvousPlan{}, fmt.Errorf("--node-rank=%d is not below --nnodes (%d): give --nnodes (PET_NNODES) the job's node count (on Kubernetes the pod count; the node rank may come from JOB_COMPLETION_INDEX: --dry-run shows where each value came from)", c.Int(fNodeRank), maxNodes)
+		return rendezvousChoice{}, fmt.Errorf("--node-rank=%d is not below --nnodes (%d): give --nnodes (PET_NNODES) the job's node count (on Kubernetes the pod count; the node rank may come from JOB_COMPLETION_INDEX: --dry-run shows where each value came from)", c.Int(fNodeRank), maxNodes)
 	}
 	round := rendezvous.Round{
 		RunID: cfg.RunID, GroupWorldSize: 1, WorldSize: cfg.NprocPerNode, RoleWorldSize: cfg.NprocPerNode,
