@@ -295,7 +295,7 @@ func (wp *warmPool) take(spec WorkerSpec) *warmInterp {
 		return nil
 	}
 	delete(wp.interps, spec.LocalRank)
-	if s.proc.Exited() {
+	if s.proc.Ended() {
 		wp.cfg.Log.Warnf("--warm-start: the interpreter of local rank %d %s before its round: starting the rank cold", spec.LocalRank, describeExit(s.proc.status()))
 		wp.discard(s)
 		return nil

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -129,6 +131,32 @@ func (p *Process) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// Ended reports whether the process has ended: reaped (Exited), or
+// dead and not reaped yet (a zombie), whose reaping, a moment away, it
+// waits for, so that State is known once it says true. A process killed
+// just now is not taken for a live one.
+func (p *Process) Ended() bool {
+	if p.Exited() {
+		return true
+	}
+	if !zombie(p.Pid) {
+		return false
+	}
+	<-p.done
+	return true
+}
+
+// zombie reports whether pid has ended and waits to be reaped.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && strings.HasPrefix(s[i+1:], " Z")
 }
 
 // State is how the process ended and when that was seen; valid once Done
