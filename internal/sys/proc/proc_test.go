@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -255,4 +256,29 @@ func TestHelperStartsASleeper(t *testing.T) {
 	}
 	fmt.Printf("child %d\n", p.Pid)
 	<-p.Done() // until the parent test kills this process
+}
+
+// TestEndedKnowsAKilledProcess: a live process has not ended; one killed
+// has, whether reaped yet or still a zombie, and its state is known once
+// Ended says so.
+func TestEndedKnowsAKilledProcess(t *testing.T) {
+	p, started := Start(sh("exec sleep 60"), Options{})
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	if p.Ended() {
+		t.Fatal("Ended() true for a live process")
+	}
+	if err := syscall.Kill(p.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !p.Ended(); {
+		if time.Now().After(deadline) {
+			t.Fatal("not Ended() a minute after SIGKILL")
+		}
+		runtime.Gosched()
+	}
+	if state, _ := p.State(); state == nil {
+		t.Fatal("Ended() true, but no state")
+	}
 }
