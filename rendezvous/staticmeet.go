@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -327,7 +328,7 @@ func (s *Static) ask(ctx context.Context, c net.Conn, me staticHello, addr strin
 		switch {
 		case ctx.Err() != nil:
 			return staticTable{}, fmt.Errorf("%w: node 0 at %s did not answer in time", ErrJoinTimeout, addr)
-		case len(line) == 0 && errors.Is(err, io.EOF):
+		case len(line) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)): // a reset: closed with the hello unread
 			return staticTable{}, fmt.Errorf("%w: what answers at %s closed the connection without a word: node 0's workers' store, if the job formed without this node (a node of that rank came first, or the job is running), or node 0 stopping", ErrInvalidNode, addr)
 		}
 		return staticTable{}, fmt.Errorf("%w: what answers at %s does not speak the static meeting: not node 0's gorun (its workers' store, if the job is running without this node, or another program there)", ErrInvalidNode, addr)
