@@ -39,7 +39,7 @@ rivals-python: ## make the benchmarks' environment (PyTorch 2.x, NVIDIA's ft_lau
 test: build ## unit and integration tests, with the race detector; the PyTorch tests on 2.x (made first), then the launcher's on 1.13
 	@py=$$(tests/torch2/venv.sh | tail -n 1) || { echo "!!!!!!!! NO PYTORCH 2.x ENVIRONMENT (tests/torch2/venv.sh failed): the PyTorch tests fall back to Debian's 1.13 or skip" >&2; py=; }; \
 	echo "PyTorch 2.x: $${py:-none}"; \
-	GORUN_TORCH2_PYTHON="$$py" $(GO) test -race -count=1 ./...
+	GORUN_TORCH2_PYTHON="$$py" $(GO) test -race -count=1 -timeout 25m ./...
 	@if $(TORCH1_PYTHON) -c 'import torch.distributed.run' 2>/dev/null; then \
 		echo "torchrun_compat again on PyTorch 1.13 ($(TORCH1_PYTHON)), the oldest version gorun supports"; \
 		GORUN_TEST_PYTHON=$(TORCH1_PYTHON) $(GO) test -race -count=1 ./tests/torchrun_compat/; \

@@ -243,7 +243,8 @@ func printableRole(role string) bool {
 }
 
 // MaxPendingHellos bounds the callers that have not said hello yet
-// (package idleconns): past it, the one that waited longest is closed.
+// (package idleconns; a quarter of the descriptor limit when that is
+// lower): past it, the one that waited longest is closed.
 const MaxPendingHellos = 256
 
 // acceptHellos accepts callers until ln closes and sends each caller's
@@ -254,6 +255,7 @@ const MaxPendingHellos = 256
 func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival, wg *sync.WaitGroup) {
 	var backoff ctxtime.AcceptBackoff
 	var pending idleconns.Queue
+	limit := idleconns.Limit(MaxPendingHellos)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -263,7 +265,7 @@ func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival,
 			continue
 		}
 		backoff.Reset()
-		pending.Add(c, MaxPendingHellos)
+		pending.Add(c, limit)
 		wg.Go(func() {
 			defer pending.Remove(c)
 			context.AfterFunc(ctx, func() { c.Close() })

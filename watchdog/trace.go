@@ -103,8 +103,18 @@ func dumpsValues() int {
 	if !ok {
 		return MinDumpsValues
 	}
-	return max(MinDumpsValues, int(min(avail/2/bytesPerValue, 1<<40)))
+	return max(MinDumpsValues, int(min(avail/2/bytesPerValue, MaxDumpsValues)))
 }
+
+// MaxDumpsValues is the most JSON values ReadDumpFiles decodes in all,
+// however much memory there is (some 4 GB decoded).
+const MaxDumpsValues = 1 << 25
+
+// MaxGroupEntries bounds process groups times entries in the dumps read
+// together: the analysis looks at each group's entries in each dump
+// (a dump of 16,384 empty groups and 131,072 empty entries, 595 KB,
+// took minutes). Real recorders: tens of groups, thousands of entries.
+const MaxGroupEntries = 1 << 25
 
 // ReadDumpFiles reads the dumps at paths (ReadDump), by rank; past
 // dumpsValues in all it stops with an error naming the file.
@@ -120,6 +130,16 @@ func ReadDumpFiles(paths []string) ([]Dump, error) {
 			return nil, fmt.Errorf("%s: the %d dumps read so far hold more than %d JSON values in all, more than half the memory available here holds decoded: analyse fewer ranks' dumps (a folder of some of them), or on a machine with more memory", p, len(dumps)+1, budget)
 		}
 		dumps = append(dumps, d)
+	}
+	groups, entries := map[string]bool{}, 0
+	for _, d := range dumps {
+		for id := range d.PGStatus {
+			groups[id] = true
+		}
+		entries += len(d.Entries)
+	}
+	if len(groups)*entries > MaxGroupEntries {
+		return nil, fmt.Errorf("the dumps hold %d process groups and %d entries: more than the %d pairs gorun trace analyses; not a job's flight recorders", len(groups), entries, MaxGroupEntries)
 	}
 	sort.Slice(dumps, func(i, j int) bool { return dumps[i].Rank < dumps[j].Rank })
 	return dumps, nil

@@ -173,6 +173,8 @@ func TestTraceOfAHostileFolder(t *testing.T) {
 		// 400 KB on disk, some 130 MB decoded; seven million took 7 GB.
 		{"entries", `{"version":"2.10","rank":0,"world_size":2,"entries":[` + strings.Repeat("{},", 1<<17) + `{}],"pg_status":{}}`, `"entries" holds more than 131072 items`},
 		// One entry's sizes: 13 MB on disk, 1.4 GB decoded at 64 MiB.
+		// 1,024 groups x 65,536 entries: minutes of analysis, 200 KB.
+		{"groups x entries", `{"version":"2.10","rank":0,"world_size":2,"entries":[` + strings.Repeat("{},", 1<<16-1) + `{}],"pg_status":{` + groupsJSON(1<<10) + `}}`, "the dumps hold 1024 process groups and 65536 entries"},
 		{"values", `{"version":"2.10","rank":0,"world_size":2,"entries":[{"input_sizes":[` + strings.Repeat("[0],", 1<<22) + `[0]]}],"pg_status":{}}`, "holds more than 4194304 JSON values"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -307,4 +309,13 @@ func TestLogDirDotDotThroughALink(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "stop="+filepath.Join(mine, "logs")+"/") {
 		t.Errorf("exit %d; want 0 and the workers' files under %s\n%s%s", r.code, filepath.Join(mine, "logs"), r.stdout, r.stderr)
 	}
+}
+
+// groupsJSON is n empty process groups' statuses, "0":{},"1":{},...
+func groupsJSON(n int) string {
+	g := make([]string, n)
+	for i := range g {
+		g[i] = `"` + strconv.Itoa(i) + `":{}`
+	}
+	return strings.Join(g, ",")
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 )
 
 // Queue is the connections that have not spoken yet, oldest first. The
@@ -35,4 +36,15 @@ func (q *Queue) Remove(c net.Conn) {
 	if i := slices.Index(q.conns, c); i >= 0 {
 		q.conns = slices.Delete(q.conns, i, i+1)
 	}
+}
+
+// Limit is at most most, and at most a quarter of this process's
+// descriptor limit (at least 8): a cap that the descriptors run out
+// before would never close anyone.
+func Limit(most int) int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return most
+	}
+	return int(min(uint64(most), max(rl.Cur/4, 8)))
 }

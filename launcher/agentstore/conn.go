@@ -297,10 +297,14 @@ func (c *conn) handle(o op) error {
 		if err != nil {
 			return err
 		}
-		var out [][]byte
+		// The values themselves, not copies: a key asked for many times
+		// costs its length's header each time, not its value again (a
+		// value is replaced, never changed in place, by a SET).
+		out := make([][]byte, 0, 2*len(keys))
 		s.mu.Lock()
 		for _, k := range keys {
-			out = append(out, field(s.keys[k]))
+			v := s.keys[k]
+			out = append(out, u64Bytes(uint64(len(v))), v)
 		}
 		s.mu.Unlock()
 		return c.reply(out...)

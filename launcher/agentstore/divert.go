@@ -37,7 +37,7 @@ type diverted struct {
 // speak at once, and no flood of idle connections holds the port's
 // descriptors. At most one divert is open at a time.
 func (s *Server) Divert(first byte, wait time.Duration, maxWaiting int) net.Listener {
-	d := &diverted{s: s, first: first, wait: wait, maxWaiting: maxWaiting, conns: make(chan net.Conn), done: make(chan struct{})}
+	d := &diverted{s: s, first: first, wait: wait, maxWaiting: idleconns.Limit(maxWaiting), conns: make(chan net.Conn), done: make(chan struct{})}
 	s.mu.Lock()
 	s.divert = d
 	s.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -179,5 +180,62 @@ func TestParkedWaitsCostTheirKeyOnly(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("WAITs of %d keys still parked a minute after their connection closed", parked)
 		}
+	}
+}
+
+// TestMultiGetCopiesNoValue: a MULTI_GET that lists one large key many
+// times, from clients that do not read, costs the store the value once,
+// not once per key listed (1,000 copies of 1 MiB on three connections
+// took 3.1 GB).
+func TestMultiGetCopiesNoValue(t *testing.T) {
+	s := serve(t)
+	setter := dial(t, s)
+	if _, err := setter.Write(query(1, field([]byte("big")), field(make([]byte, 1<<20)))); err != nil {
+		t.Fatal(err)
+	}
+	// The same connection's GET answered: the SET was applied.
+	if _, err := setter.Write(query(3, field([]byte("big")))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(setter, make([]byte, 8+1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	get := query(10, u64Bytes(1000)) // MULTI_GET, 2.x's number
+	for range 1000 {
+		get = append(get, field([]byte("big"))...)
+	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 3 {
+		c := dial(t, s)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4096)
+		}
+		if _, err := c.Write(get); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every reply under way: each connection's writer held, stuck.
+	deadline := time.Now().Add(time.Minute)
+	for stuck := 0; stuck < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replies are not under way within a minute")
+		}
+		stuck = 0
+		s.mu.Lock()
+		for c := range s.conns {
+			if c.spoke.Load() && !c.wmu.TryLock() {
+				stuck++
+			} else if c.spoke.Load() {
+				c.wmu.Unlock()
+			}
+		}
+		s.mu.Unlock()
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 256<<20 {
+		t.Errorf("the store's heap grew %d MiB for three MULTI_GETs; want about nothing", grew>>20)
 	}
 }
