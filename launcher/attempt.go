@@ -521,7 +521,7 @@ func (m *monitoring) exited(p *process) {
 	if st.Code == 0 || (stoppedByUs && !(m.out.kind == outcomeFailed && w.wroteErrorFile())) || (st.Signal == syscall.SIGKILL && w.stopKilled) {
 		return
 	}
-	if att.pre != nil && att.pre.stoppedByIt(st) {
+	if att.pre.stoppedByIt(st) {
 		m.out.stoppedBySignal = true
 		return
 	}

@@ -309,6 +309,9 @@ func (p *preemptor) newAttempt() {
 // stoppedByIt reports whether a worker's exit is the stop signal's doing
 // (killed by it, or exited with 128 + it as shells do).
 func (p *preemptor) stoppedByIt(st exitStatus) bool {
+	if p == nil {
+		return false
+	}
 	sig := p.cfg.PreemptWorkerSignal
 	return p.told && sig != 0 && (st.Signal == sig || st.Code == 128+int(sig))
 }
