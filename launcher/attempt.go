@@ -12,7 +12,6 @@ import (
 
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/rendezvous"
-	"github.com/gorun-dev/gorun/watchdog"
 )
 
 // outputDrainTimeout bounds the wait for a worker's output after its
@@ -641,24 +640,13 @@ func (att *attempt) completeFailures(failures, left []Failure, layout *logLayout
 		}
 		f.Logs = w.logs
 	}
-	// The first failure is the root cause, except that a rank another's
-	// failure stopped (its watchdog's ExitRemoteAbort) never is.
-	slices.SortStableFunc(failures, func(a, b Failure) int {
-		ra, rb := a.ExitCode == watchdog.ExitRemoteAbort, b.ExitCode == watchdog.ExitRemoteAbort
-		if ra != rb {
-			if ra {
-				return 1
-			}
-			return -1
-		}
-		return a.Time.Compare(b.Time)
-	})
 	tail := func(f Failure) string {
 		if w := byRank[f.LocalRank]; w != nil && !f.remote {
 			return w.stderrTail.String()
 		}
 		return ""
 	}
+	failures = orderFailures(failures, tail)
 	return placeLeft(failures, left, tail)
 }
 

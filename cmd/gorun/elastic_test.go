@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"net"
 	"os"
 	"os/exec"
@@ -167,11 +168,12 @@ exec sleep 60`)
 
 func TestElasticLostNodeSurvivorsReform(t *testing.T) {
 	t.Parallel()
+	ttl := timing.Seconds(timing.LeaseTTL(t)) // --rdzv-conf=lease_ttl
 	dir := t.TempDir()
 	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
 	script := startWorker(t, `exec sleep 60`)
 	nodes := startNodes(t, 3, func(i int) []string {
-		return append(elasticArgs(ep, "lost", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl=2,last_call_timeout=0.3",
+		return append(elasticArgs(ep, "lost", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl="+ttl+",last_call_timeout=0.3",
 			"--stop-timeout=2s", "--no-python", script), dir)
 	})
 	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")
@@ -239,11 +241,12 @@ func TestElasticMismatchedNodeRefused(t *testing.T) {
 
 func TestElasticStoreHostLostIsReported(t *testing.T) {
 	t.Parallel()
+	ttl := timing.Seconds(timing.LeaseTTL(t)) // --rdzv-conf=lease_ttl
 	dir := t.TempDir()
 	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
 	script := startWorker(t, `exec sleep 60`)
 	nodes := startNodes(t, 2, func(i int) []string {
-		return append(elasticArgs(ep, "host", i, "--nnodes=2", "--rdzv-conf=join_timeout=3,lease_ttl=2", "--stop-timeout=2s", "--no-python", script), dir)
+		return append(elasticArgs(ep, "host", i, "--nnodes=2", "--rdzv-conf=join_timeout=3,lease_ttl="+ttl, "--stop-timeout=2s", "--no-python", script), dir)
 	})
 	waitStarts(t, dir, "0.2.0", "1.2.0")
 	_ = nodes[0].cmd.Process.Signal(syscall.SIGKILL) // the host of the store

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 )
 
 // TestHangTimeoutPythonTraceback: a PyTorch gloo job with rank 1 stuck in
@@ -30,14 +32,14 @@ func TestHangTimeoutPythonTraceback(t *testing.T) {
 			line = i + 1
 		}
 	}
-	const hang = 10 * time.Second
+	hang := timing.PythonStart(t)
 	start := time.Now()
 	r := runGorun(t, testEnv(), "--nproc-per-node=3", "--hang-timeout", hang.String(), "--python", py, script)
 	took := time.Since(start)
 	if r.code != 124 {
 		t.Fatalf("exit %d; want 124 (hung)\n%s", r.code, r.stderr)
 	}
-	for _, want := range []string{"hang: no rank showed a sign of life for 10s (--hang-timeout)",
+	for _, want := range []string{"hang: no rank showed a sign of life for " + hang.String() + " (--hang-timeout)",
 		fmt.Sprintf("rank 1 is outside any collective, at %s:%d in stuck_in_data_loading", script, line),
 		"Root Cause (the rank that held the others up)", "rank      : 1 (local_rank: 1)"} {
 		if !strings.Contains(r.stderr, want) {
@@ -81,15 +83,17 @@ func TestHangTimeoutStopsAShellWorkerAtOnce(t *testing.T) {
 }
 
 // TestHeartbeatKeepsASilentWorkerAlive: a worker that prints nothing but
-// touches GORUN_HEARTBEAT_FILE is not hung. It stays silent for twice
-// the timeout, which is 20 times its heartbeat's period: a busy 2-core
-// machine stalled a 500-ms timeout's workers.
+// touches GORUN_HEARTBEAT_FILE every 0.1 s is not hung. It stays silent
+// for twice the timeout (timing.QuietWorker: a busy 2-core machine
+// stalled a 500-ms timeout's workers).
 func TestHeartbeatKeepsASilentWorkerAlive(t *testing.T) {
 	t.Parallel()
-	script := writeScript(t, `i=0
-while [ $i -lt 40 ]; do touch "$GORUN_HEARTBEAT_FILE"; sleep 0.1; i=$((i+1)); done
-`)
-	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--hang-timeout", "2s", "--no-python", script)
+	timeout := timing.QuietWorker(t)
+	beats := int(2 * timeout / (100 * time.Millisecond))
+	script := writeScript(t, fmt.Sprintf(`i=0
+while [ $i -lt %d ]; do touch "$GORUN_HEARTBEAT_FILE"; sleep 0.1; i=$((i+1)); done
+`, beats))
+	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--hang-timeout", timeout.String(), "--no-python", script)
 	if r.code != 0 || strings.Contains(r.stderr, "hung") {
 		t.Errorf("exit %d\n%s", r.code, r.stderr)
 	}

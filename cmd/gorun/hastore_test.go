@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -54,10 +55,11 @@ func storeHostsConf(n int, extra string) string {
 // member of the store), whose workers run script with the job's folder,
 // and waits for its first 3-node round. args is node i's command line.
 func haJob(t *testing.T, run, script string) (dir string, nodes []*node, args func(i int) []string) {
+	ttl := timing.Seconds(timing.LeaseTTL(t)) // --rdzv-conf=lease_ttl
 	t.Helper()
 	dir = t.TempDir()
 	ep := fmt.Sprintf("127.0.0.1:%d", freePortPair(t, 3))
-	conf := storeHostsConf(3, "lease_ttl=2,last_call_timeout=1")
+	conf := storeHostsConf(3, "lease_ttl="+ttl+",last_call_timeout=1")
 	args = func(i int) []string {
 		return append(elasticArgs(ep, run, i, "--nnodes=2:3", "--max-restarts=1", conf, "--no-python", script), dir)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,13 +20,13 @@ import (
 // round by itself, completes, and no desync is reported.
 func TestElasticEtcdOutageLongerThanTheLease(t *testing.T) {
 	t.Parallel()
+	ttl := timing.LeaseTTL(t)
 	ep, stop, restart := etcdServer(t, "http")
 	dir := t.TempDir()
-	const ttl = 2 * time.Second
 	script := startWorker(t, `while [ ! -e "$1/go" ]; do sleep 0.02; done`)
 	nodes := startNodes(t, 2, func(i int) []string {
 		return append([]string{"--rdzv-backend=etcd", "--rdzv-endpoint=" + ep, "--rdzv-id=outage", "--nnodes=2",
-			"--rdzv-conf=lease_ttl=2", "--local-addr=127.0.0." + strconv.Itoa(i+1), "--no-python", script}, dir)
+			"--rdzv-conf=lease_ttl=" + timing.Seconds(ttl), "--local-addr=127.0.0." + strconv.Itoa(i+1), "--no-python", script}, dir)
 	})
 	waitStarts(t, dir, "0.2.0", "1.2.0")
 	stop()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 // and when the network heals it joins again and the job grows back.
 func TestElasticPartitionedNodeStopsThenRejoins(t *testing.T) {
 	t.Parallel()
+	ttl := timing.Seconds(timing.LeaseTTL(t)) // --rdzv-conf=lease_ttl
 	dir := t.TempDir()
 	ep := fmt.Sprintf("127.0.0.1:%d", freePort(t, "127.0.0.1"))
 	proxy := nettest.NewProxy(t, ep)
@@ -27,7 +29,7 @@ func TestElasticPartitionedNodeStopsThenRejoins(t *testing.T) {
 		if i == 2 {
 			endpoint = proxy.Addr()
 		}
-		return append(elasticArgs(endpoint, "partition", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl=2,last_call_timeout=0.3",
+		return append(elasticArgs(endpoint, "partition", i, "--nnodes=2:3", "--rdzv-conf=lease_ttl="+ttl+",last_call_timeout=0.3",
 			"--stop-timeout=2s", "--no-python", script), dir)
 	})
 	waitStarts(t, dir, "0.3.0", "1.3.0", "2.3.0")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/comm"
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 )
 
 // The worker side of coordinated preemption, end to end with gorun: the
@@ -271,7 +272,9 @@ func TestPreemptWhileTorchImports(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "ckpt")
 	hook, _ := filepath.Abs("testdata/stop_at_torch_import.py")
-	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--python", py, hook, ddpExample,
+	// The grace covers the rest of the import, the meeting and the first
+	// step on a busy machine.
+	r := runGorun(t, testEnv(), "--nproc-per-node=2", "--preempt-grace", timing.TorchImport(t).String(), "--python", py, hook, ddpExample,
 		"--steps", "1000", "--step-time", "0.05", "--checkpoint", ckpt)
 	if r.code != preemptExit || !strings.Contains(r.stdout, "[default0]:preempted: saved step ") {
 		t.Fatalf("gorun exit %d; want %d and a checkpoint\nstdout:\n%s\nstderr:\n%s", r.code, preemptExit, r.stdout, r.stderr)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"os"
 	"path/filepath"
 	"slices"
@@ -155,8 +156,9 @@ func startWithSpare(t *testing.T, dir, run, worker, conf string) []*node {
 // agent brings the spare in, and the job keeps its size and layout.
 func TestSpareTakesALostNodesPlace(t *testing.T) {
 	t.Parallel()
+	ttl := timing.Seconds(timing.LeaseTTL(t)) // --rdzv-conf=lease_ttl
 	dir := t.TempDir()
-	nodes := startWithSpare(t, dir, "spare", resizeWorker, "--rdzv-conf=lease_ttl=2,last_call_timeout=30")
+	nodes := startWithSpare(t, dir, "spare", resizeWorker, "--rdzv-conf=lease_ttl="+ttl+",last_call_timeout=30")
 	if err := nodes[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
