@@ -14,8 +14,9 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
-	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // Default client ports: etcd's, and torchrun's c10d port for the embedded
@@ -40,25 +41,14 @@ type Conf struct {
 	storeLogLevel  string
 	tls            transport.TLSInfo
 	user, password string
-	// tokenFile and token are the job's secret: token_file, else
-	// GORUN_RDZV_TOKEN. tokenFlag names the setting that gave tokenFile
-	// ("": --rdzv-conf token_file).
-	tokenFile string
-	token     string
-	tokenFlag string
+	// token is the job's secret as given: token_file, else
+	// GORUN_RDZV_TOKEN.
+	token jobauth.Given
 	// storeHosts are the embedded store's member hosts (store_hosts, else
 	// GORUN_RDZV_STORE_HOSTS), nil when neither gives any; storeHostsFrom
 	// names which, for messages.
 	storeHosts     []string
 	storeHostsFrom string
-}
-
-// tokenFlagName names the setting that gave the token file, for messages.
-func (c Conf) tokenFlagName() string {
-	if c.tokenFlag != "" {
-		return c.tokenFlag
-	}
-	return "--rdzv-conf token_file"
 }
 
 // knownKeys are the --rdzv-conf keys gorun reads; torchrun's others are
@@ -73,9 +63,10 @@ var secretEnv = map[string]string{
 	"token_file": rendezvous.TokenFileEnv,
 }
 
-// passwordEnv holds the store user's password itself (the launcher's
-// --standalone store).
-const passwordEnv = workerenv.StorePassword
+// storeHostsEnv lists the embedded store's member hosts, separated by
+// commas (--rdzv-conf store_hosts separates them with '+', as its own
+// pairs are separated by commas).
+const storeHostsEnv = "GORUN_RDZV_STORE_HOSTS"
 
 // ParseConf reads the etcd backend's --rdzv-conf (kv, key by key, with
 // the environment alternatives of its secrets); keys it does not use are
@@ -117,7 +108,7 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (Conf, error) {
 		}
 		c.isHost = &b
 	}
-	c.tokenFile, c.token = get("token_file"), os.Getenv(rendezvous.TokenEnv)
+	c.token = jobauth.Given{File: get("token_file"), Text: os.Getenv(rendezvous.TokenEnv)}
 	if v := get("etcd_prefix"); v != "" {
 		c.prefix = v
 	}
@@ -185,17 +176,22 @@ func (c Conf) storeTLS(ctx context.Context, token Token, endpoints []string, emb
 	if token == nil {
 		return nil, false, nil
 	}
-	jobTLS, err := ClientTLS(token)
+	jobTLS, err := jobauth.ClientTLS(token)
 	if err != nil {
 		return nil, false, err
 	}
 	if embedded {
 		return jobTLS, true, nil
 	}
-	if c.user == "" && speaksJobTLS(ctx, endpoints, jobTLS) {
+	if c.user == "" && jobauth.SpeaksJobTLS(ctx, endpoints, jobTLS) {
 		return jobTLS, true, nil
 	}
 	return nil, false, nil
+}
+
+// hostConfig is what this node's part of the job's store takes from c.
+func (c Conf) hostConfig() jobstore.HostConfig {
+	return jobstore.HostConfig{Prefix: c.prefix, LogLevel: c.storeLogLevel, TLS: c.tls, ReadyTimeout: c.connect, IsHostSet: c.isHost != nil}
 }
 
 // userTLS says whether the user gave TLS files (--rdzv-conf cacert,

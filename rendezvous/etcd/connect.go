@@ -15,6 +15,8 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // connect opens the rendezvous, retrying while etcd cannot be reached
@@ -49,13 +51,13 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 		if ctx.Err() != nil || isPermanent(err) {
 			return nil, nil, err
 		}
-		diag := diagnose(ctx, ccfg.Endpoints, ccfg.TLS, jobStore)
-		if diag.permanent && !jobStore && cfg.Token != nil && ccfg.TLS == nil && ccfg.Username == "" {
+		diag := jobauth.Diagnose(ctx, ccfg.Endpoints, ccfg.TLS, jobStore)
+		if diag.Permanent && !jobStore && cfg.Token != nil && ccfg.TLS == nil && ccfg.Username == "" {
 			// An etcd endpoint that speaks TLS may be a `gorun store` of
 			// this job that was not up, or too busy, when this node first
 			// asked: it is one if it proves the token now.
-			if jobTLS, terr := ClientTLS(cfg.Token); terr == nil {
-				if proven, _ := proveJobStore(ctx, ccfg.Endpoints, jobTLS); proven {
+			if jobTLS, terr := jobauth.ClientTLS(cfg.Token); terr == nil {
+				if proven, _ := jobauth.ProveJobStore(ctx, ccfg.Endpoints, jobTLS); proven {
 					ccfg.TLS, ccfg.Username, ccfg.Password, jobStore = jobTLS, EtcdUser, cfg.Token.EtcdPassword(), true
 					cfg.Presence = true
 					if cli != nil {
@@ -65,23 +67,23 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 					continue
 				}
 			}
-			diag.permanent = false // retried within connect_timeout
+			diag.Permanent = false // retried within connect_timeout
 		}
-		if diag.permanent && diag.cause != nil {
-			return nil, nil, fmt.Errorf("%w at %s", diag.cause, diag.text)
+		if diag.Permanent && diag.Cause != nil {
+			return nil, nil, fmt.Errorf("%w at %s", diag.Cause, diag.Text)
 		}
-		if diag.permanent {
-			return nil, nil, fmt.Errorf("%w: etcd at %s: %s", ErrUnreachable, endpoints, diag.text)
+		if diag.Permanent {
+			return nil, nil, fmt.Errorf("%w: etcd at %s: %s", ErrUnreachable, endpoints, diag.Text)
 		}
 		hint := ""
 		if waitingForHost {
 			hint = "; the node hosting the embedded store may not have started yet"
 		}
 		if gone := time.Since(start); gone >= cfg.UnreachableTimeout {
-			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", ErrUnreachable, endpoints, gone.Round(time.Second), diag.text, hint)
+			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", ErrUnreachable, endpoints, gone.Round(time.Second), diag.Text, hint)
 		}
 		if time.Since(lastReport) > DefaultProgressInterval {
-			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, diag.text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
+			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, diag.Text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
 			lastReport = time.Now()
 		}
 		if err := ctxtime.Sleep(ctx, delay); err != nil {
@@ -110,14 +112,14 @@ func portTaken(endpoint string) bool {
 }
 
 // isLocal reports whether endpoint's host is this node
-// (SameHost): --local-addr when given, else the host's name or
+// (jobstore.SameHost): --local-addr when given, else the host's name or
 // one of its addresses; names and addresses that resolve alike match.
 func isLocal(ctx context.Context, endpoint, localAddr string) bool {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return false
 	}
-	return SameHost(ctx, host, localAddr)
+	return jobstore.SameHost(ctx, host, localAddr)
 }
 
 // isThisHost says whether host names this machine: one of its addresses,
@@ -126,5 +128,5 @@ func isThisHost(ctx context.Context, host, localAddr string) bool {
 	if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
 		return true
 	}
-	return SameHost(ctx, host, localAddr)
+	return jobstore.SameHost(ctx, host, localAddr)
 }

@@ -61,13 +61,13 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 	if key == r.k.secret() {
 		return // the job's secret when no token was given: see New
 	}
-	payload, ok := r.g.open(key, value, rev)
+	payload, ok := r.g.Open(key, value, rev)
 	if !ok {
 		c.forged[key] = rev
 		return
 	}
 	refuse := func(why string) {
-		r.g.refuse(key, rev, why)
+		r.g.Refuse(key, rev, why)
 		c.forged[key] = rev
 	}
 	ctl := r.k.ctl()
@@ -197,9 +197,9 @@ func (r *Rendezvous) mend(ctx context.Context, c *control) {
 		var op clientv3.Op
 		switch {
 		case key == r.k.round():
-			op = clientv3.OpPut(key, r.g.seal(key, strconv.Itoa(c.round)))
+			op = clientv3.OpPut(key, r.g.Seal(key, strconv.Itoa(c.round)))
 		case key == r.k.restarts():
-			op = clientv3.OpPut(key, r.g.seal(key, strconv.Itoa(c.restarts)))
+			op = clientv3.OpPut(key, r.g.Seal(key, strconv.Itoa(c.restarts)))
 		case strings.HasPrefix(key, r.k.ctl()+"closer/"):
 			op = clientv3.OpDelete(key) // a lease-less closer would stall the round
 		case c.good[key] != "":
@@ -241,7 +241,7 @@ func (r *Rendezvous) previousValue(ctx context.Context, key string, rev int64) *
 		return nil
 	}
 	kv := resp.Kvs[0]
-	if _, ok := r.g.open(key, kv.Value, kv.ModRevision); !ok {
+	if _, ok := r.g.Open(key, kv.Value, kv.ModRevision); !ok {
 		return nil
 	}
 	return kv

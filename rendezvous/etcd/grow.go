@@ -11,12 +11,14 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
-// How the job's store grows (growserver.go has the store's side). The
-// agent hosting the store's first member (the grower) adds members, one
-// at a time, once a round of three nodes or more has closed, until three
-// vote. Each step is a sealed key under grow/:
+// How the job's store grows (package jobstore's growserver.go has the
+// store's side). The agent hosting the store's first member (the grower)
+// adds members, one at a time, once a round of three nodes or more has
+// closed, until three vote. Each step is a sealed key under grow/:
 //
 //	invite/<node>  the grower asks a node to host member <name> (on the
 //	               grower's lease);
@@ -83,13 +85,13 @@ func (r *Rendezvous) putSealed(ctx context.Context, key string, v any, leased bo
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	_, err = r.cli.Put(cctx, key, r.g.seal(key, string(b)), opts...)
+	_, err = r.cli.Put(cctx, key, r.g.Seal(key, string(b)), opts...)
 	return err
 }
 
 // openSealed reads kv's sealed JSON into v; false if it is not the job's.
 func (r *Rendezvous) openSealed(kv *mvccpb.KeyValue, v any) bool {
-	b, ok := r.g.open(string(kv.Key), kv.Value, kv.ModRevision)
+	b, ok := r.g.Open(string(kv.Key), kv.Value, kv.ModRevision)
 	return ok && json.Unmarshal(b, v) == nil
 }
 
@@ -98,7 +100,7 @@ func (r *Rendezvous) openSealed(kv *mvccpb.KeyValue, v any) bool {
 // round that Grow reports.
 type storeGrower struct {
 	r      *Rendezvous
-	server *Server
+	server *jobstore.Server
 	// timeout bounds a new member's catch-up (connect_timeout).
 	timeout time.Duration
 	rounds  chan int
@@ -113,7 +115,7 @@ type storeGrower struct {
 	tried map[string]bool
 }
 
-func newStoreGrower(r *Rendezvous, server *Server, endpoint string, timeout time.Duration) *storeGrower {
+func newStoreGrower(r *Rendezvous, server *jobstore.Server, endpoint string, timeout time.Duration) *storeGrower {
 	return &storeGrower{r: r, server: server, timeout: timeout, rounds: make(chan int, 1), clients: []string{endpoint}, next: 1, tried: map[string]bool{}}
 }
 
@@ -180,7 +182,7 @@ func (g *storeGrower) candidates(ctx context.Context, round int) []NodeRecord {
 		r.cfg.Log.Warnf("the job's store cannot grow after round %d: its nodes: %v", round, err)
 		return nil
 	}
-	ownHost, _, _ := net.SplitHostPort(g.server.port.addr())
+	ownHost, _, _ := net.SplitHostPort(g.server.Endpoints()[0])
 	var apart, beside []NodeRecord
 	for _, kv := range resp.Kvs {
 		var n NodeRecord
@@ -201,7 +203,7 @@ func (g *storeGrower) candidates(ctx context.Context, round int) []NodeRecord {
 // the address it offers, started there, and promoted once caught up.
 func (g *storeGrower) add(ctx context.Context, node NodeRecord) error {
 	r := g.r
-	name := memberName(g.next)
+	name := jobstore.MemberName(g.next)
 	g.next++
 	defer g.clear(node.ID)
 	if err := r.putSealed(ctx, r.k.growInvite(node.ID), growInvite{Name: name}, true); err != nil {

@@ -2,9 +2,6 @@ package etcd
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // storeJoiner is a node's side of the store's growth: it hosts a member
@@ -24,7 +22,7 @@ type storeJoiner struct {
 	// the next) when those are free on this host.
 	port int
 	// member is the member this node hosts, if any (closed by close).
-	member *memberProcess
+	member *jobstore.MemberProcess
 	// hosting is called once this node hosts a member.
 	hosting func()
 	// pending is the member this node last offered to host.
@@ -100,7 +98,7 @@ func (j *storeJoiner) handle(ctx context.Context, kv *mvccpb.KeyValue) {
 // offer answers an invitation to host member name: where it will serve.
 func (j *storeJoiner) offer(ctx context.Context, name string) {
 	r := j.r
-	client, peer, err := memberPorts(ctx, r.cfg.Addr, j.port)
+	client, peer, err := jobstore.MemberPorts(ctx, r.cfg.Addr, j.port)
 	o := growOffer{Client: client, Peer: peer}
 	if err != nil {
 		o = growOffer{Err: err.Error()}
@@ -121,7 +119,7 @@ func (j *storeJoiner) join(ctx context.Context, initial string) {
 	if p.name == "" {
 		return // admitted without an offer of this agent's
 	}
-	m, err := joinMember(ctx, j.c, j.token, p.name, p.client, p.peer, initial, r.cfg.Log)
+	m, err := jobstore.JoinMember(ctx, j.c.hostConfig(), j.token, p.name, p.client, p.peer, initial, r.cfg.Log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -141,36 +139,4 @@ func (j *storeJoiner) close() {
 	if j.member != nil {
 		j.member.Close()
 	}
-}
-
-// memberPorts picks the client and peer addresses of a member on this
-// node (addr): the endpoint's port and the next when both are free here
-// (what a firewall opened for the store), else two the system gives.
-func memberPorts(ctx context.Context, addr string, port int) (client, peer string, err error) {
-	try := func(p1, p2 int) (string, string, error) {
-		var ports [2]int
-		for i, p := range []int{p1, p2} {
-			listen, err := ListenAddress(ctx, net.JoinHostPort(addr, strconv.Itoa(p)))
-			if err != nil {
-				return "", "", err
-			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return "", "", err
-			}
-			defer ln.Close()
-			ports[i] = ln.Addr().(*net.TCPAddr).Port
-		}
-		return net.JoinHostPort(addr, strconv.Itoa(ports[0])), net.JoinHostPort(addr, strconv.Itoa(ports[1])), nil
-	}
-	if port > 0 && port < 65535 {
-		if client, peer, err = try(port, port+1); err == nil {
-			return client, peer, nil
-		}
-	}
-	client, peer, err = try(0, 0)
-	if err != nil {
-		return "", "", fmt.Errorf("no ports for a store member at %s: %w", addr, err)
-	}
-	return client, peer, nil
 }

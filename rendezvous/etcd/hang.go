@@ -41,7 +41,7 @@ func (r *Rendezvous) shareReports(ctx context.Context, round rendezvous.Round, p
 		return nil, err
 	}
 	key := prefix + strconv.Itoa(round.GroupRank)
-	put, err := r.cli.Put(wctx, key, r.g.seal(key, string(report)), clientv3.WithLease(grant.ID))
+	put, err := r.cli.Put(wctx, key, r.g.Seal(key, string(report)), clientv3.WithLease(grant.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (r *Rendezvous) shareReports(ctx context.Context, round rendezvous.Round, p
 		if len(resp.Kvs) >= want || wctx.Err() != nil {
 			out := make([][]byte, 0, len(resp.Kvs))
 			for _, kv := range resp.Kvs {
-				if v, ok := r.g.openLarge(string(kv.Key), kv.Value, kv.ModRevision); ok {
+				if v, ok := r.g.OpenLarge(string(kv.Key), kv.Value, kv.ModRevision); ok {
 					out = append(out, v)
 				}
 			}

@@ -33,7 +33,7 @@ func (r *Rendezvous) VoteHang(ctx context.Context, round rendezvous.Round, quiet
 	defer cancel()
 	var err error
 	if quiet {
-		_, err = r.cli.Put(cctx, key, r.g.seal(key, "quiet"), clientv3.WithLease(r.lease.Load().id))
+		_, err = r.cli.Put(cctx, key, r.g.Seal(key, "quiet"), clientv3.WithLease(r.lease.Load().id))
 	} else {
 		_, err = r.cli.Delete(cctx, key)
 	}
@@ -68,7 +68,7 @@ func (r *Rendezvous) DeclareHung(ctx context.Context, round rendezvous.Round, wh
 		if len(kvs) == 0 {
 			continue // gone since: try again
 		}
-		if _, ok := r.g.open(key, kvs[0].Value, kvs[0].ModRevision); ok {
+		if _, ok := r.g.Open(key, kvs[0].Value, kvs[0].ModRevision); ok {
 			return false, nil
 		}
 		// A stranger's: delete that very revision, then try again.
@@ -129,7 +129,7 @@ func (r *Rendezvous) watchHung(ctx context.Context, round rendezvous.Round) (ren
 			delete(quiet, n)
 			return
 		}
-		if v, ok := r.g.open(key, value, rev); ok && string(v) == "quiet" {
+		if v, ok := r.g.Open(key, value, rev); ok && string(v) == "quiet" {
 			quiet[n] = true
 		}
 	}
@@ -191,7 +191,7 @@ func (r *Rendezvous) openDeclared(kv interface {
 	GetModRevision() int64
 }) (rendezvous.HangDeclared, bool) {
 	var d rendezvous.HangDeclared
-	v, ok := r.g.open(string(kv.GetKey()), kv.GetValue(), kv.GetModRevision())
+	v, ok := r.g.Open(string(kv.GetKey()), kv.GetValue(), kv.GetModRevision())
 	if !ok || json.Unmarshal(v, &d) != nil || d.ID == "" {
 		return d, false
 	}

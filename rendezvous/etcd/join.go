@@ -16,44 +16,6 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// outcomeErr turns a finished job's outcome into Next's error.
-func outcomeErr(outcome string) error {
-	if strings.HasPrefix(outcome, "succeeded") {
-		return fmt.Errorf("%w: %s", rendezvous.ErrJobSucceeded, outcome)
-	}
-	if strings.HasPrefix(outcome, preemptedPrefix) {
-		return fmt.Errorf("%w: %s", rendezvous.ErrPreempted, outcome)
-	}
-	return &rendezvous.JobFailure{Outcome: outcome, ExitCode: outcomeExitCode(outcome)}
-}
-
-// exitCodePrefix follows failedPrefix in the outcome of a job whose
-// workers failed: "failed: exit code 3: rank 1 on ...".
-const exitCodePrefix = "exit code "
-
-// failedOutcome is the outcome of a job that failed for reason, with the
-// failing node's exit code (0: none).
-func failedOutcome(reason string, exitCode int) string {
-	if exitCode > 0 {
-		return failedPrefix + exitCodePrefix + strconv.Itoa(exitCode) + ": " + reason
-	}
-	return failedPrefix + reason
-}
-
-// outcomeExitCode is the exit code a failed outcome carries, 0 if none.
-func outcomeExitCode(outcome string) int {
-	rest, ok := strings.CutPrefix(outcome, failedPrefix+exitCodePrefix)
-	if !ok {
-		return 0
-	}
-	num, _, ok := strings.Cut(rest, ":")
-	code, err := strconv.Atoi(num)
-	if !ok || err != nil || code < 1 || code > 255 {
-		return 0
-	}
-	return code
-}
-
 // join runs one attempt to join a round: it puts this node's join key
 // (fenced by the round counter) and waits until the round closes. It
 // returns errRetry when the round moved on before closing.
@@ -80,7 +42,7 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	if r.cfg.NodeRank >= 0 {
 		if held := put.Responses[2].GetResponseTxn(); !held.Succeeded {
 			if kvs := held.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-				holder, ok := r.g.open(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
+				holder, ok := r.g.Open(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
 				if !ok {
 					// A stranger's key holds the rank: remove it and retry.
 					r.deleteIfUnchanged(ctx, kvs[0])
@@ -96,7 +58,7 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 		j.closer = true
 	} else if kvs := claimed.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		// Holding the key from an earlier attempt is being the closer too.
-		id, ok := r.g.open(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
+		id, ok := r.g.Open(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
 		if !ok {
 			// A stranger's closer key would stall the round: remove it
 			// (the watch then reports it gone, and a node claims it).
@@ -319,7 +281,7 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 				case key == r.k.closer(j.target) && ev.Type == clientv3.EventTypeDelete:
 					closerGone = true
 				case key == r.k.closer(j.target):
-					if id, ok := r.g.open(key, ev.Kv.Value, ev.Kv.ModRevision); ok {
+					if id, ok := r.g.Open(key, ev.Kv.Value, ev.Kv.ModRevision); ok {
 						j.closerID = string(id)
 					} else {
 						j.c.forged[key] = ev.Kv.ModRevision // deleted by mend: closerGone follows
@@ -432,13 +394,13 @@ func (j *joiner) check() (joined, bool, error) {
 		}
 		if len(resp.Kvs) > 0 {
 			kv := resp.Kvs[0]
-			v, ok := j.r.g.open(key, kv.Value, kv.ModRevision)
+			v, ok := j.r.g.Open(key, kv.Value, kv.ModRevision)
 			m, parsed := parseRank(v)
 			switch {
 			case ok && parsed && checkRank(m, j.r.node.LocalWorldSize, rec) == nil:
 				return joined{rec: rec, memberRanks: m}, true, nil
 			case ok:
-				j.r.g.refuse(key, kv.ModRevision, fmt.Sprintf("rank %q is not a rank of round %d", v, j.target))
+				j.r.g.Refuse(key, kv.ModRevision, fmt.Sprintf("rank %q is not a rank of round %d", v, j.target))
 			}
 			// This node's rank is lost: the round cannot run.
 			j.r.endRound(j.ctx, j.target, "node "+j.r.id+" has no valid rank in round "+strconv.Itoa(j.target))

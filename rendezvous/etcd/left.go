@@ -30,7 +30,7 @@ func (r *Rendezvous) RecordLeft(ctx context.Context, round rendezvous.Round, lef
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	key := r.k.leftPrefix(round.Number) + strconv.Itoa(left.Rank)
-	if _, err := r.cli.Put(cctx, key, r.g.seal(key, string(b)), clientv3.WithLease(r.lease.Load().id)); err != nil {
+	if _, err := r.cli.Put(cctx, key, r.g.Seal(key, string(b)), clientv3.WithLease(r.lease.Load().id)); err != nil {
 		return fmt.Errorf("record rank %d's exit in etcd: %w", left.Rank, err)
 	}
 	return nil
@@ -55,7 +55,7 @@ func (r *Rendezvous) LeftRanks(ctx context.Context, round rendezvous.Round, wait
 		}
 		var out []rendezvous.LeftRank
 		for _, kv := range resp.Kvs {
-			v, ok := r.g.open(string(kv.Key), kv.Value, kv.ModRevision)
+			v, ok := r.g.Open(string(kv.Key), kv.Value, kv.ModRevision)
 			var l rendezvous.LeftRank
 			if ok && json.Unmarshal(v, &l) == nil && strconv.Itoa(l.Rank) == string(kv.Key[len(prefix):]) {
 				out = append(out, l)

@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // leaveTimeout bounds how long the node hosting the embedded store keeps
@@ -56,7 +58,7 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 		if server != nil {
 			server.Close()
 		}
-		shared.release()
+		shared.Release()
 	}
 	cli, r, err := p.connect(ctx, spec, c, addr, token, shared, server != nil)
 	if err != nil {
@@ -93,7 +95,7 @@ type storePlan struct {
 	tokenEndpoint string
 	// members are the embedded store's members (nil: one, at the
 	// endpoint); member is this node's (-1: none).
-	members []storeMember
+	members []jobstore.Member
 	member  int
 	// host: this node hosts the store (or its member).
 	host bool
@@ -126,7 +128,7 @@ func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storePlan, er
 		// Every node knows every member; a member's node hosts it.
 		p.member = memberIndex(ctx, p.members, spec.LocalAddr)
 		p.host = p.member >= 0
-		p.endpoints = clients(p.members)
+		p.endpoints = jobstore.Clients(p.members)
 	}
 	if p.embedded && c.isHost != nil && (p.members == nil || !*c.isHost) {
 		p.host = *c.isHost
@@ -135,26 +137,57 @@ func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storePlan, er
 	return p, nil
 }
 
+// storeMembers reads the embedded store's members: the hosts c gives
+// (--rdzv-conf store_hosts, GORUN_RDZV_STORE_HOSTS), else the scheduler's
+// (spec.StoreHosts). Each is a host or host:port, the port defaulting to
+// defPort (the endpoint's); the peers listen on the port after it. nil
+// means a store of one member, at the endpoint.
+func storeMembers(c Conf, spec rendezvous.Spec, defPort int) ([]jobstore.Member, error) {
+	hosts, source := c.storeHosts, c.storeHostsFrom
+	switch {
+	case hosts != nil:
+	case len(spec.StoreHosts) > 0:
+		hosts, source = spec.StoreHosts, "the scheduler's host list"
+	default:
+		return nil, nil
+	}
+	return jobstore.ParseMembers(hosts, source, defPort)
+}
+
+// memberIndex returns the member this node hosts, -1 for none.
+func memberIndex(ctx context.Context, members []jobstore.Member, localAddr string) int {
+	for i, m := range members {
+		if isLocal(ctx, m.Client, localAddr) {
+			return i
+		}
+	}
+	return -1
+}
+
+// storeServer is this node's part of the embedded store
+// (jobstore.HostStore).
+type storeServer interface{ Close() error }
+
 // hostOrJoin finds the job's token (made here by the node that hosts the
 // store, or its first member, when none is given) and, on the hosting
 // node, starts the store. Several agents on one host (a multi-node job
 // tried on one machine): the first to bind the port hosts the store, the
 // others join it as clients, as torchrun's agents do. shared is the token
 // file the nodes share, if any, for the caller to release.
-func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf) (_ Token, shared *sharedToken, _ storeServer, _ error) {
+func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf) (_ Token, shared *jobauth.SharedToken, _ storeServer, _ error) {
 	log := spec.Log
 	taken := func() {
 		log.Infof("the store's port %s is taken on this host: another agent hosts the job's store; joining it as a client", p.endpoints[0])
 		p.host = false
 	}
 	if p.host && p.members == nil && c.isHost == nil && portTaken(p.endpoints[0]) {
-		if err := othersPort(p.endpoints[0]); err != nil {
+		if err := jobstore.OthersPort(p.endpoints[0]); err != nil {
 			return nil, nil, nil, err
 		}
 		taken()
 	}
 	maker := p.host && p.member <= 0
-	token, shared, made, err := jobToken(ctx, c, jobSpec{runID: spec.RunID, endpoint: p.tokenEndpoint, embedded: p.embedded, maxNodes: spec.MaxNodes}, maker, log)
+	token, shared, made, err := jobauth.JobToken(ctx, c.token, jobauth.Job{RunID: spec.RunID, Endpoint: p.tokenEndpoint, Embedded: p.embedded, MaxNodes: spec.MaxNodes, Wait: c.connect}, maker, log)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -164,13 +197,13 @@ func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf
 	var server storeServer
 	if p.host {
 		var lost bool
-		if server, lost, err = hostStore(ctx, c, token, p.endpoints[0], p.members, p.member, p.grows, log); err != nil {
-			shared.release()
+		if server, lost, err = jobstore.HostStore(ctx, c.hostConfig(), token, p.endpoints[0], p.members, p.member, p.grows, log); err != nil {
+			shared.Release()
 			return nil, nil, nil, err
 		}
 		if lost {
-			if err := othersPort(p.endpoints[0]); err != nil {
-				shared.release()
+			if err := jobstore.OthersPort(p.endpoints[0]); err != nil {
+				shared.Release()
 				return nil, nil, nil, err
 			}
 			taken()
@@ -181,8 +214,8 @@ func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf
 		// port of this host that another user holds is not it.
 		for _, ep := range p.endpoints {
 			if h, _, _ := net.SplitHostPort(ep); isThisHost(ctx, h, spec.LocalAddr) {
-				if err := othersPort(ep); err != nil {
-					shared.release()
+				if err := jobstore.OthersPort(ep); err != nil {
+					shared.Release()
 					return nil, nil, nil, err
 				}
 			}
@@ -194,7 +227,7 @@ func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf
 // connect opens the job's Rendezvous on the store, as this node (addr)
 // with token. A node that read the token from the shared file before
 // this job's host replaced an earlier job's waits for the new one.
-func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, addr string, token Token, shared *sharedToken, hosting bool) (*clientv3.Client, *Rendezvous, error) {
+func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, addr string, token Token, shared *jobauth.SharedToken, hosting bool) (*clientv3.Client, *Rendezvous, error) {
 	log := spec.Log
 	tlsCfg, jobStore, err := c.storeTLS(ctx, token, p.endpoints, p.embedded)
 	if err != nil {
@@ -216,7 +249,7 @@ func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, a
 		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 	}
 	if p.embedded {
-		ccfg.DialKeepAliveTime, ccfg.DialKeepAliveTimeout = ClientKeepAliveTime, ClientKeepAliveTimeout
+		ccfg.DialKeepAliveTime, ccfg.DialKeepAliveTimeout = jobstore.ClientKeepAliveTime, jobstore.ClientKeepAliveTimeout
 	}
 	cfg := Config{
 		Shape: Shape{RunID: spec.RunID,
@@ -232,11 +265,11 @@ func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, a
 		cfg.SoleStoreHost = p.endpoints[0]
 	}
 	cli, r, err := connect(ctx, ccfg, cfg, jobStore, p.embedded && !hosting, log)
-	for shared != nil && !hosting && (errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, ErrNotJobStore) || errors.Is(err, errTokenRefused)) {
+	for shared != nil && !hosting && (errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, jobauth.ErrNotJobStore) || errors.Is(err, jobauth.ErrTokenRefused)) {
 		// The token file was an earlier job's, read before this job's host
 		// replaced it: wait for the new one.
-		log.Infof("the store at %s does not match the token read in %s (an earlier job's?): waiting for this job's", p.endpoints[0], shared.path)
-		if token, err = shared.await(ctx, token); err != nil {
+		log.Infof("the store at %s does not match the token read in %s (an earlier job's?): waiting for this job's", p.endpoints[0], shared.Path())
+		if token, err = shared.Await(ctx, token); err != nil {
 			break
 		}
 		if ccfg.TLS, _, err = c.storeTLS(ctx, token, p.endpoints, p.embedded); err != nil {
@@ -316,7 +349,7 @@ func (s *Session) startGrowth(c Conf, token Token, endpoint string, server store
 		cancel()
 		wg.Wait()
 	}
-	if sw, ok := server.(*sweptServer); ok {
+	if sw, ok := server.(*jobstore.SweptServer); ok {
 		s.grower = newStoreGrower(s.Rendezvous, sw.Server, endpoint, c.connect)
 		wg.Go(func() { s.grower.run(ctx) })
 		return

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,7 +13,15 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/sirupsen/logrus"
 )
+
+// quietLog drops what it is told.
+func quietLog() logrus.FieldLogger {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	return log
+}
 
 // openSpec is a one-node c10d job whose embedded store this node hosts
 // on a free port of 127.0.0.1.

@@ -3,11 +3,7 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"io"
-	"net"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +13,8 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/testkit/nettest"
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // TestPresenceEndsAGoneNodesLease: a node whose process is gone (its
@@ -26,7 +24,7 @@ import (
 func TestPresenceEndsAGoneNodesLease(t *testing.T) {
 	t.Parallel()
 	token, _ := rendezvous.NewToken()
-	s, err := StartServer(context.Background(), ServerConfig{Token: token})
+	s, err := jobstore.StartServer(context.Background(), jobstore.ServerConfig{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +64,16 @@ func TestPresenceEndsAGoneNodesLease(t *testing.T) {
 		return resp.TTL
 	}
 	held := func(a *agent) bool {
-		ps, id := s.port.presence, a.r.lease.Load().id
-		ps.mu.Lock()
-		defer ps.mu.Unlock()
-		return ps.open[id] == 1 && ps.timers[id] == nil
+		open, revoking := s.PresenceOf(a.r.lease.Load().id)
+		return open == 1 && !revoking
 	}
 	waitFor(t, "both presences", func() bool { return held(gone) && held(live) })
 
 	// A live node's connections are reset: it is back within the grace.
 	proxy.Reset()
 	waitFor(t, "the reset node's presence again", func() bool {
-		ps, id := s.port.presence, live.r.lease.Load().id
-		ps.mu.Lock()
-		defer ps.mu.Unlock()
-		return ps.timers[id] == nil && ps.open[id] == 1
+		open, revoking := s.PresenceOf(live.r.lease.Load().id)
+		return !revoking && open == 1
 	})
 	if got := ttl(live); got <= 0 {
 		t.Errorf("the reset node's lease ended (TTL %d): it was alive", got)
@@ -98,28 +92,6 @@ func TestPresenceEndsAGoneNodesLease(t *testing.T) {
 	}
 }
 
-func TestParsePresence(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		line string
-		want clientv3.LeaseID
-		ok   bool
-	}{
-		{"lease=7587892014862811148\n", 7587892014862811148, true},
-		{"lease=1\n", 1, true},
-		{"lease=0\n", 0, false},
-		{"lease=-5\n", 0, false},
-		{"lease=x\n", 0, false},
-		{"node=a lease=5\n", 0, false},
-		{"\n", 0, false},
-	} {
-		got, err := parsePresence(tt.line)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("parsePresence(%q) = %d, %v; want %d, ok %v", tt.line, got, err, tt.want, tt.ok)
-		}
-	}
-}
-
 // waitFor polls cond until it holds, for up to 30 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -131,29 +103,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		case <-tick.C:
 		case <-deadline:
 			t.Fatalf("waited 30s for %s", what)
-		}
-	}
-}
-
-// TestPeerClosed: only the node's own close (FIN, RST) counts as gone; a
-// timeout (a network failing between the node and one member of several)
-// or the port's own close does not.
-func TestPeerClosed(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"FIN", io.EOF, true},
-		{"FIN inside a TLS record", io.ErrUnexpectedEOF, true},
-		{"RST", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
-		{"keep-alive timeout", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ETIMEDOUT)}, false},
-		{"deadline", os.ErrDeadlineExceeded, false},
-		{"closed here", net.ErrClosed, false},
-	} {
-		if got := peerClosed(tt.err); got != tt.want {
-			t.Errorf("%s: peerClosed(%v) = %v; want %v", tt.name, tt.err, got, tt.want)
 		}
 	}
 }
@@ -193,19 +142,13 @@ func TestPresenceStaysWithItsMember(t *testing.T) {
 	t.Cleanup(func() { r.Close(context.Background()) })
 	id := r.lease.Load().id
 	heldAt0 := func() bool {
-		ps := servers[0].port.presence
-		ps.mu.Lock()
-		defer ps.mu.Unlock()
-		return ps.open[id] == 1 && ps.timers[id] == nil
+		open, revoking := servers[0].PresenceOf(id)
+		return open == 1 && !revoking
 	}
 	waitFor(t, "the presence at member 0", heldAt0)
 	heldElsewhere := func() bool {
 		for _, s := range servers[1:] {
-			ps := s.port.presence
-			ps.mu.Lock()
-			n := ps.open[id]
-			ps.mu.Unlock()
-			if n > 0 {
+			if n, _ := s.PresenceOf(id); n > 0 {
 				return true
 			}
 		}
@@ -228,7 +171,7 @@ func TestPresenceStaysWithItsMember(t *testing.T) {
 	for range 3 {
 		proxies[0].Reset()
 		tick := time.NewTicker(20 * time.Millisecond)
-		for end := time.Now().Add(3 * presenceGrace); time.Now().Before(end); <-tick.C {
+		for end := time.Now().Add(3 * jobstore.PresenceGrace); time.Now().Before(end); <-tick.C {
 			if heldElsewhere() {
 				t.Fatal("the agent took its presence to another member after a reset")
 			}
@@ -247,7 +190,7 @@ func TestPresenceStaysWithItsMember(t *testing.T) {
 func TestPresenceRefusalIsLogged(t *testing.T) {
 	t.Parallel()
 	token, _ := rendezvous.NewToken()
-	older, err := serverTLS(token)
+	older, err := jobauth.ServerTLS(token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,11 +19,15 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // Defaults of Config, torchrun's where torchrun has the setting.
 const (
-	DefaultPrefix          = "/gorun"
+	// DefaultPrefix is the key prefix of all jobs: the one the job's
+	// store lets the job's user read and write.
+	DefaultPrefix          = jobstore.DefaultPrefix
 	DefaultLastCallTimeout = 30 * time.Second
 	DefaultJoinTimeout     = 600 * time.Second
 	// DefaultLeaseTTL: a lost node is dropped within about 4.1 s, so a
@@ -138,7 +142,7 @@ type Rendezvous struct {
 	// token is the job's secret (cfg.Token, or the one kept in etcd); g
 	// seals and opens values with it.
 	token Token
-	g     *guard
+	g     *jobauth.Guard
 	// trusted is set once this node has read the job's shape sealed with
 	// its own token: only then does it mend refused values (a node given
 	// the wrong token must not "mend" the job's own).
@@ -204,7 +208,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 			return nil, err
 		}
 	}
-	r.g = newGuard(r.token, cfg.Log)
+	r.g = jobauth.NewGuard(r.token, cfg.Log)
 	if cfg.Presence {
 		if r.presenceTLS, err = presenceTLS(r.token); err != nil {
 			stop()

@@ -18,14 +18,15 @@ import (
 	"github.com/gorun-dev/gorun/internal/testkit/leakcheck"
 	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // server is the embedded etcd shared by this package's tests; each test
 // uses its own run id.
-var server *Server
+var server *jobstore.Server
 
 func TestMain(m *testing.M) {
-	s, err := StartServer(context.Background(), ServerConfig{})
+	s, err := jobstore.StartServer(context.Background(), jobstore.ServerConfig{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

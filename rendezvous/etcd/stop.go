@@ -12,14 +12,12 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 )
 
 // preemptedPrefix starts the outcome of a job that stopped cleanly on a
 // stop request.
 const preemptedPrefix = "preempted in round "
-
-// failedPrefix begins the outcome of a job that failed.
-const failedPrefix = "failed: "
 
 // maxGrace bounds a stop request's grace period.
 const maxGrace = 24 * time.Hour
@@ -45,7 +43,7 @@ func (r *Rendezvous) RequestStop(ctx context.Context, req rendezvous.StopRequest
 	return requestStop(ctx, r.cli, r.k, r.g, req)
 }
 
-func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *guard, req rendezvous.StopRequest) error {
+func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *jobauth.Guard, req rendezvous.StopRequest) error {
 	if req.Grace < 0 || req.Grace > maxGrace {
 		return fmt.Errorf("%w: stop grace %v: want 0 to %v", rendezvous.ErrInvalidConfig, req.Grace, maxGrace)
 	}
@@ -55,7 +53,7 @@ func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *guard, re
 		return err
 	}
 	key := k.stop()
-	put := clientv3.OpPut(key, g.seal(key, string(val)))
+	put := clientv3.OpPut(key, g.Seal(key, string(val)))
 	// A stranger's value must not block the job's request: it is replaced
 	// (unless it changed meanwhile), and tried again while strangers keep
 	// writing, until ctx ends. Only a recorded request is a success.
@@ -75,7 +73,7 @@ func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *guard, re
 		if len(kvs) == 0 {
 			continue // removed meanwhile
 		}
-		if _, ok := g.open(key, kvs[0].Value, kvs[0].ModRevision); ok {
+		if _, ok := g.Open(key, kvs[0].Value, kvs[0].ModRevision); ok {
 			return nil // the job's own request stands
 		}
 		resp, err = cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).Then(put).Commit()
@@ -157,13 +155,13 @@ func (r *Rendezvous) watchStop(ctx context.Context) (rendezvous.StopRequest, err
 // (and left for the control keys' mending to remove).
 func (r *Rendezvous) openStop(value []byte, rev int64) (rendezvous.StopRequest, bool) {
 	key := r.k.stop()
-	payload, ok := r.g.open(key, value, rev)
+	payload, ok := r.g.Open(key, value, rev)
 	if !ok {
 		return rendezvous.StopRequest{}, false
 	}
 	req, err := parseStop(payload)
 	if err != nil {
-		r.g.refuse(key, rev, err.Error())
+		r.g.Refuse(key, rev, err.Error())
 		return rendezvous.StopRequest{}, false
 	}
 	return req, true
@@ -199,20 +197,20 @@ func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string
 			return err
 		}
 	}
-	g := newGuard(token, log)
-	if _, ok := g.open(k.shape(), resp.Kvs[0].Value, resp.Kvs[0].ModRevision); !ok {
+	g := jobauth.NewGuard(token, log)
+	if _, ok := g.Open(k.shape(), resp.Kvs[0].Value, resp.Kvs[0].ModRevision); !ok {
 		// A stranger may have just rewritten the shape (the agents mend
 		// it): the version before counts too.
 		prev, err := cli.Get(ctx, k.shape(), clientv3.WithRev(resp.Kvs[0].ModRevision-1))
 		if err != nil || len(prev.Kvs) == 0 {
 			return fmt.Errorf("job %q is not sealed with this token: give the job's own (--token-file, GORUN_RDZV_TOKEN)", runID)
 		}
-		if _, ok := g.open(k.shape(), prev.Kvs[0].Value, prev.Kvs[0].ModRevision); !ok {
+		if _, ok := g.Open(k.shape(), prev.Kvs[0].Value, prev.Kvs[0].ModRevision); !ok {
 			return fmt.Errorf("job %q is not sealed with this token: give the job's own (--token-file, GORUN_RDZV_TOKEN)", runID)
 		}
 	}
 	if out, err := cli.Get(ctx, k.outcome()); err == nil && len(out.Kvs) > 0 {
-		if v, ok := g.open(k.outcome(), out.Kvs[0].Value, out.Kvs[0].ModRevision); ok {
+		if v, ok := g.Open(k.outcome(), out.Kvs[0].Value, out.Kvs[0].ModRevision); ok {
 			return fmt.Errorf("%w: job %q is over (%s)", errJobOver, runID, v)
 		}
 	}

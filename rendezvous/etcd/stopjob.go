@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gorun-dev/gorun/rendezvous"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 )
 
 // StopToken is the token of the running job runID, whose store is at
@@ -18,15 +19,11 @@ import (
 // share through the home folder. An external etcd's job without either
 // has none (nil). Its errors are bad input.
 func (c Conf) StopToken(ctx context.Context, runID, endpoint string, embedded bool, log logrus.FieldLogger) (Token, error) {
-	if t, given, err := c.givenToken(ctx, false, 0, log); given {
+	if t, given, err := c.token.Read(ctx, false, 0, log); given {
 		return t, err
 	}
 	if embedded {
-		shared, err := newSharedToken(runID, endpoint, 0)
-		var t Token
-		if err == nil {
-			t, err = readTokenFile(shared.path)
-		}
+		t, err := jobauth.ReadSharedToken(runID, endpoint)
 		if err != nil {
 			return nil, rendezvous.BadInput(fmt.Errorf("the embedded store needs the job's token: --rdzv-conf token_file=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own --rdzv-id or --rdzv-endpoint needs them given: gorun stop --rdzv-endpoint=HOST:PORT RUN_ID)", runID, err))
 		}
@@ -45,7 +42,7 @@ func (c Conf) DialJob(ctx context.Context, token Token, runID string, endpoints 
 		return nil, rendezvous.BadInput(err)
 	}
 	if jobStore && c.user == "" {
-		if proven, err := proveJobStore(ctx, endpoints, tlsCfg); !proven && err != nil {
+		if proven, err := jobauth.ProveJobStore(ctx, endpoints, tlsCfg); !proven && err != nil {
 			return nil, fmt.Errorf("the store at %s and this token do not match: the token is not job %s's, or the store is not its (%v)", strings.Join(endpoints, ","), runID, err)
 		}
 		c.user, c.password = EtcdUser, token.EtcdPassword()

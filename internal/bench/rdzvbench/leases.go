@@ -19,6 +19,7 @@ import (
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 )
 
 // LeaseResult is one measurement of `gorun bench leases`: what keeping
@@ -62,7 +63,7 @@ func RunLeases(ctx context.Context, binary string, nodes int, ttl, window time.D
 		return LeaseResult{}, err
 	}
 	defer stopStore()
-	jobTLS, err := etcdrdzv.ClientTLS(benchToken)
+	jobTLS, err := jobauth.ClientTLS(benchToken)
 	if err != nil {
 		return LeaseResult{}, err
 	}

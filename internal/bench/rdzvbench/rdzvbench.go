@@ -23,6 +23,8 @@ import (
 
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // Result is one measurement, as `gorun bench rendezvous --format json`
@@ -60,7 +62,7 @@ func Run(ctx context.Context, n int) (Result, error) {
 	if limit := raiseFileLimit(); FilesNeeded(n) > limit {
 		return Result{Agents: n, Skipped: fmt.Sprintf("needs about %d open files in this one process (each agent's client, and the store's 3 descriptors for it); the limit here is %d", FilesNeeded(n), limit)}, nil
 	}
-	server, err := etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{Token: benchToken})
+	server, err := jobstore.StartServer(ctx, jobstore.ServerConfig{Token: benchToken})
 	if err != nil {
 		return Result{}, err
 	}
@@ -75,7 +77,7 @@ func Run(ctx context.Context, n int) (Result, error) {
 	}()
 	// Every client logs in at once, as a job's nodes do when it starts;
 	// logging in is timed apart and is not part of either measurement.
-	jobTLS, err := etcdrdzv.ClientTLS(benchToken)
+	jobTLS, err := jobauth.ClientTLS(benchToken)
 	if err != nil {
 		return Result{}, err
 	}
@@ -230,5 +232,5 @@ func raiseFileLimit() uint64 {
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}) == nil {
 		return want
 	}
-	return etcdrdzv.RaiseFileLimit()
+	return jobstore.RaiseFileLimit()
 }

@@ -20,7 +20,8 @@ import (
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
-	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
+	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
 // StoreCommand is `gorun store`: an embedded etcd server for people who
@@ -42,7 +43,7 @@ func storeFlags() []cli.Flag {
 		&cli.StringFlag{Name: storecmd.DataDir, Usage: "data directory (default: a temporary one, removed on exit)", EnvVars: []string{"GORUN_STORE_DATA_DIR"}},
 		&cli.StringFlag{Name: storecmd.LogLevel, Value: "warn", Usage: "etcd's log level: debug, info, warn, error, panic"},
 		&cli.StringFlag{Name: "token-file", Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{rendezvous.TokenFileEnv}},
-		&cli.StringFlag{Name: storecmd.Prefix, Value: etcdrdzv.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
+		&cli.StringFlag{Name: storecmd.Prefix, Value: jobstore.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
 		&cli.BoolFlag{Name: "no-auth", Usage: "serve without authentication: anyone who reaches the port reads and writes every key"},
 		&cli.StringFlag{Name: storecmd.Cert, Usage: "TLS certificate of the client port (with --key)"},
 		&cli.StringFlag{Name: storecmd.Key, Usage: "TLS key of the client port"},
@@ -51,7 +52,7 @@ func storeFlags() []cli.Flag {
 		&cli.IntFlag{Name: storecmd.Member, Value: -1, Usage: "this member's place (from 0) in --cluster"},
 		&cli.StringFlag{Name: storecmd.Join, Usage: "join a running store as the learner --name that its first member added: its members as etcd's initial cluster (name=https://host:port,...; how an agent runs a member its job's store grows by), this member's peers at --peer-listen"},
 		&cli.StringFlag{Name: storecmd.Name, Usage: "this member's name in --join"},
-		&cli.DurationFlag{Name: storecmd.ReadyTimeout, Value: etcdrdzv.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
+		&cli.DurationFlag{Name: storecmd.ReadyTimeout, Value: jobstore.DefaultReadyTimeout, Usage: "how long a member of --cluster waits for a majority of the members to run"},
 		&cli.BoolFlag{Name: storecmd.TokenStdin, Usage: "read the jobs' token from standard input (how an agent hands it to the store member it runs)"},
 		&cli.BoolFlag{Name: storecmd.StopOnStdinClose, Usage: "ignore stop signals and serve until standard input closes (how an agent runs its store member: a scheduler signals every process of a job, and only the agent may stop the member); with --token-stdin, the token is the first line"},
 	}
@@ -155,7 +156,7 @@ func storeContext(c *cli.Context, stdin io.Reader) (context.Context, context.Can
 // storeSecret is what the store authenticates clients with: the jobs'
 // token (--token-file, GORUN_RDZV_TOKEN, or stdin's), or the launcher's
 // --standalone store's password; neither with --no-auth.
-func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered bool) (etcdrdzv.Token, string, error) {
+func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered bool) (jobauth.Token, string, error) {
 	if c.Bool("no-auth") {
 		return nil, "", nil
 	}
@@ -175,7 +176,7 @@ func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered 
 	if password != "" && !peered {
 		return nil, password, nil // the launcher's --standalone store: the password itself
 	}
-	token, err := etcdrdzv.StoreToken(ctx, "--token-file", tokenFile, tokenText, log)
+	token, err := jobauth.StoreToken(ctx, "--token-file", tokenFile, tokenText, log)
 	if err != nil {
 		return nil, "", cmdline.Usagef("gorun store: %w", err)
 	}
@@ -184,7 +185,7 @@ func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered 
 
 // serveStore starts the store and serves until ctx ends or the store
 // fails.
-func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etcdrdzv.Token, password string) error {
+func serveStore(ctx context.Context, c *cli.Context, cluster []string, token jobauth.Token, password string) error {
 	dataDir := c.String(storecmd.DataDir)
 	if dataDir == "" {
 		// Locked, so that the next gorun sweeps it if this one is
@@ -196,7 +197,7 @@ func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etc
 		defer dir.Remove()
 		dataDir = dir.Path()
 	}
-	s, err := etcdrdzv.StartServer(ctx, etcdrdzv.ServerConfig{
+	s, err := jobstore.StartServer(ctx, jobstore.ServerConfig{
 		ClientAddr: c.String(storecmd.Listen), PeerAddr: c.String(storecmd.PeerListen),
 		Dir: dataDir, LogLevel: c.String(storecmd.LogLevel),
 		Token: token, Password: password, AuthPrefix: c.String(storecmd.Prefix),
@@ -208,8 +209,8 @@ func serveStore(ctx context.Context, c *cli.Context, cluster []string, token etc
 		return nil // stopped while starting
 	}
 	if err != nil {
-		if errors.Is(err, etcdrdzv.ErrMemberTaken) {
-			return cli.Exit(err.Error(), etcdrdzv.MemberTakenExit)
+		if errors.Is(err, jobstore.ErrMemberTaken) {
+			return cli.Exit(err.Error(), jobstore.MemberTakenExit)
 		}
 		return cli.Exit(err.Error(), 1)
 	}

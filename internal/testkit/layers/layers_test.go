@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,9 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		from    []string // prefixes of the packages the rule binds
 		except  []string // prefixes of packages exempt from it
 		mustNot []string // prefixes they must not import
+		// mustNotPkg are packages they must not import, by exact path
+		// (those below them may be allowed).
+		mustNotPkg []string
 	}{
 		{why: "test helpers are never product code", from: []string{""}, except: []string{"internal/testkit/"}, mustNot: []string{module + "internal/testkit/"}},
 		{why: "only the companion binary links etcd", from: []string{""},
@@ -54,13 +58,17 @@ func TestDependenciesPointOneWay(t *testing.T) {
 			mustNot: []string{module + "comm", module + "launcher", module + "rendezvous", module + "internal/bench", module + "internal/tracefind"}},
 		{why: "memory knows no layout", from: []string{"memory"}, mustNot: []string{module + "topology"}},
 		{why: "launcher and comm share the worker contract, not each other", from: []string{"launcher"}, mustNot: []string{module + "comm"}},
+		{why: "the job's credentials know neither the store's server nor the rendezvous protocol", from: []string{"rendezvous/etcd/jobauth"},
+			mustNot: []string{module + "rendezvous/etcd/jobstore"}, mustNotPkg: []string{module + "rendezvous/etcd"}},
+		{why: "the store's server knows not the rendezvous protocol it serves", from: []string{"rendezvous/etcd/jobstore"},
+			mustNotPkg: []string{module + "rendezvous/etcd"}},
 	} {
 		for pkg, imps := range pkgs {
 			if !hasPrefix(pkg, rule.from) || hasPrefix(pkg, rule.except) {
 				continue
 			}
 			for _, imp := range imps {
-				if hasPrefix(imp, rule.mustNot) {
+				if hasPrefix(imp, rule.mustNot) || slices.Contains(rule.mustNotPkg, imp) {
 					t.Errorf("%s imports %s: %s", pkg, imp, rule.why)
 				}
 			}
