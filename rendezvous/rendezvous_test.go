@@ -310,18 +310,20 @@ func TestParseSeconds(t *testing.T) {
 	}
 }
 
-func TestOutcomeText(t *testing.T) {
-	for in, want := range map[string]string{
-		"failed: exit code 3: rank 1 on host7 exited with code 3": "failed (exit code 3): rank 1 on host7 exited with code 3",
-		"failed: stopped: SIGTERM on node 0":                      "stopped: SIGTERM on node 0",
-		"failed: no node came in time":                            "failed: no node came in time",
-		"succeeded in round 2":                                    "succeeded in round 2",
+func TestJobFailureText(t *testing.T) {
+	for _, tc := range []struct {
+		f    JobFailure
+		want string
+	}{
+		{JobFailure{Reason: "rank 1 on host7 exited with code 3", ExitCode: 3}, "failed (exit code 3): rank 1 on host7 exited with code 3"},
+		{JobFailure{Reason: "stopped: SIGTERM on node 0"}, "stopped: SIGTERM on node 0"},
+		{JobFailure{Reason: "no node came in time"}, "failed: no node came in time"},
 	} {
-		if got := OutcomeText(in); got != want {
-			t.Errorf("OutcomeText(%q) = %q; want %q", in, got, want)
+		if got := tc.f.Text(); got != tc.want {
+			t.Errorf("%+v: %q; want %q", tc.f, got, tc.want)
 		}
 	}
-	if got := (&JobFailure{Outcome: "failed: stopped: SIGTERM"}).Error(); got != "rendezvous: job stopped: SIGTERM" {
+	if got := (&JobFailure{Reason: "stopped: SIGTERM"}).Error(); got != "rendezvous: job stopped: SIGTERM" {
 		t.Errorf("JobFailure = %q", got)
 	}
 }

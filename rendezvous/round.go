@@ -36,30 +36,27 @@ var (
 // exits with (its failing worker's), so that every node of the job exits
 // with the same code (what srun, a batch script or an operator reads).
 type JobFailure struct {
-	// Outcome is the job's outcome as the store holds it.
-	Outcome string
+	// Reason is why the job failed, as the failing node reported it
+	// (Fail's reason).
+	Reason string
 	// ExitCode is the failing node's exit code; 0 when it is not known
 	// (a job that failed before its workers ran).
 	ExitCode int
 }
 
-func (e *JobFailure) Error() string { return "rendezvous: job " + OutcomeText(e.Outcome) }
+func (e *JobFailure) Error() string { return "rendezvous: job " + e.Text() }
 
-// OutcomeText says a finished job's outcome in words: the store's
-// "failed: exit code 3: rank 1 ..." reads "failed (exit code 3): rank 1
-// ...", and "failed: stopped: why" reads "stopped: why".
-func OutcomeText(outcome string) string {
-	rest, ok := strings.CutPrefix(outcome, "failed: ")
-	if !ok {
-		return outcome
+// Text says the failure in words: "failed (exit code 3): rank 1 ...",
+// "failed: why" without an exit code, and "stopped: why" for a job that
+// a node stopped (its reason begins "stopped: ").
+func (e *JobFailure) Text() string {
+	switch {
+	case strings.HasPrefix(e.Reason, "stopped: "):
+		return e.Reason
+	case e.ExitCode > 0:
+		return fmt.Sprintf("failed (exit code %d): %s", e.ExitCode, e.Reason)
 	}
-	if why, ok := strings.CutPrefix(rest, "stopped: "); ok {
-		return "stopped: " + why
-	}
-	if code, why, ok := strings.Cut(strings.TrimPrefix(rest, "exit code "), ": "); ok && strings.HasPrefix(rest, "exit code ") {
-		return "failed (exit code " + code + "): " + why
-	}
-	return "failed: " + rest
+	return "failed: " + e.Reason
 }
 
 // Unwrap makes errors.Is(err, ErrJobFailed) true.

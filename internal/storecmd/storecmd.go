@@ -1,6 +1,6 @@
 // Package storecmd is the contract of `gorun store` with the programs
 // that run it: the agent that runs a member of its job's store
-// (rendezvous/etcd), the launcher's --standalone store for Go workers,
+// (rendezvous/etcd/jobstore), the launcher's --standalone store for Go workers,
 // and the command itself (internal/cmdline/companion). The flag names and
 // the line that says a member serves are spelled here once, so that no
 // side reads text the other side wrote on its own.

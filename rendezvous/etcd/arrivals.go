@@ -22,7 +22,7 @@ func (r *Rendezvous) ShareArrivals(ctx context.Context, round rendezvous.Round, 
 	key := r.k.arrivalsPrefix(round.Number) + strconv.Itoa(round.GroupRank)
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if _, err := r.cli.Put(cctx, key, r.g.Seal(key, string(report)), clientv3.WithLease(r.lease.Load().id)); err != nil {
+	if _, err := r.cli.Put(cctx, key, r.seal(key, kindArrivals, report), clientv3.WithLease(r.lease.Load().id)); err != nil {
 		return fmt.Errorf("straggler watch: put this node's arrivals in etcd: %w", err)
 	}
 	return nil
@@ -52,8 +52,8 @@ func (r *Rendezvous) watchArrivals(ctx context.Context, round rendezvous.Round, 
 		if err != nil || n < 0 || n >= round.GroupWorldSize {
 			return nil
 		}
-		v, ok := r.g.OpenLarge(key, value, rev)
-		if !ok {
+		var v []byte
+		if !r.readLarge(key, value, rev, kindArrivals, &v) {
 			return nil
 		}
 		select {

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"time"
 
@@ -180,9 +179,9 @@ func (j *joiner) close(size int) error {
 	}
 	ordered := orderMembers(admit(nodes), size)
 	fence := []clientv3.Cmp{
-		r.is(r.k.round(), strconv.Itoa(j.target)),
+		r.isRound(j.target),
 		clientv3.Compare(clientv3.CreateRevision(r.k.closed(j.target)), "=", 0),
-		r.is(r.k.closer(j.target), r.id),
+		r.is(r.k.closer(j.target), kindCloser, r.id),
 	}
 	base := 0
 	for _, m := range ordered {
@@ -196,12 +195,8 @@ func (j *joiner) close(size int) error {
 			return err // a lost race needs nothing more: the watches tell
 		}
 	}
-	val, err := marshal(rec)
-	if err != nil {
-		return err
-	}
 	last := append(fence, clientv3.Compare(clientv3.CreateRevision(r.k.joinPrefix(j.target)), "<", j.seenRev+1).WithPrefix())
-	_, err = r.cli.Txn(j.ctx).If(last...).Then(r.put(r.k.closed(j.target), val)).Commit()
+	_, err := r.cli.Txn(j.ctx).If(last...).Then(r.put(r.k.closed(j.target), kindClosed, rec)).Commit()
 	return err
 }
 
@@ -218,7 +213,7 @@ func (j *joiner) writeRanks(ordered []NodeRecord, fence []clientv3.Cmp) (bool, e
 	var ops []clientv3.Op
 	ranks := assignRanks(ordered)
 	for i, m := range ordered {
-		ops = append(ops, r.put(r.k.rank(j.target, m.ID), rankValue(ranks[i])))
+		ops = append(ops, r.put(r.k.rank(j.target, m.ID), kindRanks, ranks[i].record()))
 		if len(ops) == rankBatch || i == len(ordered)-1 {
 			resp, err := r.cli.Txn(j.ctx).If(fence...).Then(ops...).Commit()
 			if err != nil || !resp.Succeeded {

@@ -2,6 +2,9 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -16,7 +19,7 @@ import (
 type control struct {
 	round    int
 	restarts int
-	outcome  string
+	outcome  *outcomeRecord
 	// stop is the job's stop request, once one is recorded.
 	stop *rendezvous.StopRequest
 	// shape is the job's recorded shape (nil before the first node).
@@ -24,10 +27,15 @@ type control struct {
 	closed map[int]RoundRecord
 	// closedRev is the revision at which each round closed.
 	closedRev map[int]int64
-	// ends holds each ended round's reason (ctl/end/<r>): the round
+	// ends holds why each ended round ended (ctl/end/<r>): the round
 	// counter is one past the last, the restart counter the number of
 	// failures among them, which is how a forged counter is mended.
-	ends map[int]string
+	ends map[int]roundEnd
+	// foreign is the first record sealed with this job's secret but of
+	// another version than this gorun's (a node runs another release):
+	// refused, and never mended, for the other release would mend it
+	// back.
+	foreign error
 	// good is the last accepted raw value of each key, to put back in
 	// place of a refused one; forged lists the keys whose current value
 	// was refused, with the revision it was written at.
@@ -42,7 +50,7 @@ type control struct {
 // them.
 func newControl() *control {
 	return &control{round: -1, closed: map[int]RoundRecord{}, closedRev: map[int]int64{},
-		ends: map[int]string{}, good: map[string]string{}, forged: map[string]int64{}}
+		ends: map[int]roundEnd{}, good: map[string]string{}, forged: map[string]int64{}}
 }
 
 // ctlIndex returns r for key = prefix + r.
@@ -70,38 +78,73 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 		r.g.Refuse(key, rev, why)
 		c.forged[key] = rev
 	}
+	// decode reads the record, refusing one that is not of kind; one of
+	// another release is refused and kept.
+	decode := func(kind recordKind, out any) bool {
+		err := decodeRecord(payload, kind, out)
+		var foreign *recordVersionError
+		switch {
+		case errors.As(err, &foreign):
+			r.g.Refuse(key, rev, err.Error())
+			if c.foreign == nil {
+				c.foreign = fmt.Errorf("rendezvous: %s: %w", key, err)
+			}
+			return false
+		case err != nil:
+			refuse(err.Error())
+			return false
+		}
+		return true
+	}
 	ctl := r.k.ctl()
 	switch {
 	case key == r.k.round():
-		n := atoi(payload)
+		var n int
+		if !decode(kindRoundCounter, &n) {
+			return
+		}
 		if n < 0 || n < c.round {
-			refuse("round " + string(payload) + " is not a round number at or past " + strconv.Itoa(max(c.round, 0)))
+			refuse("round " + strconv.Itoa(n) + " is not a round number at or past " + strconv.Itoa(max(c.round, 0)))
 			return
 		}
 		c.round, c.roundRev = n, rev
 	case key == r.k.restarts():
-		n := atoi(payload)
+		var n int
+		if !decode(kindRestarts, &n) {
+			return
+		}
 		if n < 0 || n > r.cfg.Shape.MaxRestarts || n < c.restarts {
-			refuse("restart count " + string(payload) + " is out of range")
+			refuse("restart count " + strconv.Itoa(n) + " is out of range")
 			return
 		}
 		c.restarts, c.restartsRev = n, rev
 	case key == r.k.stop():
-		req, err := parseStop(payload)
+		var req rendezvous.StopRequest
+		if !decode(kindStop, &req) {
+			return
+		}
+		req, err := checkStop(req)
 		if err != nil {
 			refuse(err.Error())
 			return
 		}
 		c.stop = &req
 	case key == r.k.outcome():
-		o := string(payload)
-		if !strings.HasPrefix(o, "succeeded in round ") && !strings.HasPrefix(o, failedPrefix) && !strings.HasPrefix(o, preemptedPrefix) {
-			refuse("not an outcome")
+		var o outcomeRecord
+		if !decode(kindOutcome, &o) {
 			return
 		}
-		c.outcome = o
+		if !o.valid() {
+			refuse("not an outcome of gorun's")
+			return
+		}
+		c.outcome = &o
 	case key == r.k.shape():
-		c.shape = payload
+		var shape json.RawMessage
+		if !decode(kindShape, &shape) {
+			return
+		}
+		c.shape = shape
 		r.trusted.Store(true)
 	case strings.HasPrefix(key, ctl+"closed/"):
 		t, ok := ctlIndex(key, ctl+"closed/")
@@ -109,8 +152,11 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 			refuse("not a round's key")
 			return
 		}
-		rec, err := parseRound(payload, t, r.cfg.Shape)
-		if err != nil {
+		var rec RoundRecord
+		if !decode(kindClosed, &rec) {
+			return
+		}
+		if err := checkRound(rec, t, r.cfg.Shape); err != nil {
 			refuse(err.Error())
 			return
 		}
@@ -121,7 +167,11 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 			refuse("not a round's key")
 			return
 		}
-		c.ends[t] = string(payload)
+		var end roundEnd
+		if !decode(kindRoundEnd, &end) {
+			return
+		}
+		c.ends[t] = end
 	case strings.HasPrefix(key, ctl+"closer/"):
 		if _, ok := ctlIndex(key, ctl+"closer/"); !ok {
 			refuse("not a round's key")
@@ -144,9 +194,9 @@ func (r *Rendezvous) settle(c *control) {
 		return // no job yet
 	}
 	next, failures := 0, 0
-	for t, reason := range c.ends {
+	for t, end := range c.ends {
 		next = max(next, t+1)
-		if strings.HasPrefix(reason, failurePrefix) {
+		if end.Failure {
 			failures++
 		}
 	}
@@ -197,9 +247,9 @@ func (r *Rendezvous) mend(ctx context.Context, c *control) {
 		var op clientv3.Op
 		switch {
 		case key == r.k.round():
-			op = clientv3.OpPut(key, r.g.Seal(key, strconv.Itoa(c.round)))
+			op = r.putRound(c.round)
 		case key == r.k.restarts():
-			op = clientv3.OpPut(key, r.g.Seal(key, strconv.Itoa(c.restarts)))
+			op = r.putRestarts(c.restarts)
 		case strings.HasPrefix(key, r.k.ctl()+"closer/"):
 			op = clientv3.OpDelete(key) // a lease-less closer would stall the round
 		case c.good[key] != "":

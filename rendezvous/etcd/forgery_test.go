@@ -178,11 +178,14 @@ func TestRecordsOutOfRangeAreRefused(t *testing.T) {
 		{"port -1", strings.Replace(good, `29500`, `-1`, 1), "port"},
 		{"restarts", strings.Replace(good, `"restarts":0`, `"restarts":9`, 1), "restarts"},
 		{"arrivals", strings.Replace(good, `"restarts":0`, `"restarts":0,"arrivals":[[5,3]]`, 1), "arrival"},
-		{"not json", "not json", "not a round record"},
+	}
+	// wrap puts a record's data in the envelope of kind.
+	wrap := func(kind recordKind, data string) []byte {
+		return []byte(`{"v":1,"kind":"` + string(kind) + `","data":` + data + `}`)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseRound([]byte(tc.rec), 1, sh)
+			_, err := parseRound(wrap(kindClosed, tc.rec), 1, sh)
 			if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("parseRound = %v; want %q", err, tc.want)
 			}
@@ -197,7 +200,7 @@ func TestRecordsOutOfRangeAreRefused(t *testing.T) {
 	}
 	for _, tc := range nodes {
 		t.Run("node "+tc.name, func(t *testing.T) {
-			_, err := parseNode([]byte(tc.rec), "n", sh)
+			_, err := parseNode(wrap(kindJoin, tc.rec), "n", sh)
 			if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("parseNode = %v; want %q", err, tc.want)
 			}

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -72,27 +71,23 @@ type growMembers struct {
 	Clients []string `json:"clients"`
 }
 
-// putSealed puts v, as JSON sealed with the job's secret, at key; on
-// this node's lease when leased.
+// putSealed puts v, a record of the store's growth sealed with the
+// job's secret, at key; on this node's lease when leased.
 func (r *Rendezvous) putSealed(ctx context.Context, key string, v any, leased bool) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
 	var opts []clientv3.OpOption
 	if leased {
 		opts = append(opts, clientv3.WithLease(r.lease.Load().id))
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	_, err = r.cli.Put(cctx, key, r.g.Seal(key, string(b)), opts...)
+	_, err := r.cli.Put(cctx, key, r.seal(key, kindGrow, v), opts...)
 	return err
 }
 
-// openSealed reads kv's sealed JSON into v; false if it is not the job's.
+// openSealed reads kv's record of the store's growth into v; false if it
+// is not the job's.
 func (r *Rendezvous) openSealed(kv *mvccpb.KeyValue, v any) bool {
-	b, ok := r.g.Open(string(kv.Key), kv.Value, kv.ModRevision)
-	return ok && json.Unmarshal(b, v) == nil
+	return r.read(string(kv.Key), kv.Value, kv.ModRevision, kindGrow, v)
 }
 
 // storeGrower is the grower: the agent that hosts a growable store's

@@ -26,14 +26,14 @@ const hangReportTTL = 5 * 60 // seconds
 // survivor the whole wait (10 s) after a node loss. A report outlives its
 // node for hangReportTTL, on a lease of its own.
 func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error) {
-	return r.shareReports(ctx, round, r.k.hangPrefix(round.Number), report, wait)
+	return r.shareReports(ctx, round, r.k.hangPrefix(round.Number), kindFailReport, report, wait)
 }
 
 // shareReports puts this node's report under prefix (its group rank the
 // key) and returns every node's of the round as they arrive within wait:
 // all of them, or those in by then; a node whose lease ended is not
 // waited for (see ShareHangReport).
-func (r *Rendezvous) shareReports(ctx context.Context, round rendezvous.Round, prefix string, report []byte, wait time.Duration) ([][]byte, error) {
+func (r *Rendezvous) shareReports(ctx context.Context, round rendezvous.Round, prefix string, kind recordKind, report []byte, wait time.Duration) ([][]byte, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	grant, err := r.cli.Grant(wctx, hangReportTTL)
@@ -41,7 +41,7 @@ func (r *Rendezvous) shareReports(ctx context.Context, round rendezvous.Round, p
 		return nil, err
 	}
 	key := prefix + strconv.Itoa(round.GroupRank)
-	put, err := r.cli.Put(wctx, key, r.g.Seal(key, string(report)), clientv3.WithLease(grant.ID))
+	put, err := r.cli.Put(wctx, key, r.seal(key, kind, report), clientv3.WithLease(grant.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,8 @@ func (r *Rendezvous) shareReports(ctx context.Context, round rendezvous.Round, p
 		if len(resp.Kvs) >= want || wctx.Err() != nil {
 			out := make([][]byte, 0, len(resp.Kvs))
 			for _, kv := range resp.Kvs {
-				if v, ok := r.g.OpenLarge(string(kv.Key), kv.Value, kv.ModRevision); ok {
+				var v []byte
+				if r.readLarge(string(kv.Key), kv.Value, kv.ModRevision, kind, &v) {
 					out = append(out, v)
 				}
 			}

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -33,7 +32,7 @@ func (r *Rendezvous) VoteHang(ctx context.Context, round rendezvous.Round, quiet
 	defer cancel()
 	var err error
 	if quiet {
-		_, err = r.cli.Put(cctx, key, r.g.Seal(key, "quiet"), clientv3.WithLease(r.lease.Load().id))
+		_, err = r.cli.Put(cctx, key, r.seal(key, kindHangVote, true), clientv3.WithLease(r.lease.Load().id))
 	} else {
 		_, err = r.cli.Delete(cctx, key)
 	}
@@ -50,12 +49,11 @@ func (r *Rendezvous) VoteHang(ctx context.Context, round rendezvous.Round, quiet
 func (r *Rendezvous) DeclareHung(ctx context.Context, round rendezvous.Round, why string) (bool, error) {
 	key := r.k.hangDeclared(round.Number)
 	d := rendezvous.HangDeclared{ID: fmt.Sprintf("hang-%d-%d", round.Number, time.Now().UnixNano()), By: round.GroupRank, Why: why, At: time.Now()}
-	b, _ := json.Marshal(d)
 	for range maxMendRetries {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		resp, err := r.cli.Txn(cctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(r.put(key, string(b))).
+			Then(r.put(key, kindHangDeclared, d)).
 			Else(clientv3.OpGet(key)).Commit()
 		cancel()
 		if err != nil {
@@ -129,7 +127,8 @@ func (r *Rendezvous) watchHung(ctx context.Context, round rendezvous.Round) (ren
 			delete(quiet, n)
 			return
 		}
-		if v, ok := r.g.Open(key, value, rev); ok && string(v) == "quiet" {
+		var q bool
+		if r.read(key, value, rev, kindHangVote, &q) && q {
 			quiet[n] = true
 		}
 	}
@@ -191,8 +190,7 @@ func (r *Rendezvous) openDeclared(kv interface {
 	GetModRevision() int64
 }) (rendezvous.HangDeclared, bool) {
 	var d rendezvous.HangDeclared
-	v, ok := r.g.Open(string(kv.GetKey()), kv.GetValue(), kv.GetModRevision())
-	if !ok || json.Unmarshal(v, &d) != nil || d.ID == "" {
+	if !r.read(string(kv.GetKey()), kv.GetValue(), kv.GetModRevision(), kindHangDeclared, &d) || d.ID == "" {
 		return d, false
 	}
 	return d, true
@@ -202,5 +200,5 @@ func (r *Rendezvous) openDeclared(kv interface {
 // and returns every node's, this one's included, as they arrive within
 // wait (see shareReports).
 func (r *Rendezvous) ShareHangEvidence(ctx context.Context, round rendezvous.Round, evidence []byte, wait time.Duration) ([][]byte, error) {
-	return r.shareReports(ctx, round, r.k.hangEvidence(round.Number), evidence, wait)
+	return r.shareReports(ctx, round, r.k.hangEvidence(round.Number), kindHangEvidence, evidence, wait)
 }

@@ -35,9 +35,10 @@ func TestAssignRanks(t *testing.T) {
 				if got[i] != tt.want[i] {
 					t.Errorf("node %d: %+v; want %+v", i, got[i], tt.want[i])
 				}
-				m, ok := parseRank([]byte(rankValue(got[i])))
-				if !ok || m != got[i] {
-					t.Errorf("node %d: rank key %q reads back as %+v, %v", i, rankValue(got[i]), m, ok)
+				rec := encodeRecord(kindRanks, got[i].record())
+				var rr rankRecord
+				if err := decodeRecord([]byte(rec), kindRanks, &rr); err != nil || rr.ranks() != got[i] {
+					t.Errorf("node %d: rank key %q reads back as %+v, %v", i, rec, rr.ranks(), err)
 				}
 			}
 		})

@@ -26,11 +26,7 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	// starts at once, while one from a past revision waits for etcd's
 	// catch-up.
 	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
-	val, err := marshal(me)
-	if err != nil {
-		return joined{}, err
-	}
-	c, target, put, err := r.putJoin(ctx, val)
+	c, target, put, err := r.putJoin(ctx, me)
 	if err != nil {
 		return joined{}, err
 	}
@@ -42,14 +38,14 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 	if r.cfg.NodeRank >= 0 {
 		if held := put.Responses[2].GetResponseTxn(); !held.Succeeded {
 			if kvs := held.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-				holder, ok := r.g.Open(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
-				if !ok {
+				var holder string
+				if !r.read(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision, kindNodeRank, &holder) {
 					// A stranger's key holds the rank: remove it and retry.
 					r.deleteIfUnchanged(ctx, kvs[0])
 					return joined{}, errRetry
 				}
-				if string(holder) != r.id {
-					return joined{}, r.nodeRankTaken(ctx, target, string(holder), put.Header.Revision)
+				if holder != r.id {
+					return joined{}, r.nodeRankTaken(ctx, target, holder, put.Header.Revision)
 				}
 			}
 		}
@@ -58,13 +54,14 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 		j.closer = true
 	} else if kvs := claimed.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		// Holding the key from an earlier attempt is being the closer too.
-		id, ok := r.g.Open(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
+		var id string
+		ok := r.read(string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision, kindCloser, &id)
 		if !ok {
 			// A stranger's closer key would stall the round: remove it
 			// (the watch then reports it gone, and a node claims it).
 			r.deleteIfUnchanged(ctx, kvs[0])
 		}
-		j.closerID = string(id)
+		j.closerID = id
 		j.closer = ok && j.closerID == r.id
 	}
 	return j.run(wctx, ctlWatch)
@@ -78,14 +75,14 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 // first) is open. If it is not, the keys it read say which round to
 // join, and a second transaction joins that one. errRetry means the
 // round moved on meanwhile.
-func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *clientv3.TxnResponse, error) {
+func (r *Rendezvous) putJoin(ctx context.Context, val NodeRecord) (*control, int, *clientv3.TxnResponse, error) {
 	guess := r.lastRound + 1
 	readCtl := clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())
 	resp, err := r.cli.Txn(ctx).
-		If(r.is(r.k.round(), strconv.Itoa(guess)),
+		If(r.isRound(guess),
 			clientv3.Compare(clientv3.CreateRevision(r.k.closed(guess)), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0),
-			r.is(r.k.shape(), r.shape)).
+			r.isShape()).
 		Then(r.joinOps(guess, val, readCtl)...).
 		Else(r.createOrRead(guess, val, readCtl)).
 		Commit()
@@ -104,7 +101,7 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 	if joinedNow {
 		return c, guess, resp, nil
 	}
-	if c.outcome != "" {
+	if c.outcome != nil {
 		return nil, 0, nil, outcomeErr(c.outcome)
 	}
 	if err := r.checkShape(ctx, c); err != nil {
@@ -127,7 +124,7 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 		target++ // the round runs without us: wait to join the next one
 	}
 	resp, err = r.cli.Txn(ctx).
-		If(r.is(r.k.round(), strconv.Itoa(c.round))).
+		If(r.isRound(c.round)).
 		Then(r.joinOps(target, val)...).
 		Commit()
 	if err != nil {
@@ -143,11 +140,11 @@ func (r *Rendezvous) putJoin(ctx context.Context, val string) (*control, int, *c
 // into a job that does not exist yet, it records the job's shape, creates
 // the round and restart counters and joins round 0, all at once, then
 // reads the control keys; otherwise it only reads them.
-func (r *Rendezvous) createOrRead(guess int, val string, readCtl clientv3.Op) clientv3.Op {
+func (r *Rendezvous) createOrRead(guess int, val NodeRecord, readCtl clientv3.Op) clientv3.Op {
 	if guess != 0 {
 		return clientv3.OpTxn(nil, []clientv3.Op{readCtl}, nil)
 	}
-	create := []clientv3.Op{r.put(r.k.shape(), r.shape), r.put(r.k.round(), "0"), r.put(r.k.restarts(), "0")}
+	create := []clientv3.Op{r.putShape(), r.putRound(0), r.putRestarts(0)}
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)},
 		r.joinOps(0, val, append(create, readCtl)...),
@@ -157,19 +154,19 @@ func (r *Rendezvous) createOrRead(guess int, val string, readCtl clientv3.Op) cl
 // joinOps puts this node's join key into round t and claims the round's
 // closer key if it has none (a nested transaction that reads the key
 // otherwise); more operations follow.
-func (r *Rendezvous) joinOps(t int, val string, more ...clientv3.Op) []clientv3.Op {
+func (r *Rendezvous) joinOps(t int, val NodeRecord, more ...clientv3.Op) []clientv3.Op {
 	lease := r.lease.Load().id
 	claim := clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.closer(t)), "=", 0)},
-		[]clientv3.Op{r.put(r.k.closer(t), r.id, clientv3.WithLease(lease))},
+		[]clientv3.Op{r.put(r.k.closer(t), kindCloser, r.id, clientv3.WithLease(lease))},
 		[]clientv3.Op{clientv3.OpGet(r.k.closer(t))})
-	ops := []clientv3.Op{r.put(r.k.join(t, r.id), val, clientv3.WithLease(lease), clientv3.WithPrevKV()), claim}
+	ops := []clientv3.Op{r.put(r.k.join(t, r.id), kindJoin, val, clientv3.WithLease(lease), clientv3.WithPrevKV()), claim}
 	if r.cfg.NodeRank >= 0 {
 		// The asked-for rank, held by the first node to ask in the round.
 		key := r.k.nodeRank(t, r.cfg.NodeRank)
 		ops = append(ops, clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-			[]clientv3.Op{r.put(key, r.id, clientv3.WithLease(lease))},
+			[]clientv3.Op{r.put(key, kindNodeRank, r.id, clientv3.WithLease(lease))},
 			[]clientv3.Op{clientv3.OpGet(key)}))
 	}
 	return append(ops, more...)
@@ -281,8 +278,9 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 				case key == r.k.closer(j.target) && ev.Type == clientv3.EventTypeDelete:
 					closerGone = true
 				case key == r.k.closer(j.target):
-					if id, ok := r.g.Open(key, ev.Kv.Value, ev.Kv.ModRevision); ok {
-						j.closerID = string(id)
+					var id string
+					if r.read(key, ev.Kv.Value, ev.Kv.ModRevision, kindCloser, &id) {
+						j.closerID = id
 					} else {
 						j.c.forged[key] = ev.Kv.ModRevision // deleted by mend: closerGone follows
 					}
@@ -346,7 +344,7 @@ func (j *joiner) claim(ctx context.Context) error {
 	r := j.r
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(r.k.closer(j.target)), "=", 0)).
-		Then(r.put(r.k.closer(j.target), r.id, clientv3.WithLease(r.lease.Load().id))).
+		Then(r.put(r.k.closer(j.target), kindCloser, r.id, clientv3.WithLease(r.lease.Load().id))).
 		Commit()
 	if err != nil {
 		return err
@@ -365,7 +363,7 @@ type joined struct {
 // this node), moved on, or the job finished.
 func (j *joiner) check() (joined, bool, error) {
 	c := j.c
-	if c.outcome != "" {
+	if c.outcome != nil {
 		return joined{}, true, outcomeErr(c.outcome)
 	}
 	if rec, ok := c.closed[j.target]; ok {
@@ -394,13 +392,13 @@ func (j *joiner) check() (joined, bool, error) {
 		}
 		if len(resp.Kvs) > 0 {
 			kv := resp.Kvs[0]
-			v, ok := j.r.g.Open(key, kv.Value, kv.ModRevision)
-			m, parsed := parseRank(v)
-			switch {
-			case ok && parsed && checkRank(m, j.r.node.LocalWorldSize, rec) == nil:
-				return joined{rec: rec, memberRanks: m}, true, nil
-			case ok:
-				j.r.g.Refuse(key, kv.ModRevision, fmt.Sprintf("rank %q is not a rank of round %d", v, j.target))
+			var rr rankRecord
+			if j.r.read(key, kv.Value, kv.ModRevision, kindRanks, &rr) {
+				m := rr.ranks()
+				if err := checkRank(m, j.r.node.LocalWorldSize, rec); err == nil {
+					return joined{rec: rec, memberRanks: m}, true, nil
+				}
+				j.r.g.Refuse(key, kv.ModRevision, fmt.Sprintf("ranks %+v are not ranks of round %d", rr, j.target))
 			}
 			// This node's rank is lost: the round cannot run.
 			j.r.endRound(j.ctx, j.target, "node "+j.r.id+" has no valid rank in round "+strconv.Itoa(j.target))
@@ -509,10 +507,10 @@ func (r *Rendezvous) failUnformed(ctx context.Context, c *control, refusal error
 		job.MinNodes != job.MaxNodes || len(c.closed) > 0 || c.round != 0 {
 		return
 	}
-	outcome := failedOutcome(fmt.Sprintf("node %s cannot join the job: %v", r.cfg.Addr, refusal), 0)
+	outcome := failedOutcome(0, fmt.Sprintf("node %s cannot join the job: %v", r.cfg.Addr, refusal), 0)
 	_, err := r.cli.Txn(ctx).
-		If(r.is(r.k.round(), "0"), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
-		Then(r.put(r.k.outcome(), clip(outcome))).
+		If(r.isRound(0), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
+		Then(r.put(r.k.outcome(), kindOutcome, outcome)).
 		Commit()
 	if err != nil {
 		r.cfg.Log.Warnf("rendezvous: tell the other nodes why this node cannot join: %v", err)

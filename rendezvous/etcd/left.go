@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -21,16 +20,12 @@ func (k keys) leftPrefix(r int) string { return k.root + "left/" + strconv.Itoa(
 // ran, in round (or all of its ranks: the node's part is done), on the
 // node's lease: one put, gone with the node.
 func (r *Rendezvous) RecordLeft(ctx context.Context, round rendezvous.Round, left rendezvous.LeftRank) error {
-	b, err := json.Marshal(left)
-	if err != nil {
-		return err
-	}
 	ctx, stop := r.whileStore(ctx)
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	key := r.k.leftPrefix(round.Number) + strconv.Itoa(left.Rank)
-	if _, err := r.cli.Put(cctx, key, r.g.Seal(key, string(b)), clientv3.WithLease(r.lease.Load().id)); err != nil {
+	if _, err := r.cli.Put(cctx, key, r.seal(key, kindLeft, left), clientv3.WithLease(r.lease.Load().id)); err != nil {
 		return fmt.Errorf("record rank %d's exit in etcd: %w", left.Rank, err)
 	}
 	return nil
@@ -55,9 +50,8 @@ func (r *Rendezvous) LeftRanks(ctx context.Context, round rendezvous.Round, wait
 		}
 		var out []rendezvous.LeftRank
 		for _, kv := range resp.Kvs {
-			v, ok := r.g.Open(string(kv.Key), kv.Value, kv.ModRevision)
 			var l rendezvous.LeftRank
-			if ok && json.Unmarshal(v, &l) == nil && strconv.Itoa(l.Rank) == string(kv.Key[len(prefix):]) {
+			if r.read(string(kv.Key), kv.Value, kv.ModRevision, kindLeft, &l) && strconv.Itoa(l.Rank) == string(kv.Key[len(prefix):]) {
 				out = append(out, l)
 			}
 		}

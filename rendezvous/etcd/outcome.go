@@ -16,45 +16,76 @@ import (
 // every member of the round has); the outcome's text, and the error Next
 // and Succeed return for it.
 
+// outcomeHow is how a job ended.
+type outcomeHow string
+
+const (
+	outcomeSucceeded outcomeHow = "succeeded"
+	outcomePreempted outcomeHow = "preempted" // stopped cleanly on a stop request
+	outcomeFailed    outcomeHow = "failed"
+)
+
+// outcomeRecord is the job's outcome (ctl/outcome).
+type outcomeRecord struct {
+	How outcomeHow `json:"how"`
+	// Round is the round the job ended in.
+	Round int `json:"round"`
+	// ExitCode is a failed job's failing node's exit code (0: none, a
+	// job that failed before its workers ran).
+	ExitCode int    `json:"exit_code,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// valid says whether o is an outcome this gorun writes.
+func (o outcomeRecord) valid() bool {
+	switch o.How {
+	case outcomeSucceeded, outcomePreempted, outcomeFailed:
+		return o.Round >= 0 && o.ExitCode >= 0 && o.ExitCode <= 255 && len(o.Reason) <= maxReasonLen+3
+	}
+	return false
+}
+
+// String says the outcome in words, as logs and gorun stop show it.
+func (o outcomeRecord) String() string {
+	switch o.How {
+	case outcomeSucceeded:
+		return "succeeded in round " + strconv.Itoa(o.Round)
+	case outcomePreempted:
+		return "preempted in round " + strconv.Itoa(o.Round) + ": " + o.Reason
+	}
+	return (&rendezvous.JobFailure{Reason: o.Reason, ExitCode: o.ExitCode}).Text()
+}
+
 // outcomeErr turns a finished job's outcome into Next's error.
-func outcomeErr(outcome string) error {
-	if strings.HasPrefix(outcome, "succeeded") {
-		return fmt.Errorf("%w: %s", rendezvous.ErrJobSucceeded, outcome)
+func outcomeErr(o *outcomeRecord) error {
+	switch o.How {
+	case outcomeSucceeded:
+		return fmt.Errorf("%w: %s", rendezvous.ErrJobSucceeded, o)
+	case outcomePreempted:
+		return fmt.Errorf("%w: %s", rendezvous.ErrPreempted, o)
 	}
-	if strings.HasPrefix(outcome, preemptedPrefix) {
-		return fmt.Errorf("%w: %s", rendezvous.ErrPreempted, outcome)
-	}
-	return &rendezvous.JobFailure{Outcome: outcome, ExitCode: outcomeExitCode(outcome)}
+	return &rendezvous.JobFailure{Reason: o.Reason, ExitCode: o.ExitCode}
 }
 
-// failedPrefix begins the outcome of a job that failed.
-const failedPrefix = "failed: "
-
-// exitCodePrefix follows failedPrefix in the outcome of a job whose
-// workers failed: "failed: exit code 3: rank 1 on ...".
-const exitCodePrefix = "exit code "
-
-// failedOutcome is the outcome of a job that failed for reason, with the
-// failing node's exit code (0: none).
-func failedOutcome(reason string, exitCode int) string {
-	if exitCode > 0 {
-		return failedPrefix + exitCodePrefix + strconv.Itoa(exitCode) + ": " + reason
-	}
-	return failedPrefix + reason
+// failedOutcome is the outcome of a job that failed in round t for
+// reason, with the failing node's exit code (0: none).
+func failedOutcome(t int, reason string, exitCode int) outcomeRecord {
+	return outcomeRecord{How: outcomeFailed, Round: t, ExitCode: exitCode, Reason: clip(reason)}
 }
 
-// outcomeExitCode is the exit code a failed outcome carries, 0 if none.
-func outcomeExitCode(outcome string) int {
-	rest, ok := strings.CutPrefix(outcome, failedPrefix+exitCodePrefix)
-	if !ok {
-		return 0
+// roundEnd is why a round ended (ctl/end/N): a failure of workers
+// (which spends a restart) or another reason.
+type roundEnd struct {
+	Failure bool   `json:"failure,omitempty"`
+	Reason  string `json:"reason"`
+}
+
+// String says why the round ended, as the other nodes' logs show it.
+func (e roundEnd) String() string {
+	if e.Failure {
+		return "failure: " + e.Reason
 	}
-	num, _, ok := strings.Cut(rest, ":")
-	code, err := strconv.Atoi(num)
-	if !ok || err != nil || code < 1 || code > 255 {
-		return 0
-	}
-	return code
+	return e.Reason
 }
 
 // Fail reports that this node's workers failed in round. It ends the
@@ -98,25 +129,25 @@ func (r *Rendezvous) failOnce(ctx context.Context, t int, reason string, exitCod
 		return false, ctx.Err() == nil, err
 	}
 	switch {
-	case c.outcome != "":
+	case c.outcome != nil:
 		return false, true, outcomeErr(c.outcome)
 	case c.round > t:
 		return true, true, nil // the round already ended; its restart is counted
 	}
 	fence := []clientv3.Cmp{
-		r.is(r.k.round(), strconv.Itoa(t)),
-		r.is(r.k.restarts(), strconv.Itoa(c.restarts)),
+		r.isRound(t),
+		r.isRestarts(c.restarts),
 	}
 	var then []clientv3.Op
 	restart = retriable && c.restarts < r.cfg.Shape.MaxRestarts
 	if restart {
 		then = []clientv3.Op{
-			r.put(r.k.round(), strconv.Itoa(t+1)),
-			r.put(r.k.restarts(), strconv.Itoa(c.restarts+1)),
-			r.put(r.k.end(t), failurePrefix+reason),
+			r.putRound(t + 1),
+			r.putRestarts(c.restarts + 1),
+			r.put(r.k.end(t), kindRoundEnd, roundEnd{Failure: true, Reason: clip(reason)}),
 		}
 	} else {
-		then = []clientv3.Op{r.put(r.k.outcome(), failedOutcome(reason, exitCode))}
+		then = []clientv3.Op{r.put(r.k.outcome(), kindOutcome, failedOutcome(t, reason, exitCode))}
 	}
 	resp, err := r.cli.Txn(ctx).If(fence...).Then(then...).Commit()
 	if err != nil {
@@ -206,9 +237,9 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 	}
 	for {
 		switch {
-		case strings.HasPrefix(c.outcome, "succeeded"):
+		case c.outcome != nil && c.outcome.How == outcomeSucceeded:
 			return nil
-		case c.outcome != "":
+		case c.outcome != nil:
 			return outcomeErr(c.outcome)
 		case c.round > t:
 			return rendezvous.ErrRoundEnded
@@ -238,8 +269,8 @@ const maxMendRetries = 5
 func (r *Rendezvous) reportDone(ctx context.Context, t int, lease clientv3.LeaseID, how string) (*clientv3.TxnResponse, error) {
 	for try := 0; ; try++ {
 		put, err := r.cli.Txn(ctx).
-			If(r.is(r.k.round(), strconv.Itoa(t))).
-			Then(r.put(r.k.done(t, r.id), how, clientv3.WithLease(lease)),
+			If(r.isRound(t)).
+			Then(r.put(r.k.done(t, r.id), kindDone, how, clientv3.WithLease(lease)),
 				clientv3.OpGet(r.k.donePrefix(t), clientv3.WithPrefix(), clientv3.WithCountOnly())).
 			Commit()
 		if err != nil || put.Succeeded {
@@ -249,7 +280,7 @@ func (r *Rendezvous) reportDone(ctx context.Context, t int, lease clientv3.Lease
 		if err != nil {
 			return nil, err
 		}
-		if c.round != t || c.outcome != "" || try >= maxMendRetries {
+		if c.round != t || c.outcome != nil || try >= maxMendRetries {
 			return nil, nil
 		}
 	}
@@ -259,28 +290,28 @@ func (r *Rendezvous) reportDone(ctx context.Context, t int, lease clientv3.Lease
 // reported: preempted when a stop request is recorded or a member's
 // workers stopped on one, else succeeded.
 func (r *Rendezvous) recordOutcome(ctx context.Context, t int, stopped bool) error {
-	outcome := "succeeded in round " + strconv.Itoa(t)
+	outcome := outcomeRecord{How: outcomeSucceeded, Round: t}
 	c, _, err := r.readControl(ctx)
 	if err != nil {
 		return err
 	}
 	switch {
 	case c.stop != nil:
-		outcome = preemptedPrefix + strconv.Itoa(t) + ": " + c.stop.Reason
+		outcome = outcomeRecord{How: outcomePreempted, Round: t, Reason: clip(c.stop.Reason)}
 	case stopped:
-		outcome = preemptedPrefix + strconv.Itoa(t) + ": a node's workers stopped on the job's stop request"
+		outcome = outcomeRecord{How: outcomePreempted, Round: t, Reason: "a node's workers stopped on the job's stop request"}
 	}
 	for try := 0; ; try++ {
 		resp, err := r.cli.Txn(ctx).
-			If(r.is(r.k.round(), strconv.Itoa(t)), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
-			Then(r.put(r.k.outcome(), clip(outcome))).
+			If(r.isRound(t), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
+			Then(r.put(r.k.outcome(), kindOutcome, outcome)).
 			Commit()
 		if err != nil || resp.Succeeded || try >= maxMendRetries {
 			return err
 		}
 		// Fenced out: by another node's outcome or the round's end, or by
 		// a stranger's round counter, which the read refuses and mends.
-		if c, _, err = r.readControl(ctx); err != nil || c.round != t || c.outcome != "" {
+		if c, _, err = r.readControl(ctx); err != nil || c.round != t || c.outcome != nil {
 			return err
 		}
 	}
@@ -295,11 +326,12 @@ func (r *Rendezvous) allDone(ctx context.Context, t, members int) (done, stopped
 	}
 	valid := 0
 	for _, kv := range resp.Kvs {
-		v, ok := r.g.Open(string(kv.Key), kv.Value, kv.ModRevision)
+		var v string
+		ok := r.read(string(kv.Key), kv.Value, kv.ModRevision, kindDone, &v)
 		switch {
-		case ok && string(v) == doneOK:
+		case ok && v == doneOK:
 			valid++
-		case ok && string(v) == doneStopped:
+		case ok && v == doneStopped:
 			valid++
 			stopped = true
 		default:

@@ -203,24 +203,20 @@ func assignRanks(ordered []NodeRecord) []memberRanks {
 	return out
 }
 
-// rankValue is a member's rank key: "group base roleBase roleWorld".
-func rankValue(m memberRanks) string {
-	return fmt.Sprintf("%d %d %d %d", m.group, m.base, m.roleBase, m.roleWorld)
+// rankRecord is a member's rank key's record.
+type rankRecord struct {
+	Group     int `json:"group"`
+	Base      int `json:"base"`
+	RoleBase  int `json:"role_base"`
+	RoleWorld int `json:"role_world"`
 }
 
-func parseRank(v []byte) (memberRanks, bool) {
-	f := strings.Fields(string(v))
-	if len(f) != 4 {
-		return memberRanks{}, false
-	}
-	var n [4]int
-	for i, s := range f {
-		var err error
-		if n[i], err = strconv.Atoi(s); err != nil {
-			return memberRanks{}, false
-		}
-	}
-	return memberRanks{n[0], n[1], n[2], n[3]}, true
+func (m memberRanks) record() rankRecord {
+	return rankRecord{Group: m.group, Base: m.base, RoleBase: m.roleBase, RoleWorld: m.roleWorld}
+}
+
+func (rr rankRecord) ranks() memberRanks {
+	return memberRanks{group: rr.Group, base: rr.Base, roleBase: rr.RoleBase, roleWorld: rr.RoleWorld}
 }
 
 // orderMembers sorts joined nodes into group-rank order. A rank asked

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -253,7 +252,7 @@ func (r *Rendezvous) sharedToken(ctx context.Context) (Token, error) {
 	key := r.k.secret()
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(mine))).
+		Then(clientv3.OpPut(key, encodeRecord(kindSecret, mine.Reveal()))).
 		Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: %w: %w", errEtcd, err)
@@ -266,7 +265,7 @@ func (r *Rendezvous) sharedToken(ctx context.Context) (Token, error) {
 	if len(kvs) == 0 {
 		return nil, fmt.Errorf("rendezvous: %s vanished while read", key)
 	}
-	return rendezvous.ParseToken(key, kvs[0].Value)
+	return parseSecret(key, kvs[0].Value)
 }
 
 // WorkerSecret is the secret this job's workers share (GORUN_JOB_SECRET).
@@ -282,12 +281,15 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	if c.shape != nil {
 		return r.compareShape(c.shape)
 	}
+	if c.foreign != nil {
+		return fmt.Errorf("%w: %w", rendezvous.ErrShapeMismatch, c.foreign)
+	}
 	if _, forged := c.forged[r.k.shape()]; forged {
 		return r.untrustedShape()
 	}
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)).
-		Then(r.put(r.k.shape(), r.shape), r.put(r.k.round(), "0"), r.put(r.k.restarts(), "0")).
+		Then(r.putShape(), r.putRound(0), r.putRestarts(0)).
 		Else(clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return etcdFailure(err)
@@ -299,6 +301,9 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	// Another node came first: its shape, and the control keys as they
 	// are now.
 	r.applyKVs(ctx, c, resp.Responses[0].GetResponseRange().Kvs)
+	if c.shape == nil && c.foreign != nil {
+		return fmt.Errorf("%w: %w", rendezvous.ErrShapeMismatch, c.foreign)
+	}
 	if c.shape == nil {
 		return r.untrustedShape()
 	}
@@ -560,11 +565,3 @@ var (
 	errRetry = errors.New("rendezvous: retry")
 	errEtcd  = errors.New("etcd unreachable")
 )
-
-func atoi(b []byte) int {
-	n, err := strconv.Atoi(string(b))
-	if err != nil {
-		return -1
-	}
-	return n
-}

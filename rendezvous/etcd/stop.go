@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -22,12 +21,17 @@ const preemptedPrefix = "preempted in round "
 // maxGrace bounds a stop request's grace period.
 const maxGrace = 24 * time.Hour
 
-// parseStop reads a stop request's value, range-checked.
+// parseStop reads a stop request's record, range-checked.
 func parseStop(payload []byte) (rendezvous.StopRequest, error) {
 	var req rendezvous.StopRequest
-	if err := json.Unmarshal(payload, &req); err != nil {
-		return req, fmt.Errorf("not a stop request: %v", err)
+	if err := decodeRecord(payload, kindStop, &req); err != nil {
+		return req, err
 	}
+	return checkStop(req)
+}
+
+// checkStop range-checks a stop request and clips its reason.
+func checkStop(req rendezvous.StopRequest) (rendezvous.StopRequest, error) {
 	if req.Grace < 0 || req.Grace > maxGrace {
 		return req, fmt.Errorf("stop request grace %v: want 0 to %v", req.Grace, maxGrace)
 	}
@@ -48,12 +52,8 @@ func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *jobauth.G
 		return fmt.Errorf("%w: stop grace %v: want 0 to %v", rendezvous.ErrInvalidConfig, req.Grace, maxGrace)
 	}
 	req.Reason = clip(req.Reason)
-	val, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
 	key := k.stop()
-	put := clientv3.OpPut(key, g.Seal(key, string(val)))
+	put := clientv3.OpPut(key, g.Seal(key, encodeRecord(kindStop, req)))
 	// A stranger's value must not block the job's request: it is replaced
 	// (unless it changed meanwhile), and tried again while strangers keep
 	// writing, until ctx ends. Only a recorded request is a success.
@@ -193,7 +193,7 @@ func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string
 		if len(sec.Kvs) == 0 {
 			return fmt.Errorf("job %q was started with a token: give the same one (--token-file, GORUN_RDZV_TOKEN)", runID)
 		}
-		if token, err = rendezvous.ParseToken(k.secret(), sec.Kvs[0].Value); err != nil {
+		if token, err = parseSecret(k.secret(), sec.Kvs[0].Value); err != nil {
 			return err
 		}
 	}
@@ -211,7 +211,11 @@ func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string
 	}
 	if out, err := cli.Get(ctx, k.outcome()); err == nil && len(out.Kvs) > 0 {
 		if v, ok := g.Open(k.outcome(), out.Kvs[0].Value, out.Kvs[0].ModRevision); ok {
-			return fmt.Errorf("%w: job %q is over (%s)", errJobOver, runID, v)
+			var o outcomeRecord
+			if err := decodeRecord(v, kindOutcome, &o); err != nil {
+				return fmt.Errorf("%w: job %q is over (its outcome: %v)", errJobOver, runID, err)
+			}
+			return fmt.Errorf("%w: job %q is over (%s)", errJobOver, runID, o)
 		}
 	}
 	return requestStop(ctx, cli, k, g, req)

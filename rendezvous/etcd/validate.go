@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -36,47 +35,52 @@ func checkPort(what string, p int) error {
 // parseRound decodes and checks round t's record.
 func parseRound(payload []byte, t int, sh Shape) (RoundRecord, error) {
 	var rec RoundRecord
-	if err := json.Unmarshal(payload, &rec); err != nil {
-		return rec, fmt.Errorf("not a round record: %v", err)
+	if err := decodeRecord(payload, kindClosed, &rec); err != nil {
+		return rec, err
 	}
+	return rec, checkRound(rec, t, sh)
+}
+
+// checkRound checks round t's record.
+func checkRound(rec RoundRecord, t int, sh Shape) error {
 	switch {
 	case rec.Round != t:
-		return rec, fmt.Errorf("round %d under the key of round %d", rec.Round, t)
+		return fmt.Errorf("round %d under the key of round %d", rec.Round, t)
 	case rec.Size < 1 || rec.Size > sh.MaxNodes:
-		return rec, fmt.Errorf("%d nodes: want 1 to %d", rec.Size, sh.MaxNodes)
+		return fmt.Errorf("%d nodes: want 1 to %d", rec.Size, sh.MaxNodes)
 	case rec.WorldSize < rec.Size || rec.WorldSize > rec.Size*maxNproc:
-		return rec, fmt.Errorf("world size %d: want %d nodes x 1 to %d workers", rec.WorldSize, rec.Size, maxNproc)
+		return fmt.Errorf("world size %d: want %d nodes x 1 to %d workers", rec.WorldSize, rec.Size, maxNproc)
 	case rec.Restarts < 0 || rec.Restarts > sh.MaxRestarts:
-		return rec, fmt.Errorf("%d restarts: want 0 to %d", rec.Restarts, sh.MaxRestarts)
+		return fmt.Errorf("%d restarts: want 0 to %d", rec.Restarts, sh.MaxRestarts)
 	case len(rec.Arrivals) > maxArrivalRuns:
-		return rec, fmt.Errorf("%d arrival runs: want at most %d", len(rec.Arrivals), maxArrivalRuns)
+		return fmt.Errorf("%d arrival runs: want at most %d", len(rec.Arrivals), maxArrivalRuns)
 	}
 	if err := checkHost(rec.MasterAddr); err != nil {
-		return rec, fmt.Errorf("master %w", err)
+		return fmt.Errorf("master %w", err)
 	}
 	if err := checkPort("master port", rec.MasterPort); err != nil {
-		return rec, err
+		return err
 	}
 	if rec.Arrivals != nil {
 		n := int64(0)
 		for _, run := range rec.Arrivals {
 			if run[0] < 1 || run[1] < 1 || run[1] > int64(sh.MaxNodes) {
-				return rec, fmt.Errorf("arrival run %v: want a positive revision and count", run)
+				return fmt.Errorf("arrival run %v: want a positive revision and count", run)
 			}
 			n += run[1]
 		}
 		if n != int64(rec.Size) {
-			return rec, fmt.Errorf("arrival runs name %d nodes, the round has %d", n, rec.Size)
+			return fmt.Errorf("arrival runs name %d nodes, the round has %d", n, rec.Size)
 		}
 	}
-	return rec, nil
+	return nil
 }
 
 // parseNode decodes and checks the join record of node id.
 func parseNode(payload []byte, id string, sh Shape) (NodeRecord, error) {
 	var n NodeRecord
-	if err := json.Unmarshal(payload, &n); err != nil {
-		return n, fmt.Errorf("not a join record: %v", err)
+	if err := decodeRecord(payload, kindJoin, &n); err != nil {
+		return n, err
 	}
 	switch {
 	case n.ID != id:

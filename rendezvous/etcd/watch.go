@@ -157,29 +157,24 @@ func (r *Rendezvous) whileLeased(ctx context.Context) (context.Context, context.
 // roundOver turns a moved round counter or a set outcome into the event
 // that ends round t.
 func (r *Rendezvous) roundOver(ctx context.Context, c *control, t int) (rendezvous.Event, bool) {
-	if c.outcome != "" {
-		return rendezvous.Event{Reason: "the job " + rendezvous.OutcomeText(c.outcome), Failure: !strings.HasPrefix(c.outcome, "succeeded")}, true
+	if c.outcome != nil {
+		return rendezvous.Event{Reason: "the job " + c.outcome.String(), Failure: c.outcome.How != outcomeSucceeded}, true
 	}
 	if c.round <= t {
 		return rendezvous.Event{}, false
 	}
-	reason := "round " + strconv.Itoa(t) + " ended"
 	if end, ok := c.ends[t]; ok {
-		reason = end
+		return rendezvous.Event{Reason: end.String(), Failure: end.Failure}, true
 	}
-	return rendezvous.Event{Reason: reason, Failure: strings.HasPrefix(reason, failurePrefix)}, true
+	return rendezvous.Event{Reason: "round " + strconv.Itoa(t) + " ended"}, true
 }
-
-// failurePrefix marks the end of a round caused by failed workers.
-const failurePrefix = "failure: "
 
 // endRound advances the round counter from t, fenced: a no-op if the
 // round already moved on. Errors are left to the watches to surface.
 func (r *Rendezvous) endRound(ctx context.Context, t int, reason string) {
-	reason = clip(reason)
 	_, _ = r.cli.Txn(ctx).
-		If(r.is(r.k.round(), strconv.Itoa(t))).
-		Then(r.put(r.k.round(), strconv.Itoa(t+1)), r.put(r.k.end(t), reason)).
+		If(r.isRound(t)).
+		Then(r.putRound(t+1), r.put(r.k.end(t), kindRoundEnd, roundEnd{Reason: clip(reason)})).
 		Commit()
 }
 

@@ -79,17 +79,17 @@ func (g *Guard) OpenLarge(key string, value []byte, rev int64) ([]byte, bool) {
 
 func (g *Guard) openMax(key string, value []byte, rev int64, limit int) ([]byte, bool) {
 	if len(value) > limit {
-		g.Refuse(key, rev, fmt.Sprintf("%d bytes, more than the %d a record may have", len(value), limit))
+		g.Refuse(key, rev, fmt.Sprintf("%d bytes, more than the %d a record may have: a stranger or another job wrote it", len(value), limit))
 		return nil, false
 	}
 	i := strings.LastIndex(string(value), macSep)
 	if i < 0 {
-		g.Refuse(key, rev, "not sealed by this job (no MAC)")
+		g.Refuse(key, rev, "not sealed by this job (no MAC): a stranger or another job wrote it")
 		return nil, false
 	}
 	payload, mac := string(value[:i]), string(value[i+len(macSep):])
 	if !hmac.Equal([]byte(mac), []byte(g.sum(key, payload))) {
-		g.Refuse(key, rev, "its MAC does not verify with this job's secret")
+		g.Refuse(key, rev, "its MAC does not verify with this job's secret: a stranger or another job wrote it")
 		return nil, false
 	}
 	return []byte(payload), true
@@ -107,5 +107,5 @@ func (g *Guard) Refuse(key string, rev int64, why string) {
 	}
 	g.logged[key] = rev
 	g.mu.Unlock()
-	g.log.Errorf("rendezvous: refused the value of %s (revision %d): %s; a stranger or another job wrote it", key, rev, why)
+	g.log.Errorf("rendezvous: refused the value of %s (revision %d): %s", key, rev, why)
 }
