@@ -140,7 +140,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		// torchelastic_*), named below with the run's folder.
 		dir, err := os.MkdirTemp("", logsTempPrefix)
 		if err != nil {
-			return Result{ExitCode: 1}, fmt.Errorf("--redirects/--tee without --log-dir: make a folder for the logs: %w", err)
+			return Result{ExitCode: 1}, fmt.Errorf("make a temporary folder for the workers' log files: %w", err)
 		}
 		cfg.LogDir, madeLogDir = dir, true
 	}

@@ -150,7 +150,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		f, err := layout.createAttemptFile(number, "filtered_"+[2]string{"stdout", "stderr"}[j]+".log")
 		if err != nil {
 			att.closeFiltered()
-			return nil, fmt.Errorf("create --duplicate-%s-filters' log: %w", [2]string{"stdout", "stderr"}[j], err)
+			return nil, fmt.Errorf("create the filtered %s log: %w", [2]string{"stdout", "stderr"}[j], err)
 		}
 		att.filtered[j], att.filteredConsole[j] = f, NewConsole(f)
 	}

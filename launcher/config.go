@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -245,52 +246,52 @@ func NewConfig() Config {
 	}
 }
 
-// Validate reports the first field that is out of range, naming the flag
-// that sets it.
+// Validate reports the first field that is out of range, naming it
+// (badinput: the command line names the flag that sets it).
 func (c *Config) Validate() error {
 	e := c.Entrypoint
 	switch {
 	case e.Script == "":
 		return fmt.Errorf("no training script given: usage: gorun [flags] SCRIPT [ARGS...]")
 	case e.Module && e.NoPython:
-		return fmt.Errorf("--no-python and --module cannot be used together")
+		return badinput.Errorf("%s and %s cannot be used together", badinput.Setting("Entrypoint.NoPython"), badinput.Setting("Entrypoint.Module"))
 	case e.RunPath && e.Module:
-		return fmt.Errorf("--run-path and --module cannot be used together")
+		return badinput.Errorf("%s and %s cannot be used together", badinput.Setting("Entrypoint.RunPath"), badinput.Setting("Entrypoint.Module"))
 	case !e.NoPython && len(e.Python) == 0:
-		return fmt.Errorf("--python: empty interpreter")
+		return badinput.Errorf("%s: empty interpreter", badinput.Setting("Entrypoint.Python"))
 	case c.NprocPerNode < 1:
-		return fmt.Errorf("--nproc-per-node: %d workers, want at least 1", c.NprocPerNode)
+		return badinput.Errorf("%s: %d workers, want at least 1", badinput.Setting("NprocPerNode"), c.NprocPerNode)
 	case rendezvous.ValidateRunID(c.RunID) != nil:
 		return rendezvous.ValidateRunID(c.RunID)
 	case c.MaxRestarts < 0:
-		return fmt.Errorf("--max-restarts: %d, want 0 or more", c.MaxRestarts)
+		return badinput.Errorf("%s: %d, want 0 or more", badinput.Setting("MaxRestarts"), c.MaxRestarts)
 	case c.RestartBackoff < 0:
-		return fmt.Errorf("--restart-backoff: %v, want 0 or more", c.RestartBackoff)
+		return badinput.Errorf("%s: %v, want 0 or more", badinput.Setting("RestartBackoff"), c.RestartBackoff)
 	case c.RestartBackoffMax < c.RestartBackoff:
-		return fmt.Errorf("--restart-backoff-max: %v is below --restart-backoff %v", c.RestartBackoffMax, c.RestartBackoff)
+		return badinput.Errorf("%s: %v is below %s %v", badinput.Setting("RestartBackoffMax"), c.RestartBackoffMax, badinput.Setting("RestartBackoff"), c.RestartBackoff)
 	case c.StopTimeout < 0:
-		return fmt.Errorf("--stop-timeout: %v, want 0 or more", c.StopTimeout)
+		return badinput.Errorf("%s: %v, want 0 or more", badinput.Setting("StopTimeout"), c.StopTimeout)
 	case c.PreemptGrace < 0:
-		return fmt.Errorf("--preempt-grace: %v, want 0 (off) or more", c.PreemptGrace)
+		return badinput.Errorf("%s: %v, want 0 (off) or more", badinput.Setting("PreemptGrace"), c.PreemptGrace)
 	case c.HangTimeout < 0:
-		return fmt.Errorf("--hang-timeout: %v, want 0 (off) or more", c.HangTimeout)
+		return badinput.Errorf("%s: %v, want 0 (off) or more", badinput.Setting("HangTimeout"), c.HangTimeout)
 	case c.WarmStart && !e.RunsPython():
-		return fmt.Errorf("--warm-start keeps Python interpreters ready, and --no-python runs %s itself: drop one of them", e.Script)
+		return badinput.Errorf("%s keeps Python interpreters ready, and %s runs %s itself: drop one of them", badinput.Setting("WarmStart"), badinput.Setting("Entrypoint.NoPython"), e.Script)
 	case !c.WarmStart && len(c.WarmImports) > 0:
-		return fmt.Errorf("--warm-imports %s: the modules are imported by --warm-start's interpreters: add --warm-start", strings.Join(c.WarmImports, ","))
+		return badinput.Errorf("%s %s: the modules are imported by %s's interpreters: add %s", badinput.Setting("WarmImports"), strings.Join(c.WarmImports, ","), badinput.Setting("WarmStart"), badinput.Setting("WarmStart"))
 	case c.Stdout == nil || c.Stderr == nil || c.Log == nil:
 		return fmt.Errorf("launcher: Stdout, Stderr and Log must be set")
 	}
 	for _, m := range c.WarmImports {
 		if !isModuleName(m) {
-			return fmt.Errorf("--warm-imports: %q is not a module name: want names such as torch,numpy,torch.distributed, separated by commas", m)
+			return badinput.Errorf("%s: %q is not a module name: want names such as torch,numpy,torch.distributed, separated by commas", badinput.Setting("WarmImports"), m)
 		}
 	}
 	// A local rank beyond this node's workers is taken, as torchrun
 	// takes it: one launch line serves nodes of different sizes.
 	for _, r := range c.LocalRanksFilter {
 		if r < 0 {
-			return fmt.Errorf("--local-ranks-filter: local rank %d; want local ranks from 0", r)
+			return badinput.Errorf("%s: local rank %d; want local ranks from 0", badinput.Setting("LocalRanksFilter"), r)
 		}
 	}
 	return nil

@@ -222,7 +222,7 @@ func TestVirtualLocalRank(t *testing.T) {
 			{"CUDA_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "2"},
 			{"CUDA_VISIBLE_DEVICES": "3", "HIP_VISIBLE_DEVICES": "3"}}},
 		{name: "more workers than devices", environ: []string{"CUDA_VISIBLE_DEVICES=5"},
-			wantErr: `--virtual-local-rank: local rank 1 has no GPU in CUDA_VISIBLE_DEVICES="5" (1 listed); want --nproc-per-node at most 1`},
+			wantErr: `VirtualLocalRank: local rank 1 has no GPU in CUDA_VISIBLE_DEVICES="5" (1 listed); want NprocPerNode at most 1`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := Config{NprocPerNode: 2, Role: "default", Environ: tt.environ, VirtualLocalRank: true, Entrypoint: Entrypoint{Script: "x", NoPython: true}}

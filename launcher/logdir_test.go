@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -26,8 +27,9 @@ func TestLogLayoutRefusesRunIDs(t *testing.T) {
 		}
 		cfg := NewConfig()
 		cfg.Entrypoint.Script, cfg.RunID = "train.py", id
-		if err := cfg.Validate(); !errors.Is(err, rendezvous.ErrInvalidRunID) || !strings.Contains(err.Error(), "--rdzv-id") {
-			t.Errorf("Validate with run id %q: %v; want one naming --rdzv-id", id, err)
+		var bad *badinput.Error
+		if err := cfg.Validate(); !errors.Is(err, rendezvous.ErrInvalidRunID) || !errors.As(err, &bad) || bad.Setting != "RunID" || !strings.Contains(err.Error(), "RunID=") {
+			t.Errorf("Validate with run id %q: %v; want one naming RunID", id, err)
 		}
 	}
 	if left, _ := os.ReadDir(logDir); len(left) != 0 {

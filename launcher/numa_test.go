@@ -80,12 +80,12 @@ func TestNUMABind(t *testing.T) {
 		{name: "CUDA_VISIBLE_DEVICES by index", mode: NUMANode, nproc: 2, visible: "3,0", want: []string{"8-11", "0-3"}},
 		{name: "CUDA_VISIBLE_DEVICES by UUID", mode: NUMANode, nproc: 1, visible: "GPU-2111", want: []string{"4-7"}},
 		{name: "more workers than GPUs", mode: NUMANode, nproc: 5,
-			wantErr: "--numa-binding=node binds each worker near the GPU of its local rank: 5 workers, 4 GPUs visible"},
+			wantErr: "NUMABinding=node binds each worker near the GPU of its local rank: 5 workers, 4 GPUs visible"},
 		{name: "CUDA stops at an entry it cannot place", mode: NUMANode, nproc: 2, visible: "1,7,2",
 			wantErr: "2 workers, 1 GPUs visible"},
 		{name: "none of gorun's CPUs near the GPU", mode: NUMANode, nproc: 3, allowed: "0-3",
 			wantErr: "local rank 2 (GPU 0000:1d:00.0 on NUMA node 1): none of this process's CPUs 0-3 is near it"},
-		{name: "unknown mode", mode: "cores", nproc: 1, wantErr: `--numa-binding="cores": want node, socket, exclusive or core-complex`},
+		{name: "unknown mode", mode: "cores", nproc: 1, wantErr: `NUMABinding="cores": want node, socket, exclusive or core-complex`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,9 +1,10 @@
 package launcher
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gorun-dev/gorun/internal/badinput"
 )
 
 // VisibleDevice is the one GPU a worker sees with --virtual-local-rank, as
@@ -25,7 +26,7 @@ func VisibleDevice(environ []string, localRank int) (device string, hip bool, er
 	}
 	devices := strings.Split(list, ",")
 	if localRank >= len(devices) {
-		return "", false, fmt.Errorf("--virtual-local-rank: local rank %d has no GPU in %s=%q (%d listed); want --nproc-per-node at most %d", localRank, name, list, len(devices), len(devices))
+		return "", false, badinput.Errorf("%s: local rank %d has no GPU in %s=%q (%d listed); want %s at most %d", badinput.Setting("VirtualLocalRank"), localRank, name, list, len(devices), badinput.Setting("NprocPerNode"), len(devices))
 	}
 	return strings.TrimSpace(devices[localRank]), hip, nil
 }

@@ -3,12 +3,12 @@ package launcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/launcher/agentstore"
 	"github.com/gorun-dev/gorun/rendezvous"
@@ -56,11 +56,13 @@ func (a *Agent) openWorkerStore(ctx context.Context) (*agentstore.Server, error)
 	s, err := agentstore.Listen(port, a.cfg.Log)
 	if err != nil {
 		if port != 0 && errors.Is(err, syscall.EADDRINUSE) {
-			advice := "free it, or leave --master-port out for a free port"
+			advice := "leave %s out for a free port"
 			if _, static := a.rdzv.(MeetingHost); static {
-				advice = "free it, or give every node another --master-port"
+				advice = "give every node another %s"
 			}
-			return nil, fmt.Errorf("--master-port=%d is taken by another process%s (gorun serves the workers' store there, as torchrun 2.x does): %s: %w", port, proc.PortHolderNote(net.JoinHostPort("0.0.0.0", strconv.Itoa(port))), advice, err)
+			setting := badinput.Setting("MasterPort")
+			return nil, badinput.Errorf("%s=%d is taken by another process%s (gorun serves the workers' store there, as torchrun 2.x does): free it, or "+advice+": %w",
+				setting, port, proc.PortHolderNote(net.JoinHostPort("0.0.0.0", strconv.Itoa(port))), setting, err)
 		}
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun-dev/gorun/internal/badinput"
 )
 
 // MiB and GiB in bytes.
@@ -33,12 +35,14 @@ func Devices() []string {
 	return names
 }
 
-// DeviceMemory returns a preset's memory in bytes.
+// DeviceMemory returns a preset's memory in bytes. An unknown name is
+// bad input about the setting GPU (topology.Config's), which GPUMemory
+// may replace.
 func DeviceMemory(name string) (float64, error) {
 	if b, ok := devices[strings.ToLower(name)]; ok {
 		return b, nil
 	}
-	return 0, fmt.Errorf("--gpu=%q: want one of %s, or give --gpu-memory", name, strings.Join(Devices(), ", "))
+	return 0, badinput.Errorf("%s=%q: want one of %s, or give %s", badinput.Setting("GPU"), name, strings.Join(Devices(), ", "), badinput.Setting("GPUMemory"))
 }
 
 // ParseBytes reads a memory size: a number with a unit, binary (KiB, MiB,

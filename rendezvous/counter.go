@@ -2,8 +2,9 @@ package rendezvous
 
 import (
 	"context"
-	"fmt"
 	"sync"
+
+	"github.com/gorun-dev/gorun/internal/badinput"
 )
 
 // counter is the state of a rendezvous kept on this node alone: the round
@@ -60,7 +61,7 @@ func (c *counter) Close(context.Context) error {
 
 func checkMaxRestarts(n int) error {
 	if n < 0 {
-		return fmt.Errorf("rendezvous: --max-restarts %d, want 0 or more", n)
+		return badinput.Errorf("rendezvous: %s %d, want 0 or more", badinput.Setting("MaxRestarts"), n)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/badinput"
 )
 
 // DefaultStaticPort is torchrun's master port for the static backend. All
@@ -87,16 +89,16 @@ func (s *Static) meetingListener() (net.Listener, bool) {
 // NewStatic validates cfg and returns a static rendezvous.
 func NewStatic(cfg StaticConfig) (*Static, error) {
 	if cfg.NNodes < 1 {
-		return nil, fmt.Errorf("rendezvous: static: nnodes %d, want at least 1", cfg.NNodes)
+		return nil, badinput.Errorf("rendezvous: static: %s %d, want at least 1", badinput.Setting("NNodes"), cfg.NNodes)
 	}
 	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.NNodes {
-		return nil, fmt.Errorf("rendezvous: static: --node-rank %d outside 0..%d (--nnodes=%d)", cfg.NodeRank, cfg.NNodes-1, cfg.NNodes)
+		return nil, badinput.Errorf("rendezvous: static: %s %d outside 0..%d (%s=%d)", badinput.Setting("NodeRank"), cfg.NodeRank, cfg.NNodes-1, badinput.Setting("NNodes"), cfg.NNodes)
 	}
 	if cfg.MasterAddr == "" {
-		return nil, fmt.Errorf("rendezvous: static: empty --master-addr")
+		return nil, badinput.Errorf("rendezvous: static: empty %s", badinput.Setting("MasterAddr"))
 	}
 	if cfg.MasterPort < 1 || cfg.MasterPort > 65535 {
-		return nil, fmt.Errorf("rendezvous: static: --master-port %d outside 1..65535", cfg.MasterPort)
+		return nil, badinput.Errorf("rendezvous: static: %s %d outside 1..65535", badinput.Setting("MasterPort"), cfg.MasterPort)
 	}
 	if err := checkMaxRestarts(cfg.MaxRestarts); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/idleconns"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
@@ -305,7 +306,7 @@ func (s *Static) join(ctx context.Context, me staticHello) (staticTable, error) 
 		case <-ctx.Done():
 			t.Stop()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return staticTable{}, fmt.Errorf("%w: node 0 did not answer at %s within %v (is it started, with the same --master-addr and --master-port?): %v", ErrJoinTimeout, addr, time.Since(start).Round(100*time.Millisecond), last)
+				return staticTable{}, badinput.Errorf("%w: node 0 did not answer at %s within %v (is it started, with the same %s and %s?): %v", ErrJoinTimeout, addr, time.Since(start).Round(100*time.Millisecond), badinput.Setting("MasterAddr"), badinput.Setting("MasterPort"), last)
 			}
 			return staticTable{}, ctx.Err()
 		}

@@ -50,7 +50,7 @@ func benchLaunchCommand() *cli.Command {
 			}
 			self, err := os.Executable()
 			if err != nil {
-				return cli.Exit(err.Error(), 1)
+				return cli.Exit(message(err), 1)
 			}
 			cfg := bench.LaunchConfig{
 				Gorun: self, Python: c.String("python"), Runs: c.Int("runs"), Warmup: c.Int("warmup"),
@@ -58,7 +58,7 @@ func benchLaunchCommand() *cli.Command {
 			}
 			res, err := bench.RunLaunch(c.Context, cfg)
 			if err != nil {
-				return cli.Exit("bench launch: "+err.Error(), 1)
+				return cli.Exit("bench launch: "+message(err), 1)
 			}
 			return reportBench(c, "bench launch", res, res.Markdown(time.Now(), cfg.Runs))
 		},
@@ -91,12 +91,12 @@ func benchSpareCommand() *cli.Command {
 			}
 			self, err := os.Executable()
 			if err != nil {
-				return cli.Exit(err.Error(), 1)
+				return cli.Exit(message(err), 1)
 			}
 			cfg := bench.SpareConfig{Gorun: self, Runs: c.Int("runs"), LeaseTTL: c.Duration("lease-ttl"), LastCall: c.Duration("last-call"), Progress: c.App.ErrWriter}
 			res, err := bench.RunSpare(c.Context, cfg)
 			if err != nil {
-				return cli.Exit("bench spare: "+err.Error(), 1)
+				return cli.Exit("bench spare: "+message(err), 1)
 			}
 			return reportBench(c, "bench spare", res, res.Markdown(time.Now(), cfg.Runs))
 		},
@@ -126,13 +126,13 @@ func benchProbeCommand() *cli.Command {
 			}
 			self, err := os.Executable()
 			if err != nil {
-				return cli.Exit(err.Error(), 1)
+				return cli.Exit(message(err), 1)
 			}
 			cfg := bench.ProbeConfig{Gorun: self, Python: c.String("python"), Script: c.String("script"), StepTime: c.Float64("step-time"),
 				Short: 20, Long: 220, Runs: c.Int("runs"), Progress: c.App.ErrWriter}
 			res, err := bench.RunProbe(c.Context, cfg)
 			if err != nil {
-				return cli.Exit("bench probe: "+err.Error(), 1)
+				return cli.Exit("bench probe: "+message(err), 1)
 			}
 			return reportBench(c, "bench probe", res, res.Markdown(time.Now(), cfg.Runs))
 		},
@@ -158,7 +158,7 @@ func benchRecoveryCommand() *cli.Command {
 			}
 			self, err := os.Executable()
 			if err != nil {
-				return cli.Exit(err.Error(), 1)
+				return cli.Exit(message(err), 1)
 			}
 			cfg := bench.RecoveryConfig{Gorun: self, Python: c.String("python"), Runs: c.Int("runs"), SkipTorchrun: c.Bool("skip-torchrun"), Progress: c.App.ErrWriter}
 			cfg.FTLauncher = besidePython(c.String("ft-launcher"), cfg.Python, "ft_launcher")
@@ -168,7 +168,7 @@ func benchRecoveryCommand() *cli.Command {
 			}
 			res, err := bench.RunRecovery(c.Context, cfg)
 			if err != nil {
-				return cli.Exit("bench recovery: "+err.Error(), 1)
+				return cli.Exit("bench recovery: "+message(err), 1)
 			}
 			return reportBench(c, "bench recovery", res, res.Markdown(time.Now(), cfg.Runs))
 		},
@@ -180,7 +180,7 @@ func benchRecoveryCommand() *cli.Command {
 // section.
 func reportBench(c *cli.Context, section string, res any, md string) error {
 	if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
-		return cli.Exit(err.Error(), 1)
+		return cli.Exit(message(err), 1)
 	}
 	fmt.Fprintln(c.App.ErrWriter, "\n"+md)
 	return WriteBenchSection(c, section, md)
@@ -191,7 +191,7 @@ func reportBench(c *cli.Context, section string, res any, md string) error {
 func WriteBenchSection(c *cli.Context, section, md string) error {
 	if path := c.String("write"); path != "" {
 		if err := bench.UpdateSection(path, section, md); err != nil {
-			return cli.Exit(section+": "+err.Error(), 1)
+			return cli.Exit(section+": "+message(err), 1)
 		}
 	}
 	return nil
@@ -211,7 +211,7 @@ func BenchFormat(c *cli.Context) (string, error) {
 func EmitBenchResult(c *cli.Context, format string, res any, text string) error {
 	if format == "json" {
 		if err := json.NewEncoder(c.App.Writer).Encode(res); err != nil {
-			return cli.Exit(err.Error(), 1)
+			return cli.Exit(message(err), 1)
 		}
 		return nil
 	}

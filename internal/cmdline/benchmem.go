@@ -54,7 +54,7 @@ func benchMemoryAction(c *cli.Context) error {
 				if strings.HasPrefix(err.Error(), "--workload") {
 					return Usage(err)
 				}
-				return cli.Exit("bench memory: "+err.Error(), 1)
+				return cli.Exit("bench memory: "+message(err), 1)
 			}
 			results = append(results, res)
 		}
@@ -63,7 +63,7 @@ func benchMemoryAction(c *cli.Context) error {
 		enc := json.NewEncoder(c.App.Writer)
 		for _, r := range results {
 			if err := enc.Encode(r); err != nil {
-				return cli.Exit(err.Error(), 1)
+				return cli.Exit(message(err), 1)
 			}
 		}
 		return nil
@@ -75,12 +75,12 @@ func benchMemoryAction(c *cli.Context) error {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
-		return cli.Exit("bench memory: "+err.Error(), 1)
+		return cli.Exit("bench memory: "+message(err), 1)
 	}
 	if path := c.String("write"); path != "" {
 		expandable := c.Bool("expandable-segments")
 		if err := bench.UpdateSection(path, bench.MemorySection(expandable), bench.MemoryMarkdown(results, expandable)); err != nil {
-			return cli.Exit("bench memory: --write: "+err.Error(), 1)
+			return cli.Exit("bench memory: --write: "+message(err), 1)
 		}
 		fmt.Fprintf(c.App.Writer, "updated section %q of %s\n", bench.MemorySection(expandable), path)
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gorun-dev/gorun/internal/badinput"
 )
 
 // Flag categories, in the order --help shows them.
@@ -71,6 +73,64 @@ const (
 	fFormat           = "format"
 	fLogLevel         = "log-level"
 )
+
+// gorun plan's flags that library errors name (topology.Config's keys as
+// flags).
+const (
+	fPlanGPU       = "gpu"
+	fPlanGPUMemory = "gpu-memory"
+)
+
+// settingFlags is the flag that sets each setting the library packages'
+// errors name (badinput.Setting: the field of launcher.Config,
+// rendezvous.StaticConfig or Spec, topology.Config that holds it, or the
+// parameter a function takes it as). The command line shows those errors
+// with the flags (message), as the user typed them; the library never
+// names a flag. TestSettingsNameFlags keeps it whole.
+var settingFlags = map[badinput.Setting]string{
+	// launcher.Config, and its Entrypoint.
+	"Entrypoint.Module":   fModule,
+	"Entrypoint.NoPython": fNoPython,
+	"Entrypoint.RunPath":  fRunPath,
+	"Entrypoint.Python":   fPython,
+	"NprocPerNode":        fNprocPerNode,
+	"MaxRestarts":         fMaxRestarts,
+	"RestartBackoff":      fBackoff,
+	"RestartBackoffMax":   fBackoffMax,
+	"StopTimeout":         fStopTimeout,
+	"PreemptGrace":        fPreemptGrace,
+	"HangTimeout":         fHangTimeout,
+	"WarmStart":           fWarmStart,
+	"WarmImports":         fWarmImports,
+	"LocalRanksFilter":    fLocalRanks,
+	"LogDir":              fLogDir,
+	"VirtualLocalRank":    fVirtualRank,
+	"Plan":                fPlan,
+	// launcher.NUMAProbe.Bind's mode.
+	"NUMABinding": fNumaBinding,
+	// launcher/scheduler.Detect's scheduler.
+	"Scheduler": fScheduler,
+	// rendezvous: the run id, the static and single-node backends'
+	// configurations.
+	"RunID":      fRdzvID,
+	"NNodes":     fNnodes,
+	"NodeRank":   fNodeRank,
+	"MasterAddr": fMasterAddr,
+	"MasterPort": fMasterPort,
+	// memory.DeviceMemory's preset: topology.Config's keys, gorun plan's
+	// flags (a --plan file's keys gpu and gpu_memory).
+	"GPU":       fPlanGPU,
+	"GPUMemory": fPlanGPUMemory,
+}
+
+// flagOf is the flag that sets setting, as the user types it; "" when
+// no flag does.
+func flagOf(setting badinput.Setting) string {
+	if f, ok := settingFlags[setting]; ok {
+		return "--" + f
+	}
+	return ""
+}
 
 // spelling returns the underscore alias of a dash flag name, if it differs.
 func spelling(name string, short ...string) []string {

@@ -42,7 +42,7 @@ func launchAction(c *cli.Context, opts Options) error {
 	// The workers run as this user: they must not read the job's token
 	// or passwords from this process (/proc/<gorun>/environ, its memory).
 	if err := private.HideSecrets(); err != nil {
-		return cli.Exit(err.Error(), 1)
+		return cli.Exit(message(err), 1)
 	}
 	level, levelNote := c.String(fLogLevel), ""
 	if !c.IsSet(fLogLevel) {
@@ -132,7 +132,7 @@ func openRendezvous(ctx context.Context, plan rendezvousChoice, cfg *launcher.Co
 		// present it.
 		var err error
 		if cfg.JobSecret, err = launcher.NewSecret(); err != nil {
-			return nil, nil, cli.Exit(err.Error(), 1)
+			return nil, nil, cli.Exit(message(err), 1)
 		}
 		store := startLocalStore(log, cfg.JobSecret)
 		if store == nil {
@@ -188,7 +188,7 @@ func dryRun(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, spare,
 	}
 	dry.Scheduler, dry.FromScheduler = schedName, fromScheduler
 	if err := dry.Write(c.App.Writer, format); err != nil {
-		return cli.Exit(err.Error(), 1)
+		return cli.Exit(message(err), 1)
 	}
 	return nil
 }

@@ -51,12 +51,12 @@ func Main(ctx context.Context, args []string, opts Options) int {
 	}
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
-		if msg := err.Error(); msg != "" {
+		if msg := message(err); msg != "" {
 			fmt.Fprintln(os.Stderr, prefixed(msg))
 		}
 		return ec.ExitCode()
 	}
-	fmt.Fprintln(os.Stderr, prefixed(err.Error()))
+	fmt.Fprintln(os.Stderr, prefixed(message(err)))
 	fmt.Fprintln(os.Stderr, "run 'gorun --help' for usage")
 	return 2
 }

@@ -70,7 +70,7 @@ func planAction(c *cli.Context) error {
 	}
 	plan, err := topology.MakePlan(cfg, capacity, topology.Options{Estimator: estimator, PerRank: format == "json" && !c.Bool("summary")})
 	if err != nil {
-		return cli.Exit(err.Error(), 1)
+		return cli.Exit(message(err), 1)
 	}
 	if format == "json" {
 		enc := json.NewEncoder(c.App.Writer)
@@ -82,7 +82,7 @@ func planAction(c *cli.Context) error {
 		err = plan.WriteText(c.App.Writer)
 	}
 	if err != nil {
-		return cli.Exit(err.Error(), 1)
+		return cli.Exit(message(err), 1)
 	}
 	if !plan.Valid {
 		return cli.Exit("", 1)
@@ -95,11 +95,11 @@ func planAction(c *cli.Context) error {
 func planSizesAction(c *cli.Context, cfg *topology.Config, list string, capacity float64, estimator, format string) error {
 	worlds, err := topology.ParseWorldSizes(list)
 	if err != nil {
-		return Usagef("--world-sizes: %v", err)
+		return Usagef("--world-sizes: %w", err)
 	}
 	fits, err := topology.FitSizes(cfg, worlds, capacity, topology.Options{Estimator: estimator})
 	if err != nil {
-		return Usagef("--world-sizes: %v", err)
+		return Usagef("--world-sizes: %w", err)
 	}
 	if format == "json" {
 		enc := json.NewEncoder(c.App.Writer)
@@ -109,7 +109,7 @@ func planSizesAction(c *cli.Context, cfg *topology.Config, list string, capacity
 		err = topology.WriteSizesText(c.App.Writer, fits)
 	}
 	if err != nil {
-		return cli.Exit(err.Error(), 1)
+		return cli.Exit(message(err), 1)
 	}
 	for _, f := range fits {
 		if f.Valid {

@@ -51,7 +51,7 @@ func reportAction(c *cli.Context) error {
 	}
 	run, picked, err := goodput.FindRunFolder(logDir)
 	if err != nil {
-		return Usagef("report: %v", err)
+		return Usagef("report: %w", err)
 	}
 	if picked {
 		fmt.Fprintf(c.App.ErrWriter, "gorun: report: reporting %s, the run in %s whose %s changed last\n", run, logDir, goodput.EventsFile)
@@ -92,7 +92,7 @@ func readEventsFile(path string) ([]goodput.Event, error) {
 	case errors.Is(err, private.ErrNotRegular):
 		return nil, Usagef("report: %s is not a regular file", path)
 	case err != nil:
-		return nil, Usagef("report: %v", err)
+		return nil, Usagef("report: %w", err)
 	}
 	defer f.Close()
 	if st.Size() > maxEventsBytes {

@@ -28,7 +28,7 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerS
 	}
 	det, err := scheduler.Detect(c.String(fScheduler), os.Getenv, c.IsSet)
 	if err != nil {
-		return "", nil, nil, logNote, fmt.Errorf("%v (--scheduler=none ignores the scheduler's environment)", err)
+		return "", nil, nil, logNote, fmt.Errorf("%w (--scheduler=none ignores the scheduler's environment)", err)
 	}
 	var applied []string
 	for _, st := range det.Settings {

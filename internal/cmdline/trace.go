@@ -58,7 +58,7 @@ type namedVerdict struct {
 func runTrace(stdout, stderr io.Writer, o traceOptions) error {
 	found, err := tracefind.Find(o.dir, tracefind.Options{})
 	if err != nil {
-		return cli.Exit(err.Error(), 1) // it names the links refused
+		return cli.Exit(message(err), 1) // it names the links refused
 	}
 	for _, r := range found.Refused {
 		fmt.Fprintf(stderr, "gorun: warning: trace: not following %s: it leads outside %s\n", r, o.dir)
@@ -71,7 +71,7 @@ func runTrace(stdout, stderr io.Writer, o traceOptions) error {
 	for _, a := range attempts {
 		dumps, err := a.Read()
 		if err != nil {
-			return cli.Exit(err.Error(), 1)
+			return cli.Exit(message(err), 1)
 		}
 		out = append(out, namedVerdict{a, watchdog.Analyze(dumps)})
 	}

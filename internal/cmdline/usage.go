@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -13,10 +14,11 @@ import (
 // file the user named. gorun prints it and exits 2, as torchrun's
 // argparse does. It is a cli.ExitCoder, so an action returns it as it
 // is, and Main finds it through any wrapping (a rendezvous's error
-// returned by the agent).
+// returned by the agent). Its text names flags where the library's error
+// names settings (message).
 type UsageError struct{ Err error }
 
-func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Error() string { return message(e.Err) }
 
 // Unwrap is the input error.
 func (e *UsageError) Unwrap() error { return e.Err }
@@ -46,9 +48,22 @@ func isUsage(err error) bool {
 		errors.Is(err, rendezvous.ErrShapeMismatch) || errors.Is(err, rendezvous.ErrInvalidNode)
 }
 
+// message is err's text as the command line shows it: where an error of
+// the library packages names a setting (a badinput.Error, however deep
+// it is wrapped), the flag that sets it (settingFlags), the context
+// around it kept as it is.
+func message(err error) string { return badinput.Message(err, flagOf) }
+
+// shownError is err as the command line shows it (message); it unwraps
+// to err, so that errors.Is and As still see what err wraps.
+type shownError struct{ err error }
+
+func (e shownError) Error() string { return message(e.err) }
+func (e shownError) Unwrap() error { return e.err }
+
 // ExitError is the command's exit for err: 2 for bad input (isUsage),
 // the code err already carries when it is a cli.ExitCoder itself, code
-// otherwise; err's text is printed either way.
+// otherwise; err's text (message) is printed either way.
 func ExitError(err error, code int) error {
 	var u *UsageError
 	var ec cli.ExitCoder
@@ -60,5 +75,5 @@ func ExitError(err error, code int) error {
 	case errors.As(err, &ec) && ec == err:
 		return err
 	}
-	return cli.Exit(err.Error(), code)
+	return cli.Exit(shownError{err}, code)
 }

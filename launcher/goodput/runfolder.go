@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
@@ -24,7 +25,7 @@ func FindRunFolder(dir string) (run string, picked bool, err error) {
 		return "", false, fmt.Errorf("LOGDIR: %w", err)
 	}
 	if !fi.IsDir() {
-		return "", false, fmt.Errorf("LOGDIR %s is not a folder; want a run folder (with %s) or a --log-dir", dir, EventsFile)
+		return "", false, badinput.Errorf("LOGDIR %s is not a folder; want a run folder (with %s) or a %s", dir, EventsFile, badinput.Setting("LogDir"))
 	}
 	if isRegular(filepath.Join(dir, EventsFile)) {
 		return dir, false, nil
@@ -47,7 +48,7 @@ func FindRunFolder(dir string) (run string, picked bool, err error) {
 		}
 	}
 	if run == "" {
-		return "", false, fmt.Errorf("LOGDIR %s holds no %s, nor does any folder in it; want a run folder (<log_dir>/<run_id>) or a --log-dir of a run", dir, EventsFile)
+		return "", false, badinput.Errorf("LOGDIR %s holds no %s, nor does any folder in it; want a run folder (<log_dir>/<run_id>) or a %s of a run", dir, EventsFile, badinput.Setting("LogDir"))
 	}
 	return run, true, nil
 }

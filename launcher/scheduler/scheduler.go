@@ -12,6 +12,8 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+
+	"github.com/gorun-dev/gorun/internal/badinput"
 )
 
 // Names of the schedulers Detect knows, for --scheduler.
@@ -82,7 +84,8 @@ func (d Detection) Value(flag string) (string, bool) {
 // Detect reads the scheduler's environment through getenv. which is Auto
 // (Slurm when SLURM_JOB_ID is set, else Kubernetes when
 // KUBERNETES_SERVICE_HOST is), Slurm, Kubernetes or None. given reports
-// the flags the user gave (nil: none), which some checks defer to.
+// the flags the user gave (nil: none), which some checks defer to. An
+// error calls which the setting Scheduler (badinput).
 func Detect(which string, getenv func(string) string, given func(flag string) bool) (Detection, error) {
 	if given == nil {
 		given = func(string) bool { return false }
@@ -92,7 +95,7 @@ func Detect(which string, getenv func(string) string, given func(flag string) bo
 		return Detection{}, nil
 	case Slurm:
 		if getenv("SLURM_JOB_ID") == "" {
-			return Detection{}, fmt.Errorf("%w: --scheduler=slurm, but SLURM_JOB_ID is not set (run gorun inside an srun step)", ErrScheduler)
+			return Detection{}, badinput.Errorf("%w: %s=slurm, but SLURM_JOB_ID is not set (run gorun inside an srun step)", ErrScheduler, badinput.Setting("Scheduler"))
 		}
 		return detectSlurm(getenv, given)
 	case Kubernetes:
@@ -106,7 +109,7 @@ func Detect(which string, getenv func(string) string, given func(flag string) bo
 		}
 		return Detection{}, nil
 	}
-	return Detection{}, fmt.Errorf("%w: --scheduler=%q: want auto, slurm, kubernetes or none", ErrScheduler, which)
+	return Detection{}, badinput.Errorf("%w: %s=%q: want auto, slurm, kubernetes or none", ErrScheduler, badinput.Setting("Scheduler"), which)
 }
 
 // first returns the first of names that is set, with its name.
@@ -154,7 +157,7 @@ func detectSlurm(getenv func(string) string, given func(string) bool) (Detection
 			where = "the batch script of a " + strconv.Itoa(nodes) + "-node Slurm job (no SLURM_STEP_ID)"
 		}
 		if !given("nnodes") {
-			return d, fmt.Errorf("%w: gorun runs in %s, so only this host would join: start it once on every node with `srun --ntasks-per-node=1 gorun ...` (or give --nnodes=1 to run on this host alone)", ErrScheduler, where)
+			return d, badinput.Errorf("%w: gorun runs in %s, so only this host would join: start it once on every node with `srun --ntasks-per-node=1 gorun ...` (or give %s=1 to run on this host alone)", ErrScheduler, where, badinput.Setting("NNodes"))
 		}
 		// --nnodes given: a job of this host's own, whatever the
 		// allocation's nodes are; only the run id is the allocation's.
