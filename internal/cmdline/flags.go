@@ -117,6 +117,18 @@ var settingFlags = map[badinput.Setting]string{
 	"NodeRank":   fNodeRank,
 	"MasterAddr": fMasterAddr,
 	"MasterPort": fMasterPort,
+	// rendezvous.Spec: the elastic backends' (a --rdzv-conf key is
+	// Conf.<key>, shown as --rdzv-conf <key>).
+	"Endpoint":             fRdzvEndpoint,
+	"LocalAddr":            fLocalAddr,
+	"Conf":                 fRdzvConf,
+	"Conf.is_host":         fRdzvConf + " is_host",
+	"Conf.store_log_level": fRdzvConf + " store_log_level",
+	"Conf.cert":            fRdzvConf + " cert",
+	"Conf.key":             fRdzvConf + " key",
+	"Conf.connect_timeout": fRdzvConf + " connect_timeout",
+	"Conf.lease_ttl":       fRdzvConf + " lease_ttl",
+	"Conf.token_file":      fRdzvConf + " token_file",
 	// memory.DeviceMemory's preset: topology.Config's keys, gorun plan's
 	// flags (a --plan file's keys gpu and gpu_memory).
 	"GPU":       fPlanGPU,

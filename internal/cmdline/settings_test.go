@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,12 +24,9 @@ import (
 
 // libraryDirs are the packages below the command line whose errors name
 // settings, never flags (from the module's root, with their
-// subpackages). rendezvous/etcd is not held to it yet: its errors still
-// name flags.
+// subpackages).
 var libraryDirs = []string{"launcher", "rendezvous", "comm", "watchdog", "topology", "memory"}
 
-// notYet are folders of libraryDirs left out (see libraryDirs).
-var notYet = []string{"rendezvous/etcd"}
 
 // flagsAllowed are the library errors' mentions of a flag that is also
 // gorun's, where they give advice about another program's command line:
@@ -90,7 +86,7 @@ func libraryFiles(t *testing.T) []libraryFile {
 			}
 			rel := strings.TrimPrefix(filepath.ToSlash(p), "../../")
 			if d.IsDir() {
-				if d.Name() == "testdata" || slices.Contains(notYet, rel) {
+				if d.Name() == "testdata" {
 					return filepath.SkipDir
 				}
 				return nil
@@ -192,7 +188,8 @@ func TestSettingsNameFlags(t *testing.T) {
 	used := librarySettings(t, libraryFiles(t))
 	for setting, flag := range settingFlags {
 		t.Run(string(setting), func(t *testing.T) {
-			if !flags[flag] {
+			// A --rdzv-conf key is "rdzv-conf KEY".
+			if name, _, _ := strings.Cut(flag, " "); !flags[name] {
 				t.Errorf("setting %s maps to --%s, which is no flag of gorun's", setting, flag)
 			}
 			if flagOf(setting) != "--"+flag {

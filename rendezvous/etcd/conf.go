@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net"
 	"os"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
@@ -104,7 +104,7 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (Conf, error) {
 	if v := get("is_host"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return c, fmt.Errorf("--rdzv-conf is_host=%q: want true or false", v)
+			return c, badinput.Errorf("%s=%q: want true or false", badinput.Setting("Conf.is_host"), v)
 		}
 		c.isHost = &b
 	}
@@ -114,7 +114,7 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (Conf, error) {
 	}
 	if v := get("store_log_level"); v != "" {
 		if !slices.Contains(storeLogLevels, v) {
-			return c, fmt.Errorf("--rdzv-conf store_log_level=%q: want %s", v, strings.Join(storeLogLevels, ", "))
+			return c, badinput.Errorf("%s=%q: want %s", badinput.Setting("Conf.store_log_level"), v, strings.Join(storeLogLevels, ", "))
 		}
 		c.storeLogLevel = v
 	}
@@ -128,7 +128,7 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (Conf, error) {
 	c.tls = transport.TLSInfo{TrustedCAFile: get("cacert"), CertFile: get("cert"), KeyFile: get("key")}
 	c.user, c.password = get("user"), get("password")
 	if (c.tls.CertFile == "") != (c.tls.KeyFile == "") {
-		return c, fmt.Errorf("--rdzv-conf: cert and key go together (or GORUN_RDZV_CERT and GORUN_RDZV_KEY)")
+		return c, badinput.Errorf("%s and %s go together (or GORUN_RDZV_CERT and GORUN_RDZV_KEY)", badinput.Setting("Conf.cert"), badinput.Setting("Conf.key"))
 	}
 	return c, nil
 }
@@ -152,7 +152,7 @@ func ParseEndpoints(list string, embedded bool) ([]string, error) {
 	for _, ep := range strings.Split(list, ",") {
 		host, port, err := rendezvous.SplitEndpoint(strings.TrimSpace(ep), defPort)
 		if err != nil {
-			return nil, rendezvous.BadInput(fmt.Errorf("--rdzv-endpoint: %w", err))
+			return nil, rendezvous.BadInput(badinput.Errorf("%s: %w", badinput.Setting("Endpoint"), err))
 		}
 		endpoints = append(endpoints, net.JoinHostPort(host, strconv.Itoa(port)))
 	}
@@ -206,7 +206,7 @@ func (c Conf) clientTLS() (*tls.Config, error) {
 	}
 	cfg, err := c.tls.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--rdzv-conf TLS files: %w", err)
+		return nil, badinput.Errorf("the TLS files of %s: %w", badinput.Setting("Conf"), err)
 	}
 	return cfg, nil
 }

@@ -38,7 +38,7 @@ func TestParseConf(t *testing.T) {
 			want: func(c Conf) bool { return c.user == "flag" }},
 		{name: "bad duration", kv: map[string]string{"join_timeout": "soon"}, err: "join_timeout"},
 		{name: "bad bool", kv: map[string]string{"is_host": "maybe"}, err: "is_host"},
-		{name: "cert without key", kv: map[string]string{"cert": "/c"}, err: "cert and key go together"},
+		{name: "cert without key", kv: map[string]string{"cert": "/c"}, err: "Conf.cert and Conf.key go together"},
 		{name: "unknown torchrun key", kv: map[string]string{"read_timeout": "60"}, warn: "read_timeout",
 			want: func(Conf) bool { return true }},
 	}

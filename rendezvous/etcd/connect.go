@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
@@ -80,7 +81,7 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 			hint = "; the node hosting the embedded store may not have started yet"
 		}
 		if gone := time.Since(start); gone >= cfg.UnreachableTimeout {
-			return nil, nil, fmt.Errorf("%w: never reached etcd at %s in %v (--rdzv-conf connect_timeout): %s%s", ErrUnreachable, endpoints, gone.Round(time.Second), diag.Text, hint)
+			return nil, nil, badinput.Errorf("%w: never reached etcd at %s in %v (%s): %s%s", ErrUnreachable, endpoints, gone.Round(time.Second), badinput.Setting("Conf.connect_timeout"), diag.Text, hint)
 		}
 		if time.Since(lastReport) > DefaultProgressInterval {
 			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, diag.Text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -191,7 +192,7 @@ func (r *Rendezvous) nodeRankTaken(ctx context.Context, t int, holder string, re
 		case wr, ok := <-w:
 			if !ok || wr.Err() != nil {
 				if ctx.Err() == nil && wctx.Err() != nil {
-					return fmt.Errorf("%w: --node-rank=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, r.cfg.NodeRank, holder, t)
+					return badinput.Errorf("%w: %s=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, badinput.Setting("NodeRank"), r.cfg.NodeRank, holder, t)
 				}
 				return fmt.Errorf("%w: %w", errEtcd, watchErr(wr, ok))
 			}
@@ -204,7 +205,7 @@ func (r *Rendezvous) nodeRankTaken(ctx context.Context, t int, holder string, re
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("%w: --node-rank=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, r.cfg.NodeRank, holder, t)
+			return badinput.Errorf("%w: %s=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, badinput.Setting("NodeRank"), r.cfg.NodeRank, holder, t)
 		}
 	}
 }

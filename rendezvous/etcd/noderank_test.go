@@ -84,7 +84,7 @@ func TestDuplicateNodeRankRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = dup.r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"})
-	if !errors.Is(err, rendezvous.ErrInvalidNode) || !strings.Contains(err.Error(), "--node-rank=0 is already taken by node "+first.r.ID()) {
+	if !errors.Is(err, rendezvous.ErrInvalidNode) || !strings.Contains(err.Error(), "NodeRank=0 is already taken by node "+first.r.ID()) {
 		t.Fatalf("second node with --node-rank=0: Next = %v; want it refused, naming the holder", err)
 	}
 	// The refused node was never counted: the round still needs rank 1.

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
@@ -43,7 +44,7 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 	addr := spec.LocalAddr
 	if addr == "" {
 		if addr, err = os.Hostname(); err != nil {
-			return nil, fmt.Errorf("this node's address: %w (give --local-addr)", err)
+			return nil, badinput.Errorf("this node's address: %w (give %s)", err, badinput.Setting("LocalAddr"))
 		}
 	}
 	p, err := planStore(ctx, spec, c)

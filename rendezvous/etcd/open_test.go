@@ -95,7 +95,7 @@ func TestOpenRefusesBadInput(t *testing.T) {
 	}{
 		{"is_host", func(s *rendezvous.Spec) { s.Conf = map[string]string{"is_host": "maybe"} }, "is_host"},
 		{"timeout", func(s *rendezvous.Spec) { s.Conf = map[string]string{"join_timeout": "soon"} }, "join_timeout"},
-		{"endpoint", func(s *rendezvous.Spec) { s.Endpoint = "127.0.0.1:port" }, "--rdzv-endpoint"},
+		{"endpoint", func(s *rendezvous.Spec) { s.Endpoint = "127.0.0.1:port" }, "Endpoint"},
 		{"two store hosts", func(s *rendezvous.Spec) { s.Conf = map[string]string{"store_hosts": "a+b"} }, "2 hosts; want 3, 5 or 7"},
 		{"short token file", func(s *rendezvous.Spec) { s.Conf = map[string]string{"token_file": shortToken} }, "bad job token"},
 		{"short token", func(s *rendezvous.Spec) { t.Setenv(rendezvous.TokenEnv, "short") }, rendezvous.TokenEnv},

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
@@ -177,13 +178,13 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	case rendezvous.ValidateRunID(sh.RunID) != nil:
 		return nil, fmt.Errorf("%w: %w", rendezvous.ErrInvalidConfig, rendezvous.ValidateRunID(sh.RunID))
 	case sh.MinNodes < 1 || sh.MaxNodes < sh.MinNodes:
-		return nil, fmt.Errorf("%w: --nnodes=%d:%d: want 0 < MIN <= MAX", rendezvous.ErrInvalidConfig, sh.MinNodes, sh.MaxNodes)
+		return nil, badinput.Errorf("%w: %s=%d:%d: want 0 < MIN <= MAX", rendezvous.ErrInvalidConfig, badinput.Setting("NNodes"), sh.MinNodes, sh.MaxNodes)
 	case cfg.NodeRank >= sh.MaxNodes:
-		return nil, fmt.Errorf("%w: --node-rank=%d: want below the maximum number of nodes, %d", rendezvous.ErrInvalidConfig, cfg.NodeRank, sh.MaxNodes)
+		return nil, badinput.Errorf("%w: %s=%d: want below the maximum number of nodes, %d", rendezvous.ErrInvalidConfig, badinput.Setting("NodeRank"), cfg.NodeRank, sh.MaxNodes)
 	case sh.Sizes != nil && sh.smallest() == 0:
-		return nil, fmt.Errorf("%w: --nnodes=%d:%d: no node count in that range gives a valid --plan layout (allowed: %v)", rendezvous.ErrInvalidConfig, sh.MinNodes, sh.MaxNodes, sh.Sizes)
+		return nil, badinput.Errorf("%w: %s=%d:%d: no node count in that range gives a valid %s layout (allowed: %v)", rendezvous.ErrInvalidConfig, badinput.Setting("NNodes"), sh.MinNodes, sh.MaxNodes, badinput.Setting("Plan"), sh.Sizes)
 	case cfg.LeaseTTL < time.Second:
-		return nil, fmt.Errorf("%w: --rdzv-conf lease_ttl=%v: want at least 1s", rendezvous.ErrInvalidConfig, cfg.LeaseTTL)
+		return nil, badinput.Errorf("%w: %s=%v: want at least 1s", rendezvous.ErrInvalidConfig, badinput.Setting("Conf.lease_ttl"), cfg.LeaseTTL)
 	}
 	life, stop := context.WithCancel(context.Background())
 	host, _ := os.Hostname()
@@ -324,7 +325,7 @@ func (r *Rendezvous) compareShape(recorded []byte) error {
 
 // untrustedShape explains a job shape sealed with another secret.
 func (r *Rendezvous) untrustedShape() error {
-	return fmt.Errorf("%w %s: the job's shape at %s is not sealed with this node's job token: every node needs the same token (--rdzv-conf token_file=, GORUN_RDZV_TOKEN), and --rdzv-id must be this job's alone", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, r.k.shape())
+	return badinput.Errorf("%w %s: the job's shape at %s is not sealed with this node's job token: every node needs the same token (%s=, GORUN_RDZV_TOKEN), and %s must be this job's alone", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, r.k.shape(), badinput.Setting("Conf.token_file"), badinput.Setting("RunID"))
 }
 
 // Close leaves the job: the lease is revoked, so this node's keys go at
@@ -407,7 +408,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 			unreachable = now
 		}
 		if gone := now.Sub(unreachable); gone >= r.cfg.UnreachableTimeout {
-			return rendezvous.Round{}, fmt.Errorf("%w: etcd at %s did not answer for %v (--rdzv-conf connect_timeout): %v", ErrUnreachable, strings.Join(r.cli.Endpoints(), ","), gone.Round(time.Second), err)
+			return rendezvous.Round{}, badinput.Errorf("%w: etcd at %s did not answer for %v (%s): %v", ErrUnreachable, strings.Join(r.cli.Endpoints(), ","), gone.Round(time.Second), badinput.Setting("Conf.connect_timeout"), err)
 		}
 		if now.Sub(lastWarn) >= r.cfg.ProgressInterval {
 			r.cfg.Log.Warnf("rendezvous: etcd at %s: %v; retrying for up to %v more", strings.Join(r.cli.Endpoints(), ","), err, (r.cfg.UnreachableTimeout - now.Sub(unreachable)).Round(time.Second))

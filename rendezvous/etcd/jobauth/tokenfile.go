@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -37,7 +38,7 @@ func JobToken(ctx context.Context, g Given, job Job, maker bool, log logrus.Fiel
 		t, err := rendezvous.NewToken()
 		return t, nil, maker, err
 	case job.Embedded && os.Getenv(kubernetesEnv) != "":
-		return nil, nil, false, rendezvous.BadInput(fmt.Errorf("%w: the embedded store of a job on several nodes (--nnodes=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", rendezvous.ErrBadToken, job.MaxNodes))
+		return nil, nil, false, rendezvous.BadInput(badinput.Errorf("%w: the embedded store of a job on several nodes (%s=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", rendezvous.ErrBadToken, badinput.Setting("NNodes"), job.MaxNodes))
 	case job.Embedded:
 		s, err := newSharedToken(job.RunID, job.Endpoint, job.Wait)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
+	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -112,7 +113,7 @@ func HostStore(ctx context.Context, c HostConfig, token rendezvous.Token, endpoi
 		p, _ := strconv.Atoi(port)
 		if _, cfg.PeerAddr, err = MemberPorts(ctx, host, p); err != nil {
 			_ = dir.Remove()
-			return nil, false, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoint, err)
+			return nil, false, badinput.Errorf("host the embedded store at %s %s: %w", badinput.Setting("Endpoint"), endpoint, err)
 		}
 	}
 	s, err := StartServer(ctx, cfg)
@@ -125,7 +126,7 @@ func HostStore(ctx context.Context, c HostConfig, token rendezvous.Token, endpoi
 	case err != nil && errors.Is(err, syscall.EADDRINUSE) && OthersPort(endpoint) != nil:
 		return nil, false, OthersPort(endpoint)
 	case err != nil:
-		return nil, false, fmt.Errorf("host the embedded store at --rdzv-endpoint %s: %w", endpoint, err)
+		return nil, false, badinput.Errorf("host the embedded store at %s %s: %w", badinput.Setting("Endpoint"), endpoint, err)
 	}
 	tlsNote := map[bool]string{true: ", TLS", false: ""}[c.TLS.CertFile != ""]
 	log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoint, tlsNote)
