@@ -27,7 +27,6 @@ import (
 // subpackages).
 var libraryDirs = []string{"launcher", "rendezvous", "comm", "watchdog", "topology", "memory"}
 
-
 // flagsAllowed are the library errors' mentions of a flag that is also
 // gorun's, where they give advice about another program's command line:
 // file (from the module's root) and flag. Other programs' flags that
