@@ -381,7 +381,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		// change costs nothing. Either way: the next round, after this
 		// node's part of the failed round's verdict.
 		if out.event.Failure {
-			a.reportHang(ctx, round, dumps)
+			a.reportFlightRecorders(ctx, round, dumps)
 		}
 		return res, true, nil
 	}
@@ -500,14 +500,14 @@ func (a *Agent) failed(ctx context.Context, round rendezvous.Round, att *attempt
 			fmt.Fprint(cfg.Stderr, FormatSummary(cfg.Entrypoint, failures))
 			a.printShortReport()
 		}
-		a.reportHang(ctx, round, dumps)
+		a.reportFlightRecorders(ctx, round, dumps)
 		if why == "" {
 			why = fmt.Sprintf("no restarts left (%d of --max-restarts=%d used)", attemptN, cfg.MaxRestarts)
 		}
 		cfg.Log.Errorf("not restarting: %s", why)
 		return res, false, nil
 	}
-	a.reportHang(ctx, round, dumps)
+	a.reportFlightRecorders(ctx, round, dumps)
 	cfg.Log.Warnf("worker group failed; restart %d of %d", attemptN+1, cfg.MaxRestarts)
 	if d := a.policy.Delay(attemptN); d > 0 {
 		cfg.Log.Infof("waiting %v before restarting (--restart-backoff)", d)

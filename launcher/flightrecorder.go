@@ -17,34 +17,34 @@ import (
 // did.
 const EnvFlightRecorderDir = workerenv.FlightRecorderDir
 
-// HangReporter is a rendezvous that gathers the nodes' flight-recorder
+// FlightRecorderSharer is a rendezvous that gathers the nodes' flight-recorder
 // reports on a failed round (the etcd backends), for one job-wide
 // verdict.
-type HangReporter interface {
-	ShareHangReport(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error)
+type FlightRecorderSharer interface {
+	ShareFlightRecorders(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error)
 }
 
-// hangReportWait bounds the wait for the other nodes' reports.
-const hangReportWait = 10 * time.Second
+// flightRecorderWait bounds the wait for the other nodes' reports.
+const flightRecorderWait = 10 * time.Second
 
-// reportHang prints the verdict of the flight-recorder dumps that the
+// reportFlightRecorders prints the verdict of the flight-recorder dumps that the
 // workers of a failed round left in dir, merged with every other node's
 // when the rendezvous can gather them: the same as `gorun trace` over all
 // of them. Nothing is printed when no worker dumped.
-func (a *Agent) reportHang(ctx context.Context, round rendezvous.Round, dir string) {
+func (a *Agent) reportFlightRecorders(ctx context.Context, round rendezvous.Round, dir string) {
 	cfg := &a.cfg
 	dumps, _ := watchdog.ReadDumps(dir) // none: not a collective's failure
 	if len(dumps) == 0 {
 		return // nothing of this node's to merge (a PyTorch job writes none here)
 	}
 	nodes := 1
-	if hr, ok := a.rdzv.(HangReporter); ok && round.GroupWorldSize > 1 {
+	if hr, ok := a.rdzv.(FlightRecorderSharer); ok && round.GroupWorldSize > 1 {
 		trimmed := make([]watchdog.Dump, len(dumps))
 		for i, d := range dumps {
 			trimmed[i] = watchdog.Trim(d)
 		}
 		b, _ := json.Marshal(trimmed)
-		reports, err := hr.ShareHangReport(ctx, round, b, hangReportWait)
+		reports, err := hr.ShareFlightRecorders(ctx, round, b, flightRecorderWait)
 		cfg.Log.Debugf("flight recorder: the reports of %d of %d nodes", len(reports), round.GroupWorldSize)
 		if err != nil {
 			cfg.Log.Warnf("flight recorder: could not gather the other nodes' dumps: %v", err)

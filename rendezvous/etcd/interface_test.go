@@ -7,7 +7,7 @@ import "github.com/gorun-dev/gorun/launcher"
 // watch and straggler watch.
 var (
 	_ launcher.Rendezvous    = (*Rendezvous)(nil)
-	_ launcher.HangReporter  = (*Rendezvous)(nil)
+	_ launcher.FlightRecorderSharer  = (*Rendezvous)(nil)
 	_ launcher.HangVoter     = (*Rendezvous)(nil)
 	_ launcher.ArrivalSharer = (*Rendezvous)(nil)
 	_ launcher.LeftRecorder  = (*Rendezvous)(nil)

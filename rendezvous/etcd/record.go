@@ -27,26 +27,26 @@ type recordKind string
 
 // The kinds of record, one per kind of key (records.go's keys).
 const (
-	kindSecret       recordKind = "job_secret"     // ctl/secret: the job's secret, for a job given no token (unsealed)
-	kindShape        recordKind = "shape"          // ctl/shape: Shape
-	kindRoundCounter recordKind = "round_counter"  // ctl/round: the round the job is in
-	kindRestarts     recordKind = "restarts"       // ctl/restarts: the restarts spent
-	kindOutcome      recordKind = "outcome"        // ctl/outcome: outcomeRecord
-	kindStop         recordKind = "stop_request"   // ctl/stop: rendezvous.StopRequest
-	kindClosed       recordKind = "closed_round"   // ctl/closed/N: closedRound
-	kindRoundEnd     recordKind = "round_end"      // ctl/end/N: roundEnd
-	kindCloser       recordKind = "closer"         // ctl/closer/N: the id of the node closing round N
-	kindJoin         recordKind = "join"           // join/N/ID: NodeRecord
-	kindNodeRank     recordKind = "node_rank"      // noderank/N/R: the id of the node holding --node-rank R
-	kindRanks        recordKind = "ranks"          // rank/N/ID: memberRanks
-	kindDone         recordKind = "done"           // done/N/ID: doneRecord
-	kindHangVote     recordKind = "hang_vote"      // hangwatch/N/quiet/G: true, node G is quiet
-	kindHangDeclared recordKind = "hang_declared"  // hangwatch/N/hung: rendezvous.HangDeclared
-	kindHangEvidence recordKind = "hang_evidence"  // hangwatch/N/evidence/G: node G's evidence (the launcher's bytes)
-	kindFailReport   recordKind = "failure_report" // hang/N/G: node G's flight recorders on a failed round (the launcher's bytes)
-	kindLeft         recordKind = "left"           // left/N/R: leftRecord, rank R exited 0 while the others ran
-	kindArrivals     recordKind = "arrivals"       // stragglers/N/G: node G's arrivals at collectives (the launcher's bytes)
-	kindGrow         recordKind = "store_growth"   // grow/...: the store's growth (invitations, offers, admissions)
+	kindSecret          recordKind = "job_secret"       // ctl/secret: the job's secret, for a job given no token (unsealed)
+	kindShape           recordKind = "shape"            // ctl/shape: Shape
+	kindRoundCounter    recordKind = "round_counter"    // ctl/round: the round the job is in
+	kindRestarts        recordKind = "restarts"         // ctl/restarts: the restarts spent
+	kindOutcome         recordKind = "outcome"          // ctl/outcome: outcomeRecord
+	kindStop            recordKind = "stop_request"     // ctl/stop: rendezvous.StopRequest
+	kindClosed          recordKind = "closed_round"     // ctl/closed/N: closedRound
+	kindRoundEnd        recordKind = "round_end"        // ctl/end/N: roundEnd
+	kindCloser          recordKind = "closer"           // ctl/closer/N: the id of the node closing round N
+	kindJoin            recordKind = "join"             // join/N/ID: NodeRecord
+	kindNodeRank        recordKind = "node_rank"        // noderank/N/R: the id of the node holding --node-rank R
+	kindRanks           recordKind = "ranks"            // rank/N/ID: memberRanks
+	kindDone            recordKind = "done"             // done/N/ID: "ok", or "stopped" on a stop request
+	kindHangVote        recordKind = "hang_vote"        // hangwatch/N/quiet/G: true, node G is quiet
+	kindHangDeclared    recordKind = "hang_declared"    // hangwatch/N/hung: rendezvous.HangDeclared
+	kindHangEvidence    recordKind = "hang_evidence"    // hangwatch/N/evidence/G: node G's evidence (the launcher's bytes)
+	kindFlightRecorders recordKind = "flight_recorders" // flightrecorders/N/G: node G's flight recorders on a failed round (the launcher's bytes)
+	kindLeft            recordKind = "left"             // left/N/R: rendezvous.LeftRank, rank R exited 0 while the others ran
+	kindArrivals        recordKind = "arrivals"         // stragglers/N/G: node G's arrivals at collectives (the launcher's bytes)
+	kindGrow            recordKind = "store_growth"     // grow/...: the store's growth (invitations, offers, admissions)
 )
 
 // envelope is a record's form in the store.

@@ -166,7 +166,7 @@ func TestHangReportWaitsNotForALostNode(t *testing.T) {
 	start := time.Now()
 	for i := range 2 {
 		go func() {
-			reports, err := as[i].r.ShareHangReport(ctx, rounds[i], []byte(`{"node":`+strconv.Itoa(i)+`}`), wait)
+			reports, err := as[i].r.ShareFlightRecorders(ctx, rounds[i], []byte(`{"node":`+strconv.Itoa(i)+`}`), wait)
 			done <- shared{reports, err}
 		}()
 	}

@@ -22,7 +22,7 @@ import (
 var (
 	_ launcher.Preempter        = (*etcdrdzv.Session)(nil)
 	_ launcher.HangVoter        = (*etcdrdzv.Session)(nil)
-	_ launcher.HangReporter     = (*etcdrdzv.Session)(nil)
+	_ launcher.FlightRecorderSharer     = (*etcdrdzv.Session)(nil)
 	_ launcher.LeftRecorder     = (*etcdrdzv.Session)(nil)
 	_ launcher.ArrivalSharer    = (*etcdrdzv.Session)(nil)
 	_ launcher.AgentStorePorter = (*etcdrdzv.Session)(nil)

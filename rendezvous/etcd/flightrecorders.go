@@ -11,32 +11,32 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// hangPrefix holds the nodes' flight-recorder reports of round r.
-func (k keys) hangPrefix(r int) string { return k.root + "hang/" + strconv.Itoa(r) + "/" }
+// flightRecorderPrefix holds the nodes' flight-recorder reports of round r.
+func (k keys) flightRecorderPrefix(r int) string { return k.root + "flightrecorders/" + strconv.Itoa(r) + "/" }
 
-// hangReportTTL keeps a report for the nodes that read it after its
+// flightRecorderTTL keeps a report for the nodes that read it after its
 // writer left (a node's own lease ends with it), then lets it go.
-const hangReportTTL = 5 * 60 // seconds
+const flightRecorderTTL = 5 * 60 // seconds
 
-// ShareHangReport puts this node's report on a failed round (its
+// ShareFlightRecorders puts this node's report on a failed round (its
 // workers' trimmed flight-recorder dumps) and returns the reports of
 // every node of the round, this one's included, as they arrive within
 // wait: all of them, or those in by then. A node whose lease ended (a lost
 // node: it never reports) is not waited for; it used to cost every
 // survivor the whole wait (10 s) after a node loss. A report outlives its
-// node for hangReportTTL, on a lease of its own.
-func (r *Rendezvous) ShareHangReport(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error) {
-	return r.shareReports(ctx, round, r.k.hangPrefix(round.Number), kindFailReport, report, wait)
+// node for flightRecorderTTL, on a lease of its own.
+func (r *Rendezvous) ShareFlightRecorders(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error) {
+	return r.shareReports(ctx, round, r.k.flightRecorderPrefix(round.Number), kindFlightRecorders, report, wait)
 }
 
 // shareReports puts this node's report under prefix (its group rank the
 // key) and returns every node's of the round as they arrive within wait:
 // all of them, or those in by then; a node whose lease ended is not
-// waited for (see ShareHangReport).
+// waited for (see ShareFlightRecorders).
 func (r *Rendezvous) shareReports(ctx context.Context, round rendezvous.Round, prefix string, kind recordKind, report []byte, wait time.Duration) ([][]byte, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	grant, err := r.cli.Grant(wctx, hangReportTTL)
+	grant, err := r.cli.Grant(wctx, flightRecorderTTL)
 	if err != nil {
 		return nil, err
 	}
