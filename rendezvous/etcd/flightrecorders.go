@@ -12,7 +12,9 @@ import (
 )
 
 // flightRecorderPrefix holds the nodes' flight-recorder reports of round r.
-func (k keys) flightRecorderPrefix(r int) string { return k.root + "flightrecorders/" + strconv.Itoa(r) + "/" }
+func (k keys) flightRecorderPrefix(r int) string {
+	return k.root + "flightrecorders/" + strconv.Itoa(r) + "/"
+}
 
 // flightRecorderTTL keeps a report for the nodes that read it after its
 // writer left (a node's own lease ends with it), then lets it go.

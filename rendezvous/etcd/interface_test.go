@@ -6,9 +6,9 @@ import "github.com/gorun-dev/gorun/launcher"
 // ones the agent looks for: the job-wide flight-recorder report, hang
 // watch and straggler watch.
 var (
-	_ launcher.Rendezvous    = (*Rendezvous)(nil)
-	_ launcher.FlightRecorderSharer  = (*Rendezvous)(nil)
-	_ launcher.HangVoter     = (*Rendezvous)(nil)
-	_ launcher.ArrivalSharer = (*Rendezvous)(nil)
-	_ launcher.LeftRecorder  = (*Rendezvous)(nil)
+	_ launcher.Rendezvous           = (*Rendezvous)(nil)
+	_ launcher.FlightRecorderSharer = (*Rendezvous)(nil)
+	_ launcher.HangVoter            = (*Rendezvous)(nil)
+	_ launcher.ArrivalSharer        = (*Rendezvous)(nil)
+	_ launcher.LeftRecorder         = (*Rendezvous)(nil)
 )

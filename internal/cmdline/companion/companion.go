@@ -20,12 +20,12 @@ import (
 // the records of ranks that left, the straggler watch across nodes, the
 // flight recorder's gathering or the workers' store on the master node.
 var (
-	_ launcher.Preempter        = (*etcdrdzv.Session)(nil)
-	_ launcher.HangVoter        = (*etcdrdzv.Session)(nil)
-	_ launcher.FlightRecorderSharer     = (*etcdrdzv.Session)(nil)
-	_ launcher.LeftRecorder     = (*etcdrdzv.Session)(nil)
-	_ launcher.ArrivalSharer    = (*etcdrdzv.Session)(nil)
-	_ launcher.AgentStorePorter = (*etcdrdzv.Session)(nil)
+	_ launcher.Preempter            = (*etcdrdzv.Session)(nil)
+	_ launcher.HangVoter            = (*etcdrdzv.Session)(nil)
+	_ launcher.FlightRecorderSharer = (*etcdrdzv.Session)(nil)
+	_ launcher.LeftRecorder         = (*etcdrdzv.Session)(nil)
+	_ launcher.ArrivalSharer        = (*etcdrdzv.Session)(nil)
+	_ launcher.AgentStorePorter     = (*etcdrdzv.Session)(nil)
 )
 
 // Commands implements cmdline.Companion.
