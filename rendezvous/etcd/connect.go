@@ -38,7 +38,9 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 	for {
 		if cli == nil {
 			// A client that logs in fails at once while etcd is away.
-			cli, err = clientv3.New(ccfg)
+			dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+			cli, err = NewClient(dctx, ccfg, cfg.Token)
+			cancel()
 		}
 		if cli != nil {
 			actx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -92,6 +94,26 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// NewClient is a client of the store of ccfg. A client of the job's own
+// store (its user, with the password the job token gives) signs in once
+// and presents a token it signs itself from then on
+// (jobauth.SignIn), instead of logging in again at each stream it opens;
+// any other client logs in as ccfg says.
+func NewClient(ctx context.Context, ccfg clientv3.Config, token Token) (*clientv3.Client, error) {
+	if token == nil || ccfg.Username != EtcdUser || ccfg.Password != token.EtcdPassword() {
+		return clientv3.New(ccfg)
+	}
+	signed, err := jobauth.SignIn(ctx, ccfg, token)
+	if err != nil {
+		return nil, err
+	}
+	if signed == "" {
+		return clientv3.New(ccfg) // the store's tokens are not signed ones
+	}
+	ccfg.Username, ccfg.Password, ccfg.Token = "", "", signed
+	return clientv3.New(ccfg)
 }
 
 // isPermanent tells errors that retrying cannot fix.

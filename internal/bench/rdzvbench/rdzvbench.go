@@ -86,8 +86,9 @@ func Run(ctx context.Context, n int) (Result, error) {
 	g.SetLimit(256)
 	for i := range clients {
 		g.Go(func() error {
-			c, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 30 * time.Second, Logger: zap.NewNop(), TLS: jobTLS,
-				Username: etcdrdzv.EtcdUser, Password: benchToken.EtcdPassword()})
+			// As an agent's client: signed in once (etcdrdzv.NewClient).
+			c, err := etcdrdzv.NewClient(ctx, clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 30 * time.Second, Logger: zap.NewNop(), TLS: jobTLS,
+				Username: etcdrdzv.EtcdUser, Password: benchToken.EtcdPassword()}, benchToken)
 			if err != nil {
 				return fmt.Errorf("client %d: %w", i, err)
 			}

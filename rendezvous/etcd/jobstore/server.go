@@ -181,6 +181,7 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{{Scheme: "https", Host: cfg.peerListen}}, []url.URL{peer}
 		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 		ec.PeerTLSInfo = cfg.peerTLS
+		ec.AuthToken = cfg.authToken
 		return ec
 	}
 	ec.Name = MemberName(cfg.Member)
@@ -350,7 +351,7 @@ func (s *Server) makeRunDir(dir string) error {
 }
 
 // securePeers sets the member's peer TLS (files in runDir) and, for a
-// store of several members, etcd's auth tokens.
+// store with a job token, etcd's auth tokens.
 func (cfg *ServerConfig) securePeers(runDir string) error {
 	host, _, err := net.SplitHostPort(cfg.PeerAddr)
 	if !cfg.peered() {
@@ -366,8 +367,10 @@ func (cfg *ServerConfig) securePeers(runDir string) error {
 		if err != nil {
 			return err
 		}
-		cfg.peerTLS, err = jobauth.PeerTLS(alone, runDir, host)
-		return err
+		if cfg.peerTLS, err = jobauth.PeerTLS(alone, runDir, host); err != nil {
+			return err
+		}
+		return cfg.signedTokens(runDir)
 	}
 	if err != nil {
 		return fmt.Errorf("embedded etcd: member %d's peer address %q: %w", cfg.Member, cfg.PeerAddr, err)
@@ -375,12 +378,22 @@ func (cfg *ServerConfig) securePeers(runDir string) error {
 	if cfg.peerTLS, err = jobauth.PeerTLS(cfg.Token, runDir, host); err != nil {
 		return err
 	}
-	// etcd's simple auth tokens are one member's own: a client that
-	// logged in at one member is refused by another (a watch fails
-	// with "invalid auth token"). Signed tokens (JWT, under a key the
-	// members derive from the job token) are good at every member.
+	return cfg.signedTokens(runDir)
+}
+
+// signedTokens makes the store's auth tokens signed ones (JWT), under
+// the key every node derives from the job token (jobauth.SignInKey): a
+// token is good at every member (etcd's simple tokens are one member's
+// own: a client that logged in at one member was refused by another),
+// and a node signs its own, so that its client never logs in again
+// (jobauth.SignIn). Without a job token the store keeps etcd's simple
+// tokens.
+func (cfg *ServerConfig) signedTokens(runDir string) error {
+	if cfg.Token == nil {
+		return nil
+	}
 	key := filepath.Join(runDir, "jwt.key")
-	if err := os.WriteFile(key, cfg.Token.Derive("gorun etcd jwt v1"), 0o600); err != nil {
+	if err := os.WriteFile(key, jobauth.SignInKey(cfg.Token), 0o600); err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
 	cfg.authToken = "jwt,priv-key=" + key + ",sign-method=HS256,ttl=1h"
