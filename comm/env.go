@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/memory"
 )
 
@@ -39,18 +40,18 @@ func LaunchFromEnv() (Launch, error) {
 		}
 		return v, nil
 	}
-	rank, err1 := get("RANK")
-	size, err2 := get("WORLD_SIZE")
-	port, err3 := get("MASTER_PORT")
+	rank, err1 := get(workerenv.Rank)
+	size, err2 := get(workerenv.WorldSize)
+	port, err3 := get(workerenv.MasterPort)
 	local, err4 := 0, error(nil)
-	if os.Getenv("LOCAL_RANK") != "" {
-		local, err4 = get("LOCAL_RANK")
+	if os.Getenv(workerenv.LocalRank) != "" {
+		local, err4 = get(workerenv.LocalRank)
 	}
 	secret, err5 := SecretFromEnv()
 	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return Launch{}, err
 	}
-	addr := os.Getenv("MASTER_ADDR")
+	addr := os.Getenv(workerenv.MasterAddr)
 	if addr == "" {
 		return Launch{}, errors.New("comm: MASTER_ADDR is not set (is this process launched by gorun?)")
 	}
@@ -208,7 +209,7 @@ func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*
 	if l.Rank == 0 {
 		ln, err := net.Listen("tcp", l.StoreAddr)
 		if err != nil {
-			if errors.Is(err, syscall.EADDRINUSE) && os.Getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" {
+			if errors.Is(err, syscall.EADDRINUSE) && os.Getenv(workerenv.UseAgentStore) == "True" {
 				return nil, fmt.Errorf("comm: rank 0: serve the store on MASTER_ADDR:MASTER_PORT %s: %w: torchrun 2.x's agent holds that port for its own store (TORCHELASTIC_USE_AGENT_STORE=True); under torchrun, run with --rdzv-backend=c10d and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, which give the workers a port of their own, or launch with gorun", l.StoreAddr, err)
 			}
 			return nil, fmt.Errorf("comm: rank 0: serve the store on MASTER_ADDR:MASTER_PORT %s: %w", l.StoreAddr, err)

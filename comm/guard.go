@@ -91,7 +91,7 @@ func dumpDir() (string, error) {
 	if warning != "" {
 		fmt.Fprintf(os.Stderr, "gorun watchdog: %s\n", warning)
 	}
-	id := os.Getenv("TORCHELASTIC_RUN_ID")
+	id := os.Getenv(workerenv.RunID)
 	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") {
 		id = "job"
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // HeartbeatEnv names the file that gorun --hang-timeout watches besides a
-// worker's output (launcher.EnvHeartbeatFile).
+// worker's output (workerenv.HeartbeatFile).
 const HeartbeatEnv = workerenv.HeartbeatFile
 
 // Heartbeat tells gorun that this worker makes progress, for workers that

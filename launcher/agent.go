@@ -14,31 +14,11 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/launcher/pyhelpers"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
-
-// Rendezvous is what the agent needs from a rendezvous backend; the
-// backends live in package rendezvous and its subpackages.
-type Rendezvous interface {
-	// Next joins the next round and blocks until it closes.
-	Next(ctx context.Context, node rendezvous.Node) (rendezvous.Round, error)
-	// Watch returns a channel that delivers an event when the round must
-	// end for a reason outside this node; a nil channel if that cannot
-	// happen. It stops when ctx ends.
-	Watch(ctx context.Context, round rendezvous.Round) <-chan rendezvous.Event
-	// Fail reports that this node's workers failed in round and says
-	// whether they restart: the failure is retriable and the restart budget
-	// (shared by all nodes where the backend has a store) allows it.
-	Fail(ctx context.Context, round rendezvous.Round, reason string, exitCode int, retriable bool) (bool, error)
-	// Succeed reports that this node's workers all succeeded in round and
-	// waits for the job's outcome: nil when the job is done,
-	// rendezvous.ErrRoundEnded when this node must join a new round.
-	Succeed(ctx context.Context, round rendezvous.Round) error
-	// Close leaves the rendezvous.
-	Close(ctx context.Context) error
-}
 
 // closeTimeout bounds leaving the rendezvous when the agent ends.
 const closeTimeout = 10 * time.Second
@@ -339,7 +319,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 		att.leftRec, att.round = lr, round
 	}
 	if as, ok := a.rdzv.(ArrivalSharer); ok && round.GroupWorldSize > 1 {
-		att.arrivals = &nodeArrivalsPlan{sharer: as, round: round}
+		att.arrivals = &nodeArrivalsSetup{sharer: as, round: round}
 	}
 	events := a.rdzv.Watch(wctx, round)
 	out := att.monitor(ctx, a.signals, events)
@@ -396,7 +376,7 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 	if err := layout.prepareAttempt(attemptN, cfg.NprocPerNode); err != nil {
 		return nil, "", err
 	}
-	dumps, set := lookupEnv(cfg.Environ, EnvFlightRecorderDir)
+	dumps, set := lookupEnv(cfg.Environ, workerenv.FlightRecorderDir)
 	if !set || dumps == "" {
 		var warning string
 		if dumps, warning, err = layout.dumpDir(attemptN); err != nil {
@@ -405,7 +385,7 @@ func (a *Agent) startRound(ctx context.Context, round rendezvous.Round, layout *
 		if warning != "" {
 			cfg.Log.Warn(warning)
 		}
-		shared = append(slices.Clip(shared), EnvVar{EnvFlightRecorderDir, dumps})
+		shared = append(slices.Clip(shared), EnvVar{workerenv.FlightRecorderDir, dumps})
 	}
 	workerRound := round
 	if len(workerRound.JobSecret) == 0 {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -70,9 +71,9 @@ type attempt struct {
 	records sync.WaitGroup
 	// arrivals is the attempt's part in the job-wide straggler watch (nil:
 	// none).
-	arrivals *nodeArrivalsPlan
+	arrivals *nodeArrivalsSetup
 	// stdin is what the workers read.
-	stdin stdinPlan
+	stdin stdinRoutes
 	// filtered are the files of --duplicate-stdout-filters and
 	// --duplicate-stderr-filters (nil where off), by stream, and their
 	// consoles.
@@ -115,8 +116,8 @@ type outcome struct {
 	event  rendezvous.Event
 }
 
-// streamPlan says where one stream of one worker goes.
-type streamPlan struct {
+// streamRoutes says where one stream of one worker goes.
+type streamRoutes struct {
 	index   int    // 0 for stdout, 1 for stderr
 	name    string // "stdout" or "stderr"
 	bit     Std
@@ -161,16 +162,16 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 	for i, spec := range specs {
 		w := &worker{spec: spec}
 		if cfg.HangTimeout > 0 {
-			hb, _ := lookupEnv(spec.Env, EnvHeartbeatFile)
+			hb, _ := lookupEnv(spec.Env, workerenv.HeartbeatFile)
 			w.progress = newProgress(hb, time.Now())
 		}
 		att.workers = append(att.workers, w)
 		if _, fg := att.stdin.forRank(spec.LocalRank); !fg {
 			interps[i] = warm.take(spec)
 		}
-		streams := []streamPlan{{0, "stdout", StdOut, stdout, false}, {1, "stderr", StdErr, stderr, false}}
+		streams := []streamRoutes{{0, "stdout", StdOut, stdout, false}, {1, "stderr", StdErr, stderr, false}}
 		if cfg.mergesStreams(spec.LocalRank) {
-			streams = []streamPlan{{0, "stdout", StdOut, stdout, true}}
+			streams = []streamRoutes{{0, "stdout", StdOut, stdout, true}}
 		}
 		for j, sp := range streams {
 			var interpOut *os.File
@@ -259,7 +260,7 @@ func closeChildEnds(ends [][2]*os.File, devNull *os.File) {
 // worker's stream is the pipe its warm interpreter was started with (interpOut, its
 // read end): it gets a pump whatever the stream's plan (nil: no file for
 // the child).
-func (att *attempt) plumb(w *worker, sp streamPlan, layout *logLayout, devNull, interpOut *os.File) (*os.File, error) {
+func (att *attempt) plumb(w *worker, sp streamRoutes, layout *logLayout, devNull, interpOut *os.File) (*os.File, error) {
 	cfg, lr := att.cfg, w.spec.LocalRank
 	redirect, tee := cfg.Redirects.For(lr).Has(sp.bit), cfg.Tee.For(lr).Has(sp.bit)
 	toFile := redirect || tee

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -247,51 +247,51 @@ func NewConfig() Config {
 }
 
 // Validate reports the first field that is out of range, naming it
-// (badinput: the command line names the flag that sets it).
+// (internal/setting: the command line names the flag that sets it).
 func (c *Config) Validate() error {
 	e := c.Entrypoint
 	switch {
 	case e.Script == "":
 		return fmt.Errorf("no training script given: usage: gorun [flags] SCRIPT [ARGS...]")
 	case e.Module && e.NoPython:
-		return badinput.Errorf("%s and %s cannot be used together", badinput.Setting("Entrypoint.NoPython"), badinput.Setting("Entrypoint.Module"))
+		return setting.Errorf("%s and %s cannot be used together", setting.Name("Entrypoint.NoPython"), setting.Name("Entrypoint.Module"))
 	case e.RunPath && e.Module:
-		return badinput.Errorf("%s and %s cannot be used together", badinput.Setting("Entrypoint.RunPath"), badinput.Setting("Entrypoint.Module"))
+		return setting.Errorf("%s and %s cannot be used together", setting.Name("Entrypoint.RunPath"), setting.Name("Entrypoint.Module"))
 	case !e.NoPython && len(e.Python) == 0:
-		return badinput.Errorf("%s: empty interpreter", badinput.Setting("Entrypoint.Python"))
+		return setting.Errorf("%s: empty interpreter", setting.Name("Entrypoint.Python"))
 	case c.NprocPerNode < 1:
-		return badinput.Errorf("%s: %d workers, want at least 1", badinput.Setting("NprocPerNode"), c.NprocPerNode)
+		return setting.Errorf("%s: %d workers, want at least 1", setting.Name("NprocPerNode"), c.NprocPerNode)
 	case rendezvous.ValidateRunID(c.RunID) != nil:
 		return rendezvous.ValidateRunID(c.RunID)
 	case c.MaxRestarts < 0:
-		return badinput.Errorf("%s: %d, want 0 or more", badinput.Setting("MaxRestarts"), c.MaxRestarts)
+		return setting.Errorf("%s: %d, want 0 or more", setting.Name("MaxRestarts"), c.MaxRestarts)
 	case c.RestartBackoff < 0:
-		return badinput.Errorf("%s: %v, want 0 or more", badinput.Setting("RestartBackoff"), c.RestartBackoff)
+		return setting.Errorf("%s: %v, want 0 or more", setting.Name("RestartBackoff"), c.RestartBackoff)
 	case c.RestartBackoffMax < c.RestartBackoff:
-		return badinput.Errorf("%s: %v is below %s %v", badinput.Setting("RestartBackoffMax"), c.RestartBackoffMax, badinput.Setting("RestartBackoff"), c.RestartBackoff)
+		return setting.Errorf("%s: %v is below %s %v", setting.Name("RestartBackoffMax"), c.RestartBackoffMax, setting.Name("RestartBackoff"), c.RestartBackoff)
 	case c.StopTimeout < 0:
-		return badinput.Errorf("%s: %v, want 0 or more", badinput.Setting("StopTimeout"), c.StopTimeout)
+		return setting.Errorf("%s: %v, want 0 or more", setting.Name("StopTimeout"), c.StopTimeout)
 	case c.PreemptGrace < 0:
-		return badinput.Errorf("%s: %v, want 0 (off) or more", badinput.Setting("PreemptGrace"), c.PreemptGrace)
+		return setting.Errorf("%s: %v, want 0 (off) or more", setting.Name("PreemptGrace"), c.PreemptGrace)
 	case c.HangTimeout < 0:
-		return badinput.Errorf("%s: %v, want 0 (off) or more", badinput.Setting("HangTimeout"), c.HangTimeout)
+		return setting.Errorf("%s: %v, want 0 (off) or more", setting.Name("HangTimeout"), c.HangTimeout)
 	case c.WarmStart && !e.RunsPython():
-		return badinput.Errorf("%s keeps Python interpreters ready, and %s runs %s itself: drop one of them", badinput.Setting("WarmStart"), badinput.Setting("Entrypoint.NoPython"), e.Script)
+		return setting.Errorf("%s keeps Python interpreters ready, and %s runs %s itself: drop one of them", setting.Name("WarmStart"), setting.Name("Entrypoint.NoPython"), e.Script)
 	case !c.WarmStart && len(c.WarmImports) > 0:
-		return badinput.Errorf("%s %s: the modules are imported by %s's interpreters: add %s", badinput.Setting("WarmImports"), strings.Join(c.WarmImports, ","), badinput.Setting("WarmStart"), badinput.Setting("WarmStart"))
+		return setting.Errorf("%s %s: the modules are imported by %s's interpreters: add %s", setting.Name("WarmImports"), strings.Join(c.WarmImports, ","), setting.Name("WarmStart"), setting.Name("WarmStart"))
 	case c.Stdout == nil || c.Stderr == nil || c.Log == nil:
 		return fmt.Errorf("launcher: Stdout, Stderr and Log must be set")
 	}
 	for _, m := range c.WarmImports {
 		if !isModuleName(m) {
-			return badinput.Errorf("%s: %q is not a module name: want names such as torch,numpy,torch.distributed, separated by commas", badinput.Setting("WarmImports"), m)
+			return setting.Errorf("%s: %q is not a module name: want names such as torch,numpy,torch.distributed, separated by commas", setting.Name("WarmImports"), m)
 		}
 	}
 	// A local rank beyond this node's workers is taken, as torchrun
 	// takes it: one launch line serves nodes of different sizes.
 	for _, r := range c.LocalRanksFilter {
 		if r < 0 {
-			return badinput.Errorf("%s: local rank %d; want local ranks from 0", badinput.Setting("LocalRanksFilter"), r)
+			return setting.Errorf("%s: local rank %d; want local ranks from 0", setting.Name("LocalRanksFilter"), r)
 		}
 	}
 	return nil

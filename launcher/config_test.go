@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 )
 
 // TestValidateNamesTheSetting: a field out of range is bad input that
@@ -15,7 +15,7 @@ func TestValidateNamesTheSetting(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		set  func(*Config)
-		want badinput.Setting
+		want setting.Name
 		msg  string
 	}{
 		{func(c *Config) { c.Entrypoint.Module, c.Entrypoint.NoPython = true, true }, "Entrypoint.NoPython", "Entrypoint.NoPython and Entrypoint.Module cannot be used together"},
@@ -33,7 +33,7 @@ func TestValidateNamesTheSetting(t *testing.T) {
 			cfg.Entrypoint.Script = "train.py"
 			tt.set(&cfg)
 			err := cfg.Validate()
-			var bad *badinput.Error
+			var bad *setting.Error
 			if !errors.As(err, &bad) || bad.Setting != tt.want || err.Error() != tt.msg {
 				t.Errorf("Validate = %v; want %q, about %s", err, tt.msg, tt.want)
 			}

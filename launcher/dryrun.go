@@ -14,8 +14,8 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// DryRunPlan is what a launch would start in its first round.
-type DryRunPlan struct {
+// DryRun is what a launch would start in its first round.
+type DryRun struct {
 	RunID string `json:"run_id"`
 	// MasterPortAtLaunch is true when MASTER_PORT is a free port chosen
 	// when the job starts, so the value shown is only a placeholder.
@@ -25,7 +25,7 @@ type DryRunPlan struct {
 	// settings (slurm, kubernetes), "" for none.
 	Scheduler string `json:"scheduler,omitempty"`
 	// FromScheduler are the settings it gave, applied or not.
-	FromScheduler []SchedulerSetting `json:"from_scheduler,omitempty"`
+	FromScheduler []SchedulerFlag `json:"from_scheduler,omitempty"`
 	// Sizes, with --plan, says at which node counts the layout is valid
 	// and what each becomes.
 	Sizes []DrySize `json:"sizes,omitempty"`
@@ -45,9 +45,9 @@ type DrySize struct {
 	Problems     []string `json:"problems,omitempty"`
 }
 
-// SchedulerSetting is a launch setting a cluster scheduler's environment
+// SchedulerFlag is a launch setting a cluster scheduler's environment
 // gave (launcher/scheduler), as --dry-run shows it.
-type SchedulerSetting struct {
+type SchedulerFlag struct {
 	// Flag is the flag it stands for, without dashes.
 	Flag  string `json:"flag"`
 	Value string `json:"value"`
@@ -57,16 +57,16 @@ type SchedulerSetting struct {
 	Overridden bool `json:"overridden_by_flag,omitempty"`
 }
 
-// PlanDryRun returns the workers of the first attempt of cfg in round,
+// NewDryRun returns the workers of the first attempt of cfg in round,
 // without creating or starting anything; none when this node would be a
 // hot spare. A round with MasterPort 0 stands
 // for a port chosen at launch. The job secret is shown as
 // SecretPlaceholder: a dry run neither makes nor prints one. agentStore:
 // the rendezvous lets the agent serve the workers' store
 // (AgentStorePorter), which it does for Python workers.
-func PlanDryRun(cfg *Config, round rendezvous.Round, spare, agentStore bool) (DryRunPlan, error) {
+func NewDryRun(cfg *Config, round rendezvous.Round, spare, agentStore bool) (DryRun, error) {
 	if err := rendezvous.ValidateRunID(cfg.RunID); err != nil {
-		return DryRunPlan{}, err
+		return DryRun{}, err
 	}
 	round.UseAgentStore = agentStore && cfg.pythonWorkers()
 	round.JobSecret = rendezvous.Token(SecretPlaceholder)
@@ -91,10 +91,10 @@ func PlanDryRun(cfg *Config, round rendezvous.Round, spare, agentStore bool) (Dr
 	if !spare {
 		var err error
 		if workers, err = WorkerSpecs(cfg, shared, round, 0, errorFile); err != nil {
-			return DryRunPlan{}, err
+			return DryRun{}, err
 		}
 	}
-	p := DryRunPlan{
+	p := DryRun{
 		RunID:              round.RunID,
 		MasterPortAtLaunch: round.MasterPort == 0,
 		Warnings:           warnings,
@@ -110,7 +110,7 @@ func PlanDryRun(cfg *Config, round rendezvous.Round, spare, agentStore bool) (Dr
 }
 
 // Write prints the plan as text, or as JSON when format is "json".
-func (p DryRunPlan) Write(w io.Writer, format string) error {
+func (p DryRun) Write(w io.Writer, format string) error {
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

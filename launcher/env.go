@@ -156,7 +156,7 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 		}
 	}
 	if cfg.probes() {
-		vars = append(vars, EnvVar{probe.EnvInterval, strconv.FormatFloat(probe.Interval(cfg.HangTimeout).Seconds(), 'f', -1, 64)})
+		vars = append(vars, EnvVar{workerenv.ProbeInterval, strconv.FormatFloat(probe.Interval(cfg.HangTimeout).Seconds(), 'f', -1, 64)})
 		// PyTorch 2.x's flight recorder, which the probe reads (gloo's
 		// too), unless the user sized it.
 		_, fr := lookupEnv(cfg.Environ, "TORCH_FR_BUFFER_SIZE")
@@ -217,34 +217,34 @@ func choosesExpandable(conf string) bool {
 func rankEnv(cfg *Config, round rendezvous.Round, restartCount, localRank int, errorFile string) []EnvVar {
 	itoa := strconv.Itoa
 	vars := []EnvVar{
-		{"LOCAL_RANK", itoa(localRank)},
-		{"RANK", itoa(round.BaseRank + localRank)},
-		{"GROUP_RANK", itoa(round.GroupRank)},
-		{"ROLE_RANK", itoa(round.BaseRoleRank + localRank)},
-		{"ROLE_NAME", cfg.Role},
-		{"LOCAL_WORLD_SIZE", itoa(cfg.NprocPerNode)},
-		{"WORLD_SIZE", itoa(round.WorldSize)},
-		{"GROUP_WORLD_SIZE", itoa(round.GroupWorldSize)},
-		{"ROLE_WORLD_SIZE", itoa(round.RoleWorldSize)},
-		{"MASTER_ADDR", round.MasterAddr},
-		{"MASTER_PORT", itoa(round.MasterPort)},
-		{"TORCHELASTIC_RESTART_COUNT", itoa(restartCount)},
-		{"TORCHELASTIC_MAX_RESTARTS", itoa(cfg.MaxRestarts)},
-		{"TORCHELASTIC_RUN_ID", round.RunID},
-		{"TORCHELASTIC_USE_AGENT_STORE", pythonBool(round.UseAgentStore)},
-		{EnvErrorFile, errorFile},
+		{workerenv.LocalRank, itoa(localRank)},
+		{workerenv.Rank, itoa(round.BaseRank + localRank)},
+		{workerenv.GroupRank, itoa(round.GroupRank)},
+		{workerenv.RoleRank, itoa(round.BaseRoleRank + localRank)},
+		{workerenv.RoleName, cfg.Role},
+		{workerenv.LocalWorldSize, itoa(cfg.NprocPerNode)},
+		{workerenv.WorldSize, itoa(round.WorldSize)},
+		{workerenv.GroupWorldSize, itoa(round.GroupWorldSize)},
+		{workerenv.RoleWorldSize, itoa(round.RoleWorldSize)},
+		{workerenv.MasterAddr, round.MasterAddr},
+		{workerenv.MasterPort, itoa(round.MasterPort)},
+		{workerenv.RestartCount, itoa(restartCount)},
+		{workerenv.MaxRestarts, itoa(cfg.MaxRestarts)},
+		{workerenv.RunID, round.RunID},
+		{workerenv.UseAgentStore, pythonBool(round.UseAgentStore)},
+		{workerenv.ErrorFile, errorFile},
 	}
 	if cfg.HangTimeout > 0 {
-		vars = append(vars, EnvVar{EnvHeartbeatFile, filepath.Join(filepath.Dir(errorFile), "heartbeat")})
+		vars = append(vars, EnvVar{workerenv.HeartbeatFile, filepath.Join(filepath.Dir(errorFile), "heartbeat")})
 	}
-	vars = append(vars, EnvVar{goodput.EnvProgressFile, filepath.Join(filepath.Dir(errorFile), goodput.ProgressFile)})
+	vars = append(vars, EnvVar{workerenv.ProgressFile, filepath.Join(filepath.Dir(errorFile), goodput.ProgressFile)})
 	if cfg.probes() {
 		vars = append(vars,
-			EnvVar{probe.EnvFile, filepath.Join(filepath.Dir(errorFile), probe.SnapshotFile)},
-			EnvVar{probe.EnvRequest, filepath.Join(filepath.Dir(filepath.Dir(errorFile)), probe.RequestFile)})
+			EnvVar{workerenv.ProbeFile, filepath.Join(filepath.Dir(errorFile), probe.SnapshotFile)},
+			EnvVar{workerenv.ProbeRequest, filepath.Join(filepath.Dir(filepath.Dir(errorFile)), probe.RequestFile)})
 	}
 	if len(round.JobSecret) > 0 {
-		vars = append(vars, EnvVar{EnvJobSecret, string(round.JobSecret)})
+		vars = append(vars, EnvVar{workerenv.JobSecret, string(round.JobSecret)})
 	}
 	if len(round.StoreEndpoints) > 0 {
 		vars = append(vars,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/sys/private"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // ErrorReport is what a worker wrote to its TORCHELASTIC_ERROR_FILE, as
@@ -107,10 +108,6 @@ func unixTime(raw json.RawMessage) time.Time {
 	return time.Unix(sec, 0)
 }
 
-// EnvErrorFile names a worker's error file; in the launcher's own
-// environment, the file where the launcher leaves the job's root cause.
-const EnvErrorFile = "TORCHELASTIC_ERROR_FILE"
-
 // writeRootCause copies the root cause's error file (the first failed
 // worker's) to the file the launcher's own TORCHELASTIC_ERROR_FILE names,
 // as torchrun's @record does: platforms collect a job's failures there.
@@ -118,7 +115,7 @@ const EnvErrorFile = "TORCHELASTIC_ERROR_FILE"
 // worker killed by a signal cannot write it), and nothing is written when
 // the worker left no error file or the variable is unset.
 func writeRootCause(environ []string, f Failure) error {
-	dst, ok := lookupEnv(environ, EnvErrorFile)
+	dst, ok := lookupEnv(environ, workerenv.ErrorFile)
 	if !ok || dst == "" || f.errorFile == "" {
 		return nil
 	}
@@ -127,11 +124,11 @@ func writeRootCause(environ []string, f Failure) error {
 		return nil
 	}
 	if err != nil || len(data) > maxErrorFile {
-		return fmt.Errorf("%s=%s: the root cause's error file %s: %v", EnvErrorFile, dst, f.errorFile, err)
+		return fmt.Errorf("%s=%s: the root cause's error file %s: %v", workerenv.ErrorFile, dst, f.errorFile, err)
 	}
 	var doc map[string]any
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return fmt.Errorf("%s=%s: the root cause's error file %s is not JSON: %v", EnvErrorFile, dst, f.errorFile, err)
+		return fmt.Errorf("%s=%s: the root cause's error file %s is not JSON: %v", workerenv.ErrorFile, dst, f.errorFile, err)
 	}
 	if msg, ok := doc["message"].(map[string]any); ok && f.ExitCode != 0 {
 		msg["errorCode"] = f.ExitCode
@@ -143,18 +140,18 @@ func writeRootCause(environ []string, f Failure) error {
 	// A file already there (an earlier run's) is replaced, never
 	// written through.
 	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%s=%s: %w", EnvErrorFile, dst, err)
+		return fmt.Errorf("%s=%s: %w", workerenv.ErrorFile, dst, err)
 	}
 	fd, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode)
 	if err != nil {
-		return fmt.Errorf("%s=%s: %w", EnvErrorFile, dst, err)
+		return fmt.Errorf("%s=%s: %w", workerenv.ErrorFile, dst, err)
 	}
 	_, err = fd.Write(out)
 	if cerr := fd.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("%s=%s: %w", EnvErrorFile, dst, err)
+		return fmt.Errorf("%s=%s: %w", workerenv.ErrorFile, dst, err)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 func TestReadErrorFile(t *testing.T) {
@@ -89,7 +91,7 @@ func TestWriteRootCause(t *testing.T) {
 			case "link":
 				os.Symlink(victim, dst)
 			}
-			env := []string{EnvErrorFile + "=" + dst}
+			env := []string{workerenv.ErrorFile + "=" + dst}
 			if tt.unset {
 				env = nil
 			}

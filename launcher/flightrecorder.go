@@ -7,22 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/watchdog"
 )
-
-// EnvFlightRecorderDir tells workers where to dump their flight recorders
-// (comm's watchdog reads it); gorun sets it per attempt unless the user
-// did.
-const EnvFlightRecorderDir = workerenv.FlightRecorderDir
-
-// FlightRecorderSharer is a rendezvous that gathers the nodes' flight-recorder
-// reports on a failed round (the etcd backends), for one job-wide
-// verdict.
-type FlightRecorderSharer interface {
-	ShareFlightRecorders(ctx context.Context, round rendezvous.Round, report []byte, wait time.Duration) ([][]byte, error)
-}
 
 // flightRecorderWait bounds the wait for the other nodes' reports.
 const flightRecorderWait = 10 * time.Second

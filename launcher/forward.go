@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/sys/proc"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/watchdog"
 )
@@ -18,12 +19,12 @@ import (
 func (att *attempt) forward(sig syscall.Signal) {
 	cfg := att.cfg
 	if sig == syscall.SIGUSR1 && cfg.probes() && len(att.workers) > 0 {
-		if req := envOf(att.workers[0].spec, probe.EnvRequest); req != "" {
+		if req := envOf(att.workers[0].spec, workerenv.ProbeRequest); req != "" {
 			id := watchdog.LiveSnapshotID + strconv.FormatInt(time.Now().UnixNano(), 10)
 			if err := probe.Request(req, id); err != nil {
 				cfg.Log.Warnf("SIGUSR1: %v", err)
 			} else {
-				cfg.Log.Warnf("SIGUSR1: the workers' probes write their stacks and flight recorders to %s (gorun trace reads them); the job goes on", envOf(att.workers[0].spec, EnvFlightRecorderDir))
+				cfg.Log.Warnf("SIGUSR1: the workers' probes write their stacks and flight recorders to %s (gorun trace reads them); the job goes on", envOf(att.workers[0].spec, workerenv.FlightRecorderDir))
 			}
 		}
 	}

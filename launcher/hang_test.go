@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
@@ -43,7 +44,7 @@ func TestLifeSigns(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			start := time.Now().Add(-time.Minute)
-			spec := WorkerSpec{Env: []string{goodput.EnvProgressFile + "=" + filepath.Join(dir, goodput.ProgressFile), probe.EnvFile + "=" + filepath.Join(dir, probe.SnapshotFile)}}
+			spec := WorkerSpec{Env: []string{workerenv.ProgressFile + "=" + filepath.Join(dir, goodput.ProgressFile), workerenv.ProbeFile + "=" + filepath.Join(dir, probe.SnapshotFile)}}
 			out := newProgress(filepath.Join(dir, "heartbeat"), start)
 			l := newLife(spec, out, start)
 			writeAt(t, filepath.Join(dir, probe.SnapshotFile), fmt.Sprintf(`{"version":1,"pid":9,"time_ns":%d,"steps":3,"stack":[["t.py",3,"main"]]}`, start.UnixNano()), start)

@@ -12,26 +12,6 @@ import (
 	"github.com/gorun-dev/gorun/watchdog"
 )
 
-// HangVoter is a rendezvous through which the nodes of a round judge a
-// hang together (the etcd backends). A node votes quiet while none of its
-// ranks showed a sign of life for the hang timeout; the round is declared
-// hung when every node is quiet, or by a node that sees the cause among
-// its own ranks (one left, or is outside any collective while the others
-// wait). Every node then asks its probes for their evidence, shares it,
-// and judges the same merged evidence, so that every node names the same
-// rank before any worker is stopped.
-type HangVoter interface {
-	// VoteHang records whether this node is quiet.
-	VoteHang(ctx context.Context, round rendezvous.Round, quiet bool) error
-	// DeclareHung declares the round hung, once (false: it was already).
-	DeclareHung(ctx context.Context, round rendezvous.Round, why string) (bool, error)
-	// WatchHung delivers the round's declaration once.
-	WatchHung(ctx context.Context, round rendezvous.Round) <-chan rendezvous.HangDeclared
-	// ShareHangEvidence puts this node's evidence and returns every
-	// node's as it arrives within wait.
-	ShareHangEvidence(ctx context.Context, round rendezvous.Round, evidence []byte, wait time.Duration) ([][]byte, error)
-}
-
 // jobHang is the attempt's part in the job-wide hang watch: its round and
 // the rendezvous that carries the votes.
 type jobHang struct {

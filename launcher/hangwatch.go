@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/sys/proc"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/watchdog"
 )
@@ -217,7 +218,7 @@ func (h *hangWatch) checkStragglers() {
 func (h *hangWatch) localVerdict() bool {
 	world := 0
 	if len(h.att.workers) > 0 {
-		world, _ = strconv.Atoi(envOf(h.att.workers[0].spec, "WORLD_SIZE"))
+		world, _ = strconv.Atoi(envOf(h.att.workers[0].spec, workerenv.WorldSize))
 	}
 	return world <= len(h.att.workers) || h.localCause() != ""
 }
@@ -282,7 +283,7 @@ func (h *hangWatch) gather(ctx context.Context, id string, ranks []probe.Rank) l
 	var files map[int]string // local rank: snapshot file
 	requested := false
 	for _, w := range att.workers {
-		f := envOf(w.spec, probe.EnvFile)
+		f := envOf(w.spec, workerenv.ProbeFile)
 		if f == "" {
 			continue
 		}
@@ -290,7 +291,7 @@ func (h *hangWatch) gather(ctx context.Context, id string, ranks []probe.Rank) l
 			files = map[int]string{}
 		}
 		files[w.spec.LocalRank] = f
-		if req := envOf(w.spec, probe.EnvRequest); req != "" && !requested {
+		if req := envOf(w.spec, workerenv.ProbeRequest); req != "" && !requested {
 			if err := probe.Request(req, id); err != nil {
 				att.cfg.Log.Warnf("hang watch: %v", err)
 			}
@@ -324,7 +325,7 @@ func (h *hangWatch) gather(ctx context.Context, id string, ranks []probe.Rank) l
 		}
 	}
 	var dumps []watchdog.Dump
-	if dir := envOf(att.workers[0].spec, EnvFlightRecorderDir); dir != "" {
+	if dir := envOf(att.workers[0].spec, workerenv.FlightRecorderDir); dir != "" {
 		dumps, _ = watchdog.ReadDumps(dir)
 	}
 	for i, w := range att.workers {

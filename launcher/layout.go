@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/topology"
@@ -32,11 +32,11 @@ func (p *LayoutPlan) At(w int) (topology.SizeFit, error) {
 			continue
 		}
 		if !f.Valid {
-			return f, badinput.Errorf("the %s %s layout is not valid for %d workers:\n  %s", badinput.Setting("Plan"), p.Path, w, strings.Join(f.Problems, "\n  "))
+			return f, setting.Errorf("the %s %s layout is not valid for %d workers:\n  %s", setting.Name("Plan"), p.Path, w, strings.Join(f.Problems, "\n  "))
 		}
 		return f, nil
 	}
-	return topology.SizeFit{}, badinput.Errorf("the %s %s layout was not evaluated for %d workers", badinput.Setting("Plan"), p.Path, w)
+	return topology.SizeFit{}, setting.Errorf("the %s %s layout was not evaluated for %d workers", setting.Name("Plan"), p.Path, w)
 }
 
 // ValidNodes returns the node counts, at nproc workers per node, at which
@@ -64,7 +64,7 @@ func layoutRanks(cfg *Config, round rendezvous.Round) (*topology.Ranks, topology
 	}
 	r, err := topology.NewRanks(fit.Layout)
 	if err != nil {
-		return nil, fit, badinput.Errorf("the %s %s layout does not fit round %d's %d workers: %w", badinput.Setting("Plan"), cfg.Plan.Path, round.Number, round.WorldSize, err)
+		return nil, fit, setting.Errorf("the %s %s layout does not fit round %d's %d workers: %w", setting.Name("Plan"), cfg.Plan.Path, round.Number, round.WorldSize, err)
 	}
 	return r, fit, nil
 }

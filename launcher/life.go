@@ -18,11 +18,6 @@ import (
 	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
-// EnvHeartbeatFile names the file a worker may touch to show progress
-// when gorun runs with --hang-timeout (comm.Heartbeat, or
-// the gorun_heartbeat module, on every Python worker's path: package pyhelpers).
-const EnvHeartbeatFile = workerenv.HeartbeatFile
-
 // evidenceGrace is how long a hung worker has to print its evidence and
 // exit after the evidence signal, before SIGKILL.
 const evidenceGrace = 5 * time.Second
@@ -92,8 +87,8 @@ type life struct {
 
 func newLife(spec WorkerSpec, out *progress, now time.Time) *life {
 	l := &life{out: out, last: now, why: "its start", cpuAt: now}
-	l.progressFile, _ = lookupEnv(spec.Env, goodput.EnvProgressFile)
-	l.snapshotFile, _ = lookupEnv(spec.Env, probe.EnvFile)
+	l.progressFile, _ = lookupEnv(spec.Env, workerenv.ProgressFile)
+	l.snapshotFile, _ = lookupEnv(spec.Env, workerenv.ProbeFile)
 	return l
 }
 

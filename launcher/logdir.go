@@ -14,7 +14,7 @@ import (
 
 	"github.com/gorun-dev/gorun/launcher/goodput"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
@@ -68,7 +68,7 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 		}
 		logDir = real
 		if err := private.MkdirAll(logDir, 0o755); err != nil {
-			return nil, badinput.Errorf("%s: %w", badinput.Setting("LogDir"), err)
+			return nil, setting.Errorf("%s: %w", setting.Name("LogDir"), err)
 		}
 		if err := CheckLogDir(logDir); err != nil {
 			return nil, err
@@ -77,7 +77,7 @@ func newLogLayout(logDir, runID string) (*logLayout, error) {
 		// never one already there.
 		dir, err := os.MkdirTemp(logDir, runID+"_*") // the random part last, whatever the id holds
 		if err != nil {
-			return nil, badinput.Errorf("%s: %w", badinput.Setting("LogDir"), err)
+			return nil, setting.Errorf("%s: %w", setting.Name("LogDir"), err)
 		}
 		l.root = dir
 	}
@@ -104,7 +104,7 @@ func ResolveLogDir(dir string) (string, error) {
 	if !filepath.IsAbs(raw) {
 		wd, err := os.Getwd()
 		if err != nil {
-			return "", badinput.Errorf("%s: %w", badinput.Setting("LogDir"), err)
+			return "", setting.Errorf("%s: %w", setting.Name("LogDir"), err)
 		}
 		raw = wd + "/" + raw // not filepath.Join, which drops ".." by the text
 	}
@@ -123,7 +123,7 @@ func ResolveLogDir(dir string) (string, error) {
 			continue
 		}
 		if err != nil {
-			return "", badinput.Errorf("%s=%q: %w", badinput.Setting("LogDir"), dir, err)
+			return "", setting.Errorf("%s=%q: %w", setting.Name("LogDir"), dir, err)
 		}
 		real = filepath.Join(append([]string{real}, parts[i:]...)...)
 		if err := CheckLogDir(real); err != nil {
@@ -131,7 +131,7 @@ func ResolveLogDir(dir string) (string, error) {
 		}
 		return real, nil
 	}
-	return "", badinput.Errorf("%s=%q: no part of it exists", badinput.Setting("LogDir"), dir)
+	return "", setting.Errorf("%s=%q: no part of it exists", setting.Name("LogDir"), dir)
 }
 
 // CheckLogDir refuses a --log-dir in which another user could rename or
@@ -144,7 +144,7 @@ func ResolveLogDir(dir string) (string, error) {
 func CheckLogDir(dir string) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return badinput.Errorf("%s: %w", badinput.Setting("LogDir"), err)
+		return setting.Errorf("%s: %w", setting.Name("LogDir"), err)
 	}
 	// The links on the path as written.
 	existing := "/"
@@ -155,11 +155,11 @@ func CheckLogDir(dir string) error {
 			break
 		}
 		if err != nil {
-			return badinput.Errorf("%s: %w", badinput.Setting("LogDir"), err)
+			return setting.Errorf("%s: %w", setting.Name("LogDir"), err)
 		}
 		if fi.Mode()&os.ModeSymlink != 0 {
 			if uid, ok := owner(fi); ok && uid != os.Getuid() && uid != 0 {
-				return badinput.Errorf("%s=%q: %s is a link owned by %s, who could point it elsewhere while the job runs; use a path without it", badinput.Setting("LogDir"), dir, p, private.UserName(uid))
+				return setting.Errorf("%s=%q: %s is a link owned by %s, who could point it elsewhere while the job runs; use a path without it", setting.Name("LogDir"), dir, p, private.UserName(uid))
 			}
 		}
 		existing = p
@@ -167,22 +167,22 @@ func CheckLogDir(dir string) error {
 	// The folders the path leads to, from the root down.
 	real, err := filepath.EvalSymlinks(existing)
 	if err != nil {
-		return badinput.Errorf("%s: %w", badinput.Setting("LogDir"), err)
+		return setting.Errorf("%s: %w", setting.Name("LogDir"), err)
 	}
 	p := "/"
 	for _, part := range append([]string{""}, strings.Split(strings.TrimPrefix(real, "/"), "/")...) {
 		p = filepath.Join(p, part)
 		fi, err := os.Stat(p)
 		if err != nil {
-			return badinput.Errorf("%s: %w", badinput.Setting("LogDir"), err)
+			return setting.Errorf("%s: %w", setting.Name("LogDir"), err)
 		}
 		uid, ok := owner(fi)
 		switch {
 		case !ok:
 		case uid != os.Getuid() && uid != 0:
-			return badinput.Errorf("%s=%q: %s belongs to %s, who could replace the run's folder while the job runs; use a folder of your own", badinput.Setting("LogDir"), dir, p, private.UserName(uid))
+			return setting.Errorf("%s=%q: %s belongs to %s, who could replace the run's folder while the job runs; use a folder of your own", setting.Name("LogDir"), dir, p, private.UserName(uid))
 		case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0:
-			return badinput.Errorf("%s=%q: other users may write to %s (mode %04o, no sticky bit) and could replace the run's folder while the job runs; use a folder only you can write to, or one with the sticky bit (as /tmp)", badinput.Setting("LogDir"), dir, p, fi.Mode().Perm())
+			return setting.Errorf("%s=%q: other users may write to %s (mode %04o, no sticky bit) and could replace the run's folder while the job runs; use a folder only you can write to, or one with the sticky bit (as /tmp)", setting.Name("LogDir"), dir, p, fi.Mode().Perm())
 		}
 	}
 	return nil

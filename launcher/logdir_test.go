@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -27,7 +27,7 @@ func TestLogLayoutRefusesRunIDs(t *testing.T) {
 		}
 		cfg := NewConfig()
 		cfg.Entrypoint.Script, cfg.RunID = "train.py", id
-		var bad *badinput.Error
+		var bad *setting.Error
 		if err := cfg.Validate(); !errors.Is(err, rendezvous.ErrInvalidRunID) || !errors.As(err, &bad) || bad.Setting != "RunID" || !strings.Contains(err.Error(), "RunID=") {
 			t.Errorf("Validate with run id %q: %v; want one naming RunID", id, err)
 		}

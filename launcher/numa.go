@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 )
 
@@ -59,28 +59,28 @@ func NewNUMAProbe() NUMAProbe {
 // index (among the visible ones) is the local rank, and a line per rank
 // that says so. An error names what is missing: no GPU, fewer GPUs than
 // workers, a topology sysfs does not show; it calls mode the setting
-// NUMABinding (badinput).
+// NUMABinding (internal/setting).
 func (p NUMAProbe) Bind(ctx context.Context, mode string, nproc int) (cpus [][]int, notes []string, err error) {
 	switch mode {
 	case NUMANode, NUMASocket, NUMAExclusive, NUMACoreComplex:
 	default:
-		return nil, nil, badinput.Errorf("%s=%q: want node, socket, exclusive or core-complex", badinput.Setting("NUMABinding"), mode)
+		return nil, nil, setting.Errorf("%s=%q: want node, socket, exclusive or core-complex", setting.Name("NUMABinding"), mode)
 	}
 	gpus, err := p.visibleGPUs(ctx)
 	if err != nil {
-		return nil, nil, badinput.Errorf("%s=%s: %w", badinput.Setting("NUMABinding"), mode, err)
+		return nil, nil, setting.Errorf("%s=%s: %w", setting.Name("NUMABinding"), mode, err)
 	}
 	if len(gpus) < nproc {
-		return nil, nil, badinput.Errorf("%s=%s binds each worker near the GPU of its local rank: %d workers, %d GPUs visible", badinput.Setting("NUMABinding"), mode, nproc, len(gpus))
+		return nil, nil, setting.Errorf("%s=%s binds each worker near the GPU of its local rank: %d workers, %d GPUs visible", setting.Name("NUMABinding"), mode, nproc, len(gpus))
 	}
 	allowed, err := p.Allowed()
 	if err != nil {
-		return nil, nil, badinput.Errorf("%s=%s: this process's CPUs: %w", badinput.Setting("NUMABinding"), mode, err)
+		return nil, nil, setting.Errorf("%s=%s: this process's CPUs: %w", setting.Name("NUMABinding"), mode, err)
 	}
 	t := cpuTopology{sys: p.SysDir, allowed: allowed}
 	for i := range gpus {
 		if gpus[i].node, err = t.deviceNode(gpus[i].pci); err != nil {
-			return nil, nil, badinput.Errorf("%s=%s: GPU %d: %w", badinput.Setting("NUMABinding"), mode, i, err)
+			return nil, nil, setting.Errorf("%s=%s: GPU %d: %w", setting.Name("NUMABinding"), mode, i, err)
 		}
 	}
 	for lr := range nproc {
@@ -89,7 +89,7 @@ func (p NUMAProbe) Bind(ctx context.Context, mode string, nproc int) (cpus [][]i
 			err = fmt.Errorf("none of this process's CPUs %s is near it", rangeList(allowed))
 		}
 		if err != nil {
-			return nil, nil, badinput.Errorf("%s=%s: local rank %d (GPU %s on NUMA node %d): %w", badinput.Setting("NUMABinding"), mode, lr, gpus[lr].pci, gpus[lr].node, err)
+			return nil, nil, setting.Errorf("%s=%s: local rank %d (GPU %s on NUMA node %d): %w", setting.Name("NUMABinding"), mode, lr, gpus[lr].pci, gpus[lr].node, err)
 		}
 		cpus = append(cpus, set)
 		notes = append(notes, fmt.Sprintf("--numa-binding=%s: local rank %d runs on CPUs %s (GPU %s, NUMA node %d)", mode, lr, rangeList(set), gpus[lr].pci, gpus[lr].node))

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/probe"
 	"github.com/gorun-dev/gorun/rendezvous"
-	"github.com/gorun-dev/gorun/watchdog"
 )
 
 // stderrTailSize is how much of the end of a worker's stderr gorun keeps
@@ -126,59 +126,6 @@ func causeOf(f Failure, stderrTail string) (cause failureCause, quote string) {
 	return causeOwn, ""
 }
 
-// exitSeenSlack is how much later gorun may see a worker's exit than
-// another that came of it: each worker is reaped by its own goroutine, so
-// on a busy machine a rank that died first (SIGKILL, a segfault) can be
-// seen after the peer that its death made fail a few milliseconds later.
-// A failure that says it lost a peer is put behind one that does not and
-// was seen at most this much later; a second is far above the scheduling
-// delays seen on a loaded 2-core machine, and far below the seconds a
-// peer takes to notice a lost one by a timeout.
-const exitSeenSlack = time.Second
-
-// orderFailures orders failures root cause first: by the time gorun saw
-// them, except that a rank another's failure stopped (its watchdog's
-// ExitRemoteAbort) never leads, and that a failure whose error says it
-// lost a peer follows a failure with no such words seen at most
-// exitSeenSlack after it (the peer's death is the cause, whatever order
-// the two exits were reaped in).
-func orderFailures(failures []Failure, tailOf func(Failure) string) []Failure {
-	slices.SortStableFunc(failures, func(a, b Failure) int {
-		ra, rb := a.ExitCode == watchdog.ExitRemoteAbort, b.ExitCode == watchdog.ExitRemoteAbort
-		if ra != rb {
-			if ra {
-				return 1
-			}
-			return -1
-		}
-		return a.Time.Compare(b.Time)
-	})
-	lostPeer := make([]bool, len(failures))
-	for i, f := range failures {
-		cause, _ := causeOf(f, tailOf(f))
-		lostPeer[i] = cause == causeLostPeer && f.Hung == ""
-	}
-	for i := 0; i < len(failures); i++ {
-		if !lostPeer[i] || failures[i].ExitCode == watchdog.ExitRemoteAbort {
-			continue
-		}
-		for j := i + 1; j < len(failures); j++ {
-			if failures[j].ExitCode == watchdog.ExitRemoteAbort || failures[j].Time.Sub(failures[i].Time) > exitSeenSlack {
-				break
-			}
-			if !lostPeer[j] {
-				// j to i; i..j-1 one down.
-				f, l := failures[j], lostPeer[j]
-				copy(failures[i+1:j+1], failures[i:j])
-				copy(lostPeer[i+1:j+1], lostPeer[i:j])
-				failures[i], lostPeer[i] = f, l
-				break
-			}
-		}
-	}
-	return failures
-}
-
 // placeLeft reads why the first of the ordered failures failed (marking
 // it when it lost a peer) and decides where the workers that exited 0
 // before it (left) go. They lead when the first
@@ -247,20 +194,12 @@ func (att *attempt) leftBefore(t time.Time) []Failure {
 // leftText says what a worker that exited 0 while the others ran did.
 func leftText(w *worker) string {
 	done := ""
-	if f, _ := lookupEnv(w.spec.Env, probe.EnvFile); f != "" {
+	if f, _ := lookupEnv(w.spec.Env, workerenv.ProbeFile); f != "" {
 		if s, ok, err := probe.Read(f); err == nil && ok && s.StepHook {
 			done = fmt.Sprintf(" after %d optimizer steps", s.Steps)
 		}
 	}
 	return fmt.Sprintf("exited 0%s at %s while the other ranks ran", done, w.leftAt.Format("15:04:05.000"))
-}
-
-// LeftRecorder is a rendezvous that keeps, for the round, the ranks that
-// exited 0 while the others ran (the etcd backends): a node whose ranks
-// then lose their peer names the rank that left on another node.
-type LeftRecorder interface {
-	RecordLeft(ctx context.Context, round rendezvous.Round, left rendezvous.LeftRank) error
-	LeftRanks(ctx context.Context, round rendezvous.Round, wait time.Duration) ([]rendezvous.LeftRank, error)
 }
 
 // leftRecordTimeout bounds recording a rank that left; leftWait bounds

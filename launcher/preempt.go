@@ -35,17 +35,6 @@ const (
 	// leave between their SIGTERM and their SIGKILL by default, with time
 	// left for the stop that follows a grace that ran out.
 	DefaultPreemptGrace = 25 * time.Second
-	// EnvStopFile names the file that appears on a stop request.
-	EnvStopFile = workerenv.StopFile
-	// EnvStopSignal names the signal the workers get on a stop request
-	// (TERM, USR1, ...); unset when none is sent.
-	EnvStopSignal = workerenv.StopSignal
-	// EnvIgnoredSignals lists, comma-separated without "SIG", the signals
-	// the workers start with ignored (workerIgnoredSignals): a scheduler's
-	// stop requests, which gorun handles. A runtime that installs its own
-	// handlers at start (Go's) cannot see the inherited SIG_IGN, and
-	// reads this instead; unset when there are none.
-	EnvIgnoredSignals = workerenv.IgnoredSignals
 	// stopFileName is the stop file's name in the run's folder;
 	// plainStopSuffix makes the plain-stop mark's (stopFiles).
 	stopFileName    = "stop"
@@ -57,20 +46,6 @@ const (
 	// ended the job without a clean stop.
 	stopReportTimeout = 10 * time.Second
 )
-
-// Preempter is a rendezvous that shares stop requests among the job's
-// nodes (rendezvous/etcd); without one, a stop request stays on this node.
-type Preempter interface {
-	// RequestStop records a job-wide stop request; the first stands.
-	RequestStop(ctx context.Context, req rendezvous.StopRequest) error
-	// WatchStop delivers the job's stop request once one is recorded;
-	// the channel closes when ctx ends.
-	WatchStop(ctx context.Context) <-chan rendezvous.StopRequest
-	// SucceedStopped is Succeed for workers that exited 0 on the stop
-	// request: the job's outcome is preempted whatever became of the
-	// request's key (rendezvous.ErrPreempted once every node reported).
-	SucceedStopped(ctx context.Context, round rendezvous.Round) error
-}
 
 // errPreemptedIdle: a stop request came while no worker ran.
 var errPreemptedIdle = errors.New("stop requested while no worker ran")
@@ -147,13 +122,13 @@ func (p *preemptor) env() []EnvVar {
 	if p == nil {
 		return nil
 	}
-	vars := []EnvVar{{EnvStopFile, p.stopFile}}
+	vars := []EnvVar{{workerenv.StopFile, p.stopFile}}
 	if p.cfg.PreemptWorkerSignal != 0 {
 		// TERM, not SIGTERM: what the shell's trap and kill -s take.
-		vars = append(vars, EnvVar{EnvStopSignal, workerenv.FormatStopSignal(p.cfg.PreemptWorkerSignal)})
+		vars = append(vars, EnvVar{workerenv.StopSignal, workerenv.FormatStopSignal(p.cfg.PreemptWorkerSignal)})
 	}
 	if ignored := p.cfg.workerIgnoredSignals(); len(ignored) > 0 {
-		vars = append(vars, EnvVar{EnvIgnoredSignals, workerenv.FormatSignalList(ignored)})
+		vars = append(vars, EnvVar{workerenv.IgnoredSignals, workerenv.FormatSignalList(ignored)})
 	}
 	return vars
 }

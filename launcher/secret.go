@@ -9,13 +9,6 @@ import (
 
 // Names of the variables that carry the job secret.
 const (
-	// EnvJobSecret gives every worker the job's secret, with which the
-	// worker store and the mesh authenticate their peers.
-	EnvJobSecret = workerenv.JobSecret
-	// EnvStorePassword gives the --standalone local store the password of
-	// its one user, rendezvous.EtcdUser: the job's secret, which the
-	// workers get as GORUN_STORE_PASSWORD to log in.
-	EnvStorePassword = workerenv.StorePassword
 	// SecretPlaceholder stands for the secret wherever it is shown: a
 	// dry run's environment, a formatted Secret.
 	SecretPlaceholder = secret.Placeholder
@@ -38,8 +31,8 @@ func NewSecret() (Secret, error) {
 // secretWarnings tells the user that a GORUN_JOB_SECRET of gorun's own
 // environment is not passed on: a secret is the job's, not the user's.
 func secretWarnings(cfg *Config) []string {
-	if _, set := lookupEnv(cfg.Environ, EnvJobSecret); set {
-		return []string{EnvJobSecret + " in gorun's environment is ignored: every job gets its own secret (the rendezvous's, or one gorun makes)"}
+	if _, set := lookupEnv(cfg.Environ, workerenv.JobSecret); set {
+		return []string{workerenv.JobSecret + " in gorun's environment is ignored: every job gets its own secret (the rendezvous's, or one gorun makes)"}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -46,7 +47,7 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then
 fi`)
 			cfg.MaxRestarts = 1
 			if tt.userValue {
-				cfg.Environ = append(cfg.Environ, EnvJobSecret+"=mine")
+				cfg.Environ = append(cfg.Environ, workerenv.JobSecret+"=mine")
 			}
 			local := rendezvous.NewLocal(rendezvous.LocalConfig{RunID: "test", MaxRestarts: 1})
 			a, err := NewAgent(cfg, secretRound{local, tt.rdzv}, nil)
@@ -76,7 +77,7 @@ fi`)
 			if strings.Contains(stderr.String(), want) {
 				t.Errorf("the secret is in gorun's output:\n%s", stderr)
 			}
-			if got := strings.Contains(stderr.String(), EnvJobSecret+" in gorun's environment is ignored"); got != tt.userValue {
+			if got := strings.Contains(stderr.String(), workerenv.JobSecret+" in gorun's environment is ignored"); got != tt.userValue {
 				t.Errorf("warning about the user's secret: %v, want %v\n%s", got, tt.userValue, stderr)
 			}
 		})
@@ -88,7 +89,7 @@ func TestDryRunHidesSecret(t *testing.T) {
 		Entrypoint: Entrypoint{Script: "train.py", Python: []string{"python3"}}}
 	round := rendezvous.Round{RunID: "j", GroupWorldSize: 1, WorldSize: 2, RoleWorldSize: 2,
 		MasterAddr: "127.0.0.1", JobSecret: rendezvous.Token(strings.Repeat("cd", 32))}
-	plan, err := PlanDryRun(&cfg, round, false, false)
+	plan, err := NewDryRun(&cfg, round, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestDryRunHidesSecret(t *testing.T) {
 	}
 	for _, w := range plan.Workers {
 		for _, kv := range w.Env {
-			if strings.HasPrefix(kv, EnvJobSecret+"=") && kv != EnvJobSecret+"="+SecretPlaceholder {
+			if strings.HasPrefix(kv, workerenv.JobSecret+"=") && kv != workerenv.JobSecret+"="+SecretPlaceholder {
 				t.Errorf("worker env holds %s", kv)
 			}
 		}

@@ -18,33 +18,33 @@ import (
 // on SIGTSTP). The other workers read nothing (/dev/null). A gorun in the
 // background gives no worker the terminal.
 
-// stdinPlan says what each worker reads: in for local rank 0 and, unless
+// stdinRoutes says what each worker reads: in for local rank 0 and, unless
 // the input is a terminal, for every worker; inGorunsGroup when rank 0
 // gets the terminal.
-type stdinPlan struct {
+type stdinRoutes struct {
 	in            *os.File
 	terminal      bool
 	inGorunsGroup bool
 }
 
 // planStdin looks at in (nil: none).
-func planStdin(in *os.File) stdinPlan {
+func planStdin(in *os.File) stdinRoutes {
 	if in == nil {
-		return stdinPlan{}
+		return stdinRoutes{}
 	}
 	pgrp, err := terminalForeground(in)
 	if err != nil {
-		return stdinPlan{in: in} // not a terminal: a pipe, a file
+		return stdinRoutes{in: in} // not a terminal: a pipe, a file
 	}
 	if pgrp != syscall.Getpgrp() {
-		return stdinPlan{terminal: true} // gorun runs in the background
+		return stdinRoutes{terminal: true} // gorun runs in the background
 	}
-	return stdinPlan{in: in, terminal: true, inGorunsGroup: true}
+	return stdinRoutes{in: in, terminal: true, inGorunsGroup: true}
 }
 
 // forRank is local rank lr's input and whether it runs in gorun's
 // process group.
-func (p stdinPlan) forRank(lr int) (*os.File, bool) {
+func (p stdinRoutes) forRank(lr int) (*os.File, bool) {
 	if p.terminal && lr != 0 {
 		return nil, false
 	}

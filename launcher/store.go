@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/storecmd"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -26,7 +27,7 @@ type LocalStore struct {
 }
 
 // StartLocalStore starts `binary store` on a free port of 127.0.0.1,
-// with the job's secret in its environment (EnvStorePassword; never on its
+// with the job's secret in its environment (workerenv.StorePassword; never on its
 // command line, which every user can read). Its errors go to stderr; it
 // dies with this process.
 func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore, error) {
@@ -51,7 +52,7 @@ func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore
 		return nil, fmt.Errorf("local store: %w", err)
 	}
 	defer devnull.Close()
-	env := withEnv(os.Environ(), []EnvVar{{EnvStorePassword, secret.Reveal()}})
+	env := withEnv(os.Environ(), []EnvVar{{workerenv.StorePassword, secret.Reveal()}})
 	// The lowest CPU priority: on a busy node the workers' own start-up
 	// comes first, and only Go workers that use the store wait for it.
 	proc, started := startProcess(argv, env, devnull, stderr, make(chan *process, 1), storeNice)

@@ -12,18 +12,6 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// ArrivalSharer is a rendezvous through which the nodes compare when
-// their ranks enter the default group's collectives (the etcd backends):
-// the job-wide straggler watch, which names a node whose ranks all come
-// late together (a slow host, a throttled GPU, a bad link), which no
-// node's own watch can see.
-type ArrivalSharer interface {
-	// ShareArrivals puts this node's newest report.
-	ShareArrivals(ctx context.Context, round rendezvous.Round, report []byte) error
-	// WatchArrivals delivers every node's reports as they are put.
-	WatchArrivals(ctx context.Context, round rendezvous.Round) <-chan rendezvous.NodeReport
-}
-
 // The job-wide straggler watch's pace: each node sends its sampled
 // arrivals every shareEvery (longer for many nodes: nodeShareCost per
 // node, so that the store takes about 200 reports a second at most),
@@ -60,9 +48,9 @@ type nodeArrivals struct {
 // reads.
 const nodeArrivalsVersion = 1
 
-// nodeArrivalsPlan is what an attempt needs for the job-wide straggler
+// nodeArrivalsSetup is what an attempt needs for the job-wide straggler
 // watch: the rendezvous and the round.
-type nodeArrivalsPlan struct {
+type nodeArrivalsSetup struct {
 	sharer ArrivalSharer
 	round  rendezvous.Round
 }

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher/goodput"
 
 	"github.com/gorun-dev/gorun/launcher/probe"
@@ -49,7 +50,7 @@ func (a *Agent) openEvents(layout *logLayout) func() {
 func (a *Agent) recordEnd(att *attempt, out outcome) {
 	var ps []goodput.Progress
 	for _, w := range att.workers {
-		path, ok := lookupEnv(w.spec.Env, goodput.EnvProgressFile)
+		path, ok := lookupEnv(w.spec.Env, workerenv.ProgressFile)
 		if !ok {
 			continue
 		}
@@ -64,7 +65,7 @@ func (a *Agent) recordEnd(att *attempt, out outcome) {
 	var ckpt time.Time
 	ckptStep := 0
 	for _, w := range att.workers {
-		path, ok := lookupEnv(w.spec.Env, probe.EnvFile)
+		path, ok := lookupEnv(w.spec.Env, workerenv.ProbeFile)
 		if !ok {
 			continue
 		}

@@ -4,7 +4,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // VisibleDevice is the one GPU a worker sees with --virtual-local-rank, as
@@ -26,7 +27,7 @@ func VisibleDevice(environ []string, localRank int) (device string, hip bool, er
 	}
 	devices := strings.Split(list, ",")
 	if localRank >= len(devices) {
-		return "", false, badinput.Errorf("%s: local rank %d has no GPU in %s=%q (%d listed); want %s at most %d", badinput.Setting("VirtualLocalRank"), localRank, name, list, len(devices), badinput.Setting("NprocPerNode"), len(devices))
+		return "", false, setting.Errorf("%s: local rank %d has no GPU in %s=%q (%d listed); want %s at most %d", setting.Name("VirtualLocalRank"), localRank, name, list, len(devices), setting.Name("NprocPerNode"), len(devices))
 	}
 	return strings.TrimSpace(devices[localRank]), hip, nil
 }
@@ -39,7 +40,7 @@ func virtualRankEnv(cfg *Config, vars []EnvVar, localRank int) ([]EnvVar, error)
 		return nil, err
 	}
 	for i := range vars {
-		if vars[i].Name == "LOCAL_RANK" {
+		if vars[i].Name == workerenv.LocalRank {
 			vars[i].Value = "0"
 		}
 	}

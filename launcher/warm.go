@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // Warm interpreters (--warm-start): a restarted Python worker pays its
@@ -105,9 +107,9 @@ func newWarmPool(cfg *Config, group *jobGroup, shared []EnvVar) *warmPool {
 		return nil
 	}
 	constant := append(slices.Clip(shared),
-		EnvVar{"LOCAL_WORLD_SIZE", strconv.Itoa(cfg.NprocPerNode)},
-		EnvVar{"ROLE_NAME", cfg.Role},
-		EnvVar{"TORCHELASTIC_MAX_RESTARTS", strconv.Itoa(cfg.MaxRestarts)})
+		EnvVar{workerenv.LocalWorldSize, strconv.Itoa(cfg.NprocPerNode)},
+		EnvVar{workerenv.RoleName, cfg.Role},
+		EnvVar{workerenv.MaxRestarts, strconv.Itoa(cfg.MaxRestarts)})
 	return &warmPool{cfg: cfg, group: group, env: withEnv(withoutSecrets(cfg.Environ), constant), interps: map[int]*warmInterp{}}
 }
 
@@ -157,7 +159,7 @@ func (wp *warmPool) turnOff(why string) {
 // fill starts a warm interpreter for every local rank that has none (but the one
 // that holds gorun's terminal: it runs in gorun's process group) and
 // waits until each is forked.
-func (wp *warmPool) fill(stdin stdinPlan) {
+func (wp *warmPool) fill(stdin stdinRoutes) {
 	if wp == nil {
 		return
 	}
@@ -171,7 +173,7 @@ func (wp *warmPool) fill(stdin stdinPlan) {
 		if wp.interps[lr] != nil || fg {
 			continue
 		}
-		env := withEnv(wp.env, []EnvVar{{"LOCAL_RANK", strconv.Itoa(lr)}})
+		env := withEnv(wp.env, []EnvVar{{workerenv.LocalRank, strconv.Itoa(lr)}})
 		s, err := wp.start(argv, env, in, lr)
 		if err != nil {
 			wp.turnOff(fmt.Sprintf("the interpreter for local rank %d could not be started: %v", lr, err))

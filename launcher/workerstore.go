@@ -8,31 +8,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 	"github.com/gorun-dev/gorun/launcher/agentstore"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
-
-// AgentStorePorter is a rendezvous under which the agent serves the
-// workers' store itself (package agentstore), as torchrun 2.x does for
-// Python workers: AgentStorePort is the port the store must bind (0: one
-// the kernel picks), and the rendezvous takes the port the agent holds
-// (Node.MasterPort) for the round's master. The port is bound before it
-// is handed to anyone, so no other process can take it between the
-// choice and the workers' use (the single node and the etcd backends;
-// the static backend's node 0 meets the others on its port first).
-type AgentStorePorter interface {
-	AgentStorePort() int
-}
-
-// MeetingHost is a rendezvous whose nodes meet on the master port before
-// the workers use it (the static backend's node 0): the agent's store
-// diverts the meeting's connections to it, so that the port is held from
-// the meeting to the job's end, never free for another process between.
-type MeetingHost interface {
-	MeetOn(ln net.Listener)
-}
 
 // The single-node and static backends hold the port for the agent (the
 // etcd backends' Session is asserted where it is opened, in the
@@ -60,9 +40,9 @@ func (a *Agent) openWorkerStore(ctx context.Context) (*agentstore.Server, error)
 			if _, static := a.rdzv.(MeetingHost); static {
 				advice = "give every node another %s"
 			}
-			setting := badinput.Setting("MasterPort")
-			return nil, badinput.Errorf("%s=%d is taken by another process%s (gorun serves the workers' store there, as torchrun 2.x does): free it, or "+advice+": %w",
-				setting, port, proc.PortHolderNote(net.JoinHostPort("0.0.0.0", strconv.Itoa(port))), setting, err)
+			masterPort := setting.Name("MasterPort")
+			return nil, setting.Errorf("%s=%d is taken by another process%s (gorun serves the workers' store there, as torchrun 2.x does): free it, or "+advice+": %w",
+				masterPort, port, proc.PortHolderNote(net.JoinHostPort("0.0.0.0", strconv.Itoa(port))), masterPort, err)
 		}
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 )
 
 // MiB and GiB in bytes.
@@ -42,7 +42,7 @@ func DeviceMemory(name string) (float64, error) {
 	if b, ok := devices[strings.ToLower(name)]; ok {
 		return b, nil
 	}
-	return 0, badinput.Errorf("%s=%q: want one of %s, or give %s", badinput.Setting("GPU"), name, strings.Join(Devices(), ", "), badinput.Setting("GPUMemory"))
+	return 0, setting.Errorf("%s=%q: want one of %s, or give %s", setting.Name("GPU"), name, strings.Join(Devices(), ", "), setting.Name("GPUMemory"))
 }
 
 // ParseBytes reads a memory size: a number with a unit, binary (KiB, MiB,

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 )
 
 // counter is the state of a rendezvous kept on this node alone: the round
@@ -61,7 +61,7 @@ func (c *counter) Close(context.Context) error {
 
 func checkMaxRestarts(n int) error {
 	if n < 0 {
-		return badinput.Errorf("rendezvous: %s %d, want 0 or more", badinput.Setting("MaxRestarts"), n)
+		return setting.Errorf("rendezvous: %s %d, want 0 or more", setting.Name("MaxRestarts"), n)
 	}
 	return nil
 }

@@ -26,16 +26,17 @@ func Places(nprocs []int, roles []string) []Place {
 	return out
 }
 
-// Shape is a round's nodes in group-rank order: each node's worker
-// count and role.
-type Shape struct {
+// Nodes is a round's nodes in group-rank order: each node's worker
+// count and role (the job's shape, its node counts and restarts, is the
+// etcd backend's Nodes).
+type Nodes struct {
 	Nprocs []int
 	Roles  []string
 }
 
 // Uniform is the shape of n nodes that each start nproc workers of role.
-func Uniform(n, nproc int, role string) Shape {
-	s := Shape{Nprocs: make([]int, n), Roles: make([]string, n)}
+func Uniform(n, nproc int, role string) Nodes {
+	s := Nodes{Nprocs: make([]int, n), Roles: make([]string, n)}
 	for i := range n {
 		s.Nprocs[i], s.Roles[i] = nproc, role
 	}
@@ -45,7 +46,7 @@ func Uniform(n, nproc int, role string) Shape {
 // Place sets r's ranks for the node of group rank i in a round of shape
 // s (Places): every backend's round, and a dry run's, is planned by this
 // one function.
-func (r *Round) Place(i int, s Shape) {
+func (r *Round) Place(i int, s Nodes) {
 	p := Places(s.Nprocs, s.Roles)[i]
 	world := 0
 	for _, n := range s.Nprocs {

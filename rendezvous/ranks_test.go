@@ -5,10 +5,10 @@ import "testing"
 // TestRoundPlace: a node's ranks in a round, as torchrun assigns them:
 // global ranks over the nodes in group-rank order, each role's apart.
 func TestRoundPlace(t *testing.T) {
-	mixed := Shape{Nprocs: []int{2, 3, 1, 4}, Roles: []string{"trainer", "reader", "trainer", "reader"}}
+	mixed := Nodes{Nprocs: []int{2, 3, 1, 4}, Roles: []string{"trainer", "reader", "trainer", "reader"}}
 	for _, tc := range []struct {
 		name  string
-		shape Shape
+		shape Nodes
 		node  int
 		want  Round
 	}{

@@ -6,7 +6,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 )
 
 // ErrInvalidRunID: a run id (--rdzv-id) cannot name a folder or a store
@@ -24,14 +24,14 @@ const MaxRunIDLen = 128
 // torchrun's default "none") is one.
 func ValidateRunID(id string) error {
 	if id == "" || len(id) > MaxRunIDLen {
-		return badinput.Errorf("%w: %s=%q: want 1 to %d bytes", ErrInvalidRunID, badinput.Setting("RunID"), id, MaxRunIDLen)
+		return setting.Errorf("%w: %s=%q: want 1 to %d bytes", ErrInvalidRunID, setting.Name("RunID"), id, MaxRunIDLen)
 	}
 	if !utf8.ValidString(id) {
-		return badinput.Errorf("%w: %s=%q: not UTF-8 text", ErrInvalidRunID, badinput.Setting("RunID"), id)
+		return setting.Errorf("%w: %s=%q: not UTF-8 text", ErrInvalidRunID, setting.Name("RunID"), id)
 	}
 	if i := strings.IndexFunc(id, func(r rune) bool { return r == '/' || unicode.IsControl(r) }); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(id[i:])
-		return badinput.Errorf("%w: %s=%q: character %q at %d; a run id names a folder and store keys: anything but '/' and control characters", ErrInvalidRunID, badinput.Setting("RunID"), id, r, i)
+		return setting.Errorf("%w: %s=%q: character %q at %d; a run id names a folder and store keys: anything but '/' and control characters", ErrInvalidRunID, setting.Name("RunID"), id, r, i)
 	}
 	return nil
 }

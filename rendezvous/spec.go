@@ -2,7 +2,7 @@ package rendezvous
 
 import (
 	"errors"
-	"fmt"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +41,10 @@ type Spec struct {
 	StoreHosts []string
 	// Log receives progress and warnings.
 	Log logrus.FieldLogger
+	// ShowSetting names a setting as the users of the other nodes know
+	// it (the command line's flag), in what this node tells them through
+	// the store (why it cannot join); nil: the setting's own name.
+	ShowSetting func(setting.Name) string
 }
 
 // ErrInvalidConfig: a setting is out of range or cannot be used (a flag,
@@ -78,23 +82,24 @@ const (
 	PasswordEnv  = "GORUN_RDZV_PASSWORD"
 )
 
-// ParseSeconds parses a duration setting named flag: a Go duration ("30s",
-// "1m30s") or a plain number of seconds ("30", "0.5"), as
+// ParseSeconds parses a duration: a Go duration ("30s", "1m30s") or a
+// plain number of seconds ("30", "0.5"), as
 // TORCH_ELASTIC_SHUTDOWN_TIMEOUT and torchrun's --rdzv-conf give them.
-func ParseSeconds(flag, s string) (time.Duration, error) {
+// Its error says what is allowed; the caller names the setting.
+func ParseSeconds(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
 		if f < 0 {
-			return 0, fmt.Errorf("--%s=%q: want 0 or more", flag, s)
+			return 0, errors.New("want 0 or more")
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
 	d, err := time.ParseDuration(s)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("--%s=%q: want a duration such as 30s or 1m, or a number of seconds", flag, s)
+		return 0, errors.New("want a duration such as 30s or 1m, or a number of seconds")
 	case d < 0:
-		return 0, fmt.Errorf("--%s=%q: want 0 or more", flag, s)
+		return 0, errors.New("want 0 or more")
 	}
 	return d, nil
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 )
 
 // DefaultStaticPort is torchrun's master port for the static backend. All
@@ -35,6 +35,10 @@ type StaticConfig struct {
 	// JoinTimeout bounds the first round's meeting of the nodes
 	// (DefaultStaticJoinTimeout when 0).
 	JoinTimeout time.Duration
+	// ShowSetting names a setting as the users of the other nodes know
+	// it (the command line's flag), in what node 0 tells them of their
+	// mismatch or refusal; nil: the setting's own name.
+	ShowSetting func(setting.Name) string
 }
 
 // Static is torchrun's static rendezvous: a fixed number of nodes, each
@@ -89,16 +93,16 @@ func (s *Static) meetingListener() (net.Listener, bool) {
 // NewStatic validates cfg and returns a static rendezvous.
 func NewStatic(cfg StaticConfig) (*Static, error) {
 	if cfg.NNodes < 1 {
-		return nil, badinput.Errorf("rendezvous: static: %s %d, want at least 1", badinput.Setting("NNodes"), cfg.NNodes)
+		return nil, setting.Errorf("rendezvous: static: %s %d, want at least 1", setting.Name("NNodes"), cfg.NNodes)
 	}
 	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.NNodes {
-		return nil, badinput.Errorf("rendezvous: static: %s %d outside 0..%d (%s=%d)", badinput.Setting("NodeRank"), cfg.NodeRank, cfg.NNodes-1, badinput.Setting("NNodes"), cfg.NNodes)
+		return nil, setting.Errorf("rendezvous: static: %s %d outside 0..%d (%s=%d)", setting.Name("NodeRank"), cfg.NodeRank, cfg.NNodes-1, setting.Name("NNodes"), cfg.NNodes)
 	}
 	if cfg.MasterAddr == "" {
-		return nil, badinput.Errorf("rendezvous: static: empty %s", badinput.Setting("MasterAddr"))
+		return nil, setting.Errorf("rendezvous: static: empty %s", setting.Name("MasterAddr"))
 	}
 	if cfg.MasterPort < 1 || cfg.MasterPort > 65535 {
-		return nil, badinput.Errorf("rendezvous: static: %s %d outside 1..65535", badinput.Setting("MasterPort"), cfg.MasterPort)
+		return nil, setting.Errorf("rendezvous: static: %s %d outside 1..65535", setting.Name("MasterPort"), cfg.MasterPort)
 	}
 	if err := checkMaxRestarts(cfg.MaxRestarts); err != nil {
 		return nil, err
@@ -126,7 +130,7 @@ func (s *Static) Next(ctx context.Context, node Node) (Round, error) {
 		return Round{}, err
 	}
 	r := s.DryRunRound(node)
-	r.Place(s.cfg.NodeRank, Shape{Nprocs: table.Nprocs, Roles: table.Roles})
+	r.Place(s.cfg.NodeRank, Nodes{Nprocs: table.Nprocs, Roles: table.Roles})
 	r.Number, r.RestartCount = n, restarts
 	r.JobSecret = Token(table.JobSecret) // none for one node: the launcher makes its own
 	return r, nil

@@ -15,8 +15,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
 	"github.com/gorun-dev/gorun/internal/idleconns"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 )
@@ -87,19 +87,28 @@ func (s *Static) meet(ctx context.Context, me staticHello) (staticTable, error) 
 }
 
 // mismatch says how hello, from the caller at from, differs from node
-// 0's own, or "". The caller is named by its address and the rank it
+// 0's own, or nil. The caller is named by its address and the rank it
 // claims: it may be no node of the job at all.
-func (me staticHello) mismatch(h staticHello, from net.Addr) string {
-	who := fmt.Sprintf("the caller at %s (claiming --node-rank=%d)", from, h.NodeRank)
+func (me staticHello) mismatch(h staticHello, from net.Addr) error {
+	nodeRank, nnodes, maxRestarts := setting.Name("NodeRank"), setting.Name("NNodes"), setting.Name("MaxRestarts")
 	switch {
 	case h.RunID != me.RunID:
-		return fmt.Sprintf("%s has run id %.100q, node 0 %q (--rdzv-id)", who, h.RunID, me.RunID)
+		return setting.Errorf("the caller at %s (claiming %s=%d) has run id %.100q, node 0 %q (%s)", from, nodeRank, h.NodeRank, h.RunID, me.RunID, setting.Name("RunID"))
 	case h.NNodes != me.NNodes:
-		return fmt.Sprintf("%s has --nnodes=%d, node 0 --nnodes=%d", who, h.NNodes, me.NNodes)
+		return setting.Errorf("the caller at %s (claiming %s=%d) has %s=%d, node 0 %s=%d", from, nodeRank, h.NodeRank, nnodes, h.NNodes, nnodes, me.NNodes)
 	case h.MaxRestarts != me.MaxRestarts:
-		return fmt.Sprintf("%s has --max-restarts=%d, node 0 --max-restarts=%d", who, h.MaxRestarts, me.MaxRestarts)
+		return setting.Errorf("the caller at %s (claiming %s=%d) has %s=%d, node 0 %s=%d", from, nodeRank, h.NodeRank, maxRestarts, h.MaxRestarts, maxRestarts, me.MaxRestarts)
 	}
-	return ""
+	return nil
+}
+
+// shown is err as the users of the other nodes read it: with the
+// settings named as they know them (StaticConfig.ShowSetting).
+func (s *Static) shown(err error) string {
+	if s.cfg.ShowSetting == nil {
+		return err.Error()
+	}
+	return setting.Message(err, s.cfg.ShowSetting)
 }
 
 // arrival is one caller at node 0 and its hello.
@@ -150,14 +159,14 @@ func (s *Static) host(ctx context.Context, me staticHello) (staticTable, error) 
 		select {
 		case a := <-arrivals:
 			h := a.hello
-			if why := me.mismatch(h, a.conn.RemoteAddr()); why != "" {
-				writeLine(a.conn, staticTable{Version: staticVersion, Error: why})
+			if why := me.mismatch(h, a.conn.RemoteAddr()); why != nil {
+				writeLine(a.conn, staticTable{Version: staticVersion, Error: s.shown(why)})
 				a.conn.Close()
-				tell(staticTable{Version: staticVersion, Error: why})
-				return staticTable{}, fmt.Errorf("%w: %s", ErrShapeMismatch, why)
+				tell(staticTable{Version: staticVersion, Error: s.shown(why)})
+				return staticTable{}, fmt.Errorf("%w: %w", ErrShapeMismatch, why)
 			}
-			if why := refusal(h, me.NNodes, conns, table.Nprocs); why != "" {
-				writeLine(a.conn, staticTable{Version: staticVersion, Error: why})
+			if why := refusal(h, me.NNodes, conns, table.Nprocs); why != nil {
+				writeLine(a.conn, staticTable{Version: staticVersion, Error: s.shown(why)})
 				a.conn.Close()
 				continue
 			}
@@ -210,26 +219,26 @@ const (
 	maxStaticWorld   = 1<<31 - 1
 )
 
-// refusal says why node 0 refuses a node that agrees on the job, or "";
+// refusal says why node 0 refuses a node that agrees on the job, or nil;
 // nprocs are the worker counts of the nodes that came so far.
-func refusal(h staticHello, nnodes int, conns []net.Conn, nprocs []int) string {
+func refusal(h staticHello, nnodes int, conns []net.Conn, nprocs []int) error {
 	world := 0
 	for _, n := range nprocs {
 		world += n
 	}
 	switch {
 	case h.NodeRank < 1 || h.NodeRank >= nnodes:
-		return fmt.Sprintf("--node-rank=%d is outside 1..%d (--nnodes=%d)", h.NodeRank, nnodes-1, nnodes)
+		return setting.Errorf("%s=%d is outside 1..%d (%s=%d)", setting.Name("NodeRank"), h.NodeRank, nnodes-1, setting.Name("NNodes"), nnodes)
 	case conns[h.NodeRank] != nil:
-		return fmt.Sprintf("--node-rank=%d is taken: another node of that rank came first", h.NodeRank)
+		return setting.Errorf("%s=%d is taken: another node of that rank came first", setting.Name("NodeRank"), h.NodeRank)
 	case h.Nproc < 1 || h.Nproc > maxStaticNproc:
-		return fmt.Sprintf("node %d has %d workers; want 1..%d", h.NodeRank, h.Nproc, maxStaticNproc)
+		return fmt.Errorf("node %d has %d workers; want 1..%d", h.NodeRank, h.Nproc, maxStaticNproc)
 	case world > maxStaticWorld-h.Nproc:
-		return fmt.Sprintf("node %d's %d workers would make the job's world larger than %d ranks", h.NodeRank, h.Nproc, maxStaticWorld)
+		return fmt.Errorf("node %d's %d workers would make the job's world larger than %d ranks", h.NodeRank, h.Nproc, maxStaticWorld)
 	case len(h.Role) > maxStaticRoleLen || !printableRole(h.Role):
-		return fmt.Sprintf("node %d's role is not a name of at most %d printable characters", h.NodeRank, maxStaticRoleLen)
+		return fmt.Errorf("node %d's role is not a name of at most %d printable characters", h.NodeRank, maxStaticRoleLen)
 	}
-	return ""
+	return nil
 }
 
 // printableRole says whether role holds printable ASCII only, as a role
@@ -306,7 +315,7 @@ func (s *Static) join(ctx context.Context, me staticHello) (staticTable, error) 
 		case <-ctx.Done():
 			t.Stop()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return staticTable{}, badinput.Errorf("%w: node 0 did not answer at %s within %v (is it started, with the same %s and %s?): %v", ErrJoinTimeout, addr, time.Since(start).Round(100*time.Millisecond), badinput.Setting("MasterAddr"), badinput.Setting("MasterPort"), last)
+				return staticTable{}, setting.Errorf("%w: node 0 did not answer at %s within %v (is it started, with the same %s and %s?): %v", ErrJoinTimeout, addr, time.Since(start).Round(100*time.Millisecond), setting.Name("MasterAddr"), setting.Name("MasterPort"), last)
 			}
 			return staticTable{}, ctx.Err()
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 
 	"github.com/gorun-dev/gorun/internal/testkit/nettest"
 	"github.com/gorun-dev/gorun/internal/testkit/proctest"

@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

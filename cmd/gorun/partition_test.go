@@ -2,13 +2,14 @@ package main
 
 import (
 	"fmt"
-	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 
 	"github.com/gorun-dev/gorun/internal/testkit/nettest"
 	"github.com/gorun-dev/gorun/internal/testkit/proctest"

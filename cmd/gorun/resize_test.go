@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/gorun-dev/gorun/internal/testkit/timing"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
 )
 
 // tp2pp2 is a plan valid at 4 and 8 workers (2 and 4 nodes of 2), not at
@@ -92,7 +93,7 @@ func TestElasticPlanResizes(t *testing.T) {
 	// Its progress line comes after the 5 s progress interval, well past
 	// the 1 s last call: a size the plan allows would have started.
 	waitFor(t, "node 0 waiting alone", func() bool {
-		return strings.Contains(first.stderr.String(), "waiting for nodes: 1 of min 1 / max 4 joined (the --plan layout is valid at [2 4] nodes)")
+		return strings.Contains(first.stderr.String(), "waiting for nodes: 1 of min 1 / max 4 joined (the layout is valid at [2 4] nodes)")
 	})
 	if n := len(ups(dir)); n != 0 {
 		t.Fatalf("%d workers started on one node", n)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 )
 
 // Flag categories, in the order --help shows them.
@@ -82,12 +82,12 @@ const (
 )
 
 // settingFlags is the flag that sets each setting the library packages'
-// errors name (badinput.Setting: the field of launcher.Config,
+// errors name (setting.Name: the field of launcher.Config,
 // rendezvous.StaticConfig or Spec, topology.Config that holds it, or the
 // parameter a function takes it as). The command line shows those errors
 // with the flags (message), as the user typed them; the library never
 // names a flag. TestSettingsNameFlags keeps it whole.
-var settingFlags = map[badinput.Setting]string{
+var settingFlags = map[setting.Name]string{
 	// launcher.Config, and its Entrypoint.
 	"Entrypoint.Module":   fModule,
 	"Entrypoint.NoPython": fNoPython,
@@ -118,17 +118,11 @@ var settingFlags = map[badinput.Setting]string{
 	"MasterAddr": fMasterAddr,
 	"MasterPort": fMasterPort,
 	// rendezvous.Spec: the elastic backends' (a --rdzv-conf key is
-	// Conf.<key>, shown as --rdzv-conf <key>).
-	"Endpoint":             fRdzvEndpoint,
-	"LocalAddr":            fLocalAddr,
-	"Conf":                 fRdzvConf,
-	"Conf.is_host":         fRdzvConf + " is_host",
-	"Conf.store_log_level": fRdzvConf + " store_log_level",
-	"Conf.cert":            fRdzvConf + " cert",
-	"Conf.key":             fRdzvConf + " key",
-	"Conf.connect_timeout": fRdzvConf + " connect_timeout",
-	"Conf.lease_ttl":       fRdzvConf + " lease_ttl",
-	"Conf.token_file":      fRdzvConf + " token_file",
+	// Conf.<key>, shown as --rdzv-conf <key>: flagOf).
+	"Backend":   fRdzvBackend,
+	"Endpoint":  fRdzvEndpoint,
+	"LocalAddr": fLocalAddr,
+	"Conf":      fRdzvConf,
 	// memory.DeviceMemory's preset: topology.Config's keys, gorun plan's
 	// flags (a --plan file's keys gpu and gpu_memory).
 	"GPU":       fPlanGPU,
@@ -137,12 +131,19 @@ var settingFlags = map[badinput.Setting]string{
 
 // flagOf is the flag that sets setting, as the user types it; "" when
 // no flag does.
-func flagOf(setting badinput.Setting) string {
+func flagOf(setting setting.Name) string {
 	if f, ok := settingFlags[setting]; ok {
 		return "--" + f
 	}
+	if key, ok := strings.CutPrefix(string(setting), confSetting); ok && key != "" {
+		return "--" + fRdzvConf + " " + key
+	}
 	return ""
 }
+
+// confSetting begins the setting of a --rdzv-conf key (rendezvous.Spec's
+// Conf, key by key).
+const confSetting = "Conf."
 
 // spelling returns the underscore alias of a dash flag name, if it differs.
 func spelling(name string, short ...string) []string {

@@ -69,15 +69,15 @@ func launchAction(c *cli.Context, opts Options) error {
 	if err != nil {
 		return Usage(err)
 	}
-	plan, err := selectRendezvous(c, &cfg, log)
+	choice, err := selectRendezvous(c, &cfg, log)
 	if err != nil {
 		return Usage(err)
 	}
-	round := plan.round
-	if plan.elastic != nil {
-		plan.elastic.StoreHosts = storeHosts
+	round := choice.round
+	if choice.elastic != nil {
+		choice.elastic.StoreHosts = storeHosts
 	}
-	spare, err := applyLayoutPlan(c.String(fPlan), &cfg, &plan, &round, log)
+	spare, err := applyLayoutPlan(c.String(fPlan), &cfg, &choice, &round, log)
 	if err != nil {
 		return Usage(err)
 	}
@@ -86,10 +86,10 @@ func launchAction(c *cli.Context, opts Options) error {
 		return Usage(err)
 	}
 	if c.Bool(fDryRun) {
-		_, porter := plan.rdzv.(launcher.AgentStorePorter)
-		return dryRun(c, &cfg, round, spare, porter || plan.elastic != nil, schedName, fromScheduler)
+		_, porter := choice.rdzv.(launcher.AgentStorePorter)
+		return dryRun(c, &cfg, round, spare, porter || choice.elastic != nil, schedName, fromScheduler)
 	}
-	rdzv, release, err := openRendezvous(c.Context, plan, &cfg, opts, log)
+	rdzv, release, err := openRendezvous(c.Context, choice, &cfg, opts, log)
 	if err != nil {
 		return err
 	}
@@ -98,36 +98,65 @@ func launchAction(c *cli.Context, opts Options) error {
 }
 
 // needsEtcd says, from the flags alone, whether the launch's rendezvous
-// needs etcd, that is gorun-etcd: several nodes, not --standalone, not a
-// dry run, an etcd backend. Bad input is left to the launch's parse.
+// needs etcd, that is gorun-etcd: an elastic one (backendOf), not a dry
+// run. Bad input is left to the launch's parse.
 func needsEtcd(c *cli.Context) bool {
-	if c.Bool(fStandalone) || c.Bool(fDryRun) {
+	if c.Bool(fDryRun) {
 		return false
 	}
-	if _, maxNodes, err := flagval.ParseNNodes(c.String(fNnodes)); err != nil || maxNodes == 1 {
+	_, maxNodes, err := flagval.ParseNNodes(c.String(fNnodes))
+	if err != nil {
 		return false
 	}
-	switch c.String(fRdzvBackend) {
-	case "c10d", "etcd", "etcd-v2", "embedded":
-		return true
+	kind, err := backendOf(c.String(fRdzvBackend), c.Bool(fStandalone), maxNodes)
+	return err == nil && kind == elasticBackend
+}
+
+// backendKind is which rendezvous a launch runs.
+type backendKind int
+
+const (
+	// singleNodeBackend: --standalone, or a job of one node, whatever
+	// --rdzv-backend says: no store.
+	singleNodeBackend backendKind = iota
+	// elasticBackend: the etcd rendezvous (c10d, embedded, etcd,
+	// etcd-v2), in gorun-etcd.
+	elasticBackend
+	// staticBackend: torchrun's static rendezvous.
+	staticBackend
+)
+
+// backendOf is the one place that says which rendezvous the flags ask
+// for: --rdzv-backend's value, --standalone, and the largest node count.
+func backendOf(backend string, standalone bool, maxNodes int) (backendKind, error) {
+	switch backend {
+	case "static", "c10d", "etcd", "etcd-v2", "embedded":
+	default:
+		return 0, fmt.Errorf("--rdzv-backend=%q: want static, c10d, embedded, etcd or etcd-v2", backend)
 	}
-	return false
+	switch {
+	case standalone || maxNodes == 1:
+		return singleNodeBackend, nil
+	case backend == "static":
+		return staticBackend, nil
+	}
+	return elasticBackend, nil
 }
 
 // openRendezvous opens the launch's rendezvous, whichever backend it is:
 // the elastic one through gorun-etcd's companion, the single node of
 // --standalone with its store for Go workers, or the static and
 // single-node ones as planned. release frees what it started.
-func openRendezvous(ctx context.Context, plan rendezvousChoice, cfg *launcher.Config, opts Options, log *logrus.Logger) (launcher.Rendezvous, func(), error) {
+func openRendezvous(ctx context.Context, choice rendezvousChoice, cfg *launcher.Config, opts Options, log *logrus.Logger) (launcher.Rendezvous, func(), error) {
 	switch {
-	case plan.elastic != nil:
-		plan.elastic.Log = log
-		rdzv, release, err := opts.Companion.Rendezvous(ctx, *plan.elastic)
+	case choice.elastic != nil:
+		choice.elastic.Log = log
+		rdzv, release, err := opts.Companion.Rendezvous(ctx, *choice.elastic)
 		if err != nil {
 			return nil, nil, ExitError(err, 1)
 		}
 		return rdzv, release, nil
-	case plan.standalone != nil:
+	case choice.standalone != nil:
 		// One secret for the job: the store checks it, the workers
 		// present it.
 		var err error
@@ -136,9 +165,9 @@ func openRendezvous(ctx context.Context, plan rendezvousChoice, cfg *launcher.Co
 		}
 		store := startLocalStore(log, cfg.JobSecret)
 		if store == nil {
-			return plan.rdzv, func() {}, nil
+			return choice.rdzv, func() {}, nil
 		}
-		local := *plan.standalone
+		local := *choice.standalone
 		local.StoreEndpoints, local.StorePrefix = []string{store.Endpoint()}, "/gorun/"+cfg.RunID+"/store/"
 		local.StoreUser, local.StorePassword = rendezvous.EtcdUser, cfg.JobSecret.Reveal()
 		return rendezvous.NewLocal(local), func() {
@@ -147,26 +176,26 @@ func openRendezvous(ctx context.Context, plan rendezvousChoice, cfg *launcher.Co
 			}
 		}, nil
 	}
-	return plan.rdzv, func() {}, nil
+	return choice.rdzv, func() {}, nil
 }
 
 // applyLayoutPlan reads --plan (path; "" for none) into cfg.Plan. An
 // elastic job then rounds at the node counts the layout allows, and the
 // dry run shows the largest; spare says this node's rank is beyond it.
-func applyLayoutPlan(path string, cfg *launcher.Config, plan *rendezvousChoice, round *rendezvous.Round, log *logrus.Logger) (spare bool, err error) {
+func applyLayoutPlan(path string, cfg *launcher.Config, choice *rendezvousChoice, round *rendezvous.Round, log *logrus.Logger) (spare bool, err error) {
 	if path == "" {
 		return false, nil
 	}
 	lo, hi := round.GroupWorldSize, round.GroupWorldSize
-	if plan.elastic != nil {
-		lo, hi = plan.elastic.MinNodes, plan.elastic.MaxNodes
+	if choice.elastic != nil {
+		lo, hi = choice.elastic.MinNodes, choice.elastic.MaxNodes
 	}
 	if cfg.Plan, err = planLayouts(path, cfg.NprocPerNode, lo, hi, log); err != nil {
 		return false, err
 	}
-	if plan.elastic != nil && lo != hi {
+	if choice.elastic != nil && lo != hi {
 		valid := cfg.Plan.ValidNodes(cfg.NprocPerNode)
-		plan.elastic.Sizes = valid
+		choice.elastic.Sizes = valid
 		n := valid[len(valid)-1]
 		rank := round.GroupRank
 		spare = rank >= n
@@ -177,12 +206,12 @@ func applyLayoutPlan(path string, cfg *launcher.Config, plan *rendezvousChoice, 
 }
 
 // dryRun prints what the launch would do (--dry-run).
-func dryRun(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, spare, agentStore bool, schedName string, fromScheduler []launcher.SchedulerSetting) error {
+func dryRun(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, spare, agentStore bool, schedName string, fromScheduler []launcher.SchedulerFlag) error {
 	format := c.String(fFormat)
 	if format != "text" && format != "json" {
 		return Usagef("--format=%q: want text or json", format)
 	}
-	dry, err := launcher.PlanDryRun(cfg, round, spare, agentStore)
+	dry, err := launcher.NewDryRun(cfg, round, spare, agentStore)
 	if err != nil {
 		return Usage(err)
 	}
@@ -323,16 +352,16 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 	if cfg.NoRestartExitCodes, err = flagval.ParseExitCodes(fNoRestartCodes, c.String(fNoRestartCodes)); err != nil {
 		return err
 	}
-	if cfg.RestartBackoff, err = rendezvous.ParseSeconds(fBackoff, c.String(fBackoff)); err != nil {
+	if cfg.RestartBackoff, err = flagval.Seconds(fBackoff, c.String(fBackoff)); err != nil {
 		return err
 	}
-	if cfg.RestartBackoffMax, err = rendezvous.ParseSeconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
+	if cfg.RestartBackoffMax, err = flagval.Seconds(fBackoffMax, c.String(fBackoffMax)); err != nil {
 		return err
 	}
-	if cfg.StopTimeout, err = rendezvous.ParseSeconds(typedName(fStopTimeout, fShutdownTimeout), c.String(fStopTimeout)); err != nil {
+	if cfg.StopTimeout, err = flagval.Seconds(typedName(fStopTimeout, fShutdownTimeout), c.String(fStopTimeout)); err != nil {
 		return err
 	}
-	if cfg.HangTimeout, err = rendezvous.ParseSeconds(fHangTimeout, c.String(fHangTimeout)); err != nil {
+	if cfg.HangTimeout, err = flagval.Seconds(fHangTimeout, c.String(fHangTimeout)); err != nil {
 		return err
 	}
 	switch v := c.String(fWorkerProbe); v {
@@ -356,7 +385,7 @@ func parseRestartsAndSignals(c *cli.Context, cfg *launcher.Config) error {
 	if !slices.Contains(cfg.StopSignals, syscall.SIGQUIT) {
 		cfg.QuitSignals = []syscall.Signal{syscall.SIGQUIT}
 	}
-	if cfg.PreemptGrace, err = rendezvous.ParseSeconds(fPreemptGrace, c.String(fPreemptGrace)); err != nil {
+	if cfg.PreemptGrace, err = flagval.Seconds(fPreemptGrace, c.String(fPreemptGrace)); err != nil {
 		return err
 	}
 	if cfg.PreemptSignals, err = flagval.ParseSignals(fPreemptSignal, c.String(fPreemptSignal)); err != nil {
@@ -436,9 +465,9 @@ func checkTorchrunOnlyFlags(c *cli.Context, log *logrus.Logger) error {
 	return nil
 }
 
-// singleNodePlan is the rendezvous of one node (--standalone, or
+// singleNodeSetup is the rendezvous of one node (--standalone, or
 // --nnodes=1): no store.
-func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, maxNodes int, log *logrus.Logger) (rendezvousChoice, error) {
+func singleNodeSetup(c *cli.Context, cfg *launcher.Config, round rendezvous.Round, maxNodes int, log *logrus.Logger) (rendezvousChoice, error) {
 	if maxNodes > 1 {
 		log.Warnf("--standalone runs a single node: ignoring --nnodes=%s", c.String(fNnodes))
 	}
@@ -472,20 +501,21 @@ func singleNodePlan(c *cli.Context, cfg *launcher.Config, round rendezvous.Round
 		round.MasterAddr = local.MasterAddr
 	}
 	round.MasterPort = local.MasterPort
-	plan := rendezvousChoice{rdzv: rendezvous.NewLocal(local), round: round}
+	choice := rendezvousChoice{rdzv: rendezvous.NewLocal(local), round: round}
 	if c.Bool(fStandalone) {
-		plan.standalone = &local
+		choice.standalone = &local
 	}
-	return plan, nil
+	return choice, nil
 }
 
-// elasticPlan asks for the etcd rendezvous (c10d, embedded, etcd); the
+// elasticSetup asks for the etcd rendezvous (c10d, embedded, etcd); the
 // round is what a dry run shows: the largest job, with this node's rank.
-func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[string]string, minNodes, maxNodes int, round rendezvous.Round) (rendezvousChoice, error) {
+func elasticSetup(c *cli.Context, cfg *launcher.Config, backend string, conf map[string]string, minNodes, maxNodes int, round rendezvous.Round) (rendezvousChoice, error) {
 	spec := &rendezvous.Spec{
 		Backend: backend, Endpoint: c.String(fRdzvEndpoint), Conf: conf, RunID: cfg.RunID,
 		MinNodes: minNodes, MaxNodes: maxNodes, NodeRank: -1, NprocPerNode: cfg.NprocPerNode,
 		Role: cfg.Role, MaxRestarts: cfg.MaxRestarts, LocalAddr: c.String(fLocalAddr),
+		ShowSetting: flagOf,
 	}
 	if c.IsSet(fNodeRank) {
 		spec.NodeRank = c.Int(fNodeRank)
@@ -501,16 +531,16 @@ func elasticPlan(c *cli.Context, cfg *launcher.Config, backend string, conf map[
 	return rendezvousChoice{elastic: spec, round: round}, nil
 }
 
-// staticPlan is torchrun's static backend: a fixed number of nodes,
+// staticSetup is torchrun's static backend: a fixed number of nodes,
 // ranks from --node-rank.
-func staticPlan(c *cli.Context, cfg *launcher.Config, conf map[string]string, minNodes, maxNodes int) (rendezvousChoice, error) {
+func staticSetup(c *cli.Context, cfg *launcher.Config, conf map[string]string, minNodes, maxNodes int) (rendezvousChoice, error) {
 	var err error
 	// The nodes' first meeting: gorun's join_timeout, or torchrun's static
 	// key, timeout; other keys mean nothing to the static backend.
 	var joinTimeout time.Duration
 	for _, key := range []string{"join_timeout", "timeout"} {
 		if v, ok := conf[key]; ok {
-			if joinTimeout, err = rendezvous.ParseSeconds(fRdzvConf+" "+key, v); err != nil {
+			if joinTimeout, err = flagval.Seconds(fRdzvConf+" "+key, v); err != nil {
 				return rendezvousChoice{}, err
 			}
 			break
@@ -533,6 +563,7 @@ func staticPlan(c *cli.Context, cfg *launcher.Config, conf map[string]string, mi
 	st, err := rendezvous.NewStatic(rendezvous.StaticConfig{
 		RunID: cfg.RunID, NNodes: maxNodes, NodeRank: c.Int(fNodeRank),
 		MasterAddr: addr, MasterPort: port, MaxRestarts: cfg.MaxRestarts, JoinTimeout: joinTimeout,
+		ShowSetting: flagOf,
 	})
 	if err != nil {
 		return rendezvousChoice{}, err
@@ -566,10 +597,9 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		return rendezvousChoice{}, err
 	}
 	backend := c.String(fRdzvBackend)
-	switch backend {
-	case "static", "c10d", "etcd", "etcd-v2", "embedded":
-	default:
-		return rendezvousChoice{}, fmt.Errorf("--rdzv-backend=%q: want static, c10d, embedded, etcd or etcd-v2", backend)
+	kind, err := backendOf(backend, c.Bool(fStandalone), maxNodes)
+	if err != nil {
+		return rendezvousChoice{}, err
 	}
 	cfg.RunID = c.String(fRdzvID)
 	// Before anything uses it: the run id names folders and store keys.
@@ -586,14 +616,14 @@ func selectRendezvous(c *cli.Context, cfg *launcher.Config, log *logrus.Logger) 
 		MasterAddr: rendezvous.DefaultLocalAddr,
 	}
 
-	// One node needs no store, whatever the backend: the fast path.
-	if c.Bool(fStandalone) || maxNodes == 1 {
-		return singleNodePlan(c, cfg, round, maxNodes, log)
+	switch kind {
+	case singleNodeBackend:
+		// One node needs no store, whatever the backend: the fast path.
+		return singleNodeSetup(c, cfg, round, maxNodes, log)
+	case elasticBackend:
+		return elasticSetup(c, cfg, backend, conf, minNodes, maxNodes, round)
 	}
-	if backend != "static" {
-		return elasticPlan(c, cfg, backend, conf, minNodes, maxNodes, round)
-	}
-	return staticPlan(c, cfg, conf, minNodes, maxNodes)
+	return staticSetup(c, cfg, conf, minNodes, maxNodes)
 }
 
 // newRunID returns a random UUID, as torchrun --standalone uses for the run

@@ -21,7 +21,7 @@ import (
 // --dry-run, with the line to log about them (logNote). --standalone is a single-node job of its own: no scheduler
 // values apply. With --nproc-per-node=gpu or auto, the scheduler's count
 // of this node's GPUs is the answer.
-func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerSetting, storeHosts []string, logNote func(*logrus.Logger), err error) {
+func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerFlag, storeHosts []string, logNote func(*logrus.Logger), err error) {
 	logNote = func(*logrus.Logger) {}
 	if c.Bool(fStandalone) {
 		return "", nil, nil, logNote, nil
@@ -31,8 +31,8 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerS
 		return "", nil, nil, logNote, fmt.Errorf("%w (--scheduler=none ignores the scheduler's environment)", err)
 	}
 	var applied []string
-	for _, st := range det.Settings {
-		s := launcher.SchedulerSetting{Flag: st.Flag, Value: st.Value, Source: st.Source, Overridden: c.IsSet(st.Flag)}
+	for _, st := range det.Flags {
+		s := launcher.SchedulerFlag{Flag: st.Flag, Value: st.Value, Source: st.Source, Overridden: c.IsSet(st.Flag)}
 		if !s.Overridden {
 			if err := c.Set(st.Flag, st.Value); err != nil {
 				return "", nil, nil, logNote, fmt.Errorf("--%s=%s from %s: %w", st.Flag, st.Value, st.Source, err)
@@ -46,7 +46,7 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerS
 			if err := c.Set(fNprocPerNode, strconv.Itoa(n)); err != nil {
 				return "", nil, nil, logNote, err
 			}
-			settings = append(settings, launcher.SchedulerSetting{Flag: fNprocPerNode, Value: strconv.Itoa(n), Source: det.GPUsSource + " (for --nproc-per-node=" + v + ")"})
+			settings = append(settings, launcher.SchedulerFlag{Flag: fNprocPerNode, Value: strconv.Itoa(n), Source: det.GPUsSource + " (for --nproc-per-node=" + v + ")"})
 			applied = append(applied, "--"+fNprocPerNode+"="+strconv.Itoa(n))
 		}
 	}
@@ -54,7 +54,7 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerS
 	// --signal=USR1, sbatch --signal=USR1@T), sent to every process of
 	// the step: a stop request, like its SIGTERM.
 	if det.Scheduler == scheduler.Slurm {
-		st := launcher.SchedulerSetting{Flag: fPreemptSignal, Value: "SIGTERM,SIGUSR1", Source: "Slurm: scancel --signal=USR1 and sbatch --signal=USR1@T warn a job before its end", Overridden: c.IsSet(fPreemptSignal)}
+		st := launcher.SchedulerFlag{Flag: fPreemptSignal, Value: "SIGTERM,SIGUSR1", Source: "Slurm: scancel --signal=USR1 and sbatch --signal=USR1@T warn a job before its end", Overridden: c.IsSet(fPreemptSignal)}
 		if !st.Overridden {
 			if err := c.Set(fPreemptSignal, st.Value); err != nil {
 				return "", nil, nil, logNote, err
@@ -69,7 +69,7 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerS
 	if len(det.StoreHosts) > 0 {
 		conf, _ := flagval.ParseKeyValues(fRdzvConf, c.String(fRdzvConf))
 		ep, fromScheduler := det.Value(fRdzvEndpoint)
-		st := launcher.SchedulerSetting{Flag: fRdzvConf, Value: "store_hosts=" + strings.Join(det.StoreHosts, "+"), Source: det.StoreSource}
+		st := launcher.SchedulerFlag{Flag: fRdzvConf, Value: "store_hosts=" + strings.Join(det.StoreHosts, "+"), Source: det.StoreSource}
 		st.Overridden = conf["store_hosts"] != "" || !fromScheduler || c.String(fRdzvEndpoint) != ep || c.String(fRdzvBackend) == "static"
 		if !st.Overridden {
 			storeHosts = det.StoreHosts

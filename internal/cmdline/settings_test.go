@@ -17,7 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -33,10 +33,11 @@ var libraryDirs = []string{"launcher", "rendezvous", "comm", "watchdog", "topolo
 // gorun has not (docker's --shm-size, srun's --ntasks-per-node) need no
 // entry.
 var flagsAllowed = map[[2]string]string{
-	{"comm/env.go", "rdzv-backend"}: "torchrun's --rdzv-backend=c10d, for a Go worker that torchrun launched",
+	{"comm/env.go", "rdzv-backend"}:           "torchrun's --rdzv-backend=c10d, for a Go worker that torchrun launched",
+	{"launcher/scheduler/steps.go", "format"}: "squeue's --format",
 }
 
-const badinputPath = "github.com/gorun-dev/gorun/internal/badinput"
+const settingPath = "github.com/gorun-dev/gorun/internal/setting"
 
 // commandFlags are the names (aliases too) of every flag of gorun's
 // command line: the launch's and each command's (gorun-etcd's own
@@ -140,33 +141,40 @@ func selector(fun ast.Expr, imports map[string]string) (path, name string) {
 }
 
 // librarySettings lists the settings the library's errors name: each
-// badinput.Setting("X") and constant of type badinput.Setting, with
+// setting.Name("X") and constant of type setting.Name, with
 // where it is.
-func librarySettings(t *testing.T, files []libraryFile) map[badinput.Setting]string {
+func librarySettings(t *testing.T, files []libraryFile) map[setting.Name]string {
 	t.Helper()
-	settings := map[badinput.Setting]string{}
+	settings := map[setting.Name]string{}
 	for _, lf := range files {
 		imports := importedAs(lf.file)
 		ast.Inspect(lf.file, func(n ast.Node) bool {
 			var lits []ast.Expr
 			switch n := n.(type) {
 			case *ast.CallExpr:
-				if path, name := selector(n.Fun, imports); path == badinputPath && name == "Setting" {
+				if path, name := selector(n.Fun, imports); path == settingPath && name == "Name" {
 					lits = n.Args
 				}
 			case *ast.ValueSpec:
-				if path, name := selector(n.Type, imports); path == badinputPath && name == "Setting" {
+				if path, name := selector(n.Type, imports); path == settingPath && name == "Name" {
 					lits = n.Values
 				}
 			}
 			for _, l := range lits {
+				// "Conf." + key: a --rdzv-conf key chosen at run time,
+				// which flagOf shows whatever the key.
+				if b, ok := l.(*ast.BinaryExpr); ok && b.Op == token.ADD {
+					if lit, ok := b.X.(*ast.BasicLit); ok && lit.Value == strconv.Quote(confSetting) {
+						continue
+					}
+				}
 				lit, ok := l.(*ast.BasicLit)
 				if !ok || lit.Kind != token.STRING {
-					t.Errorf("%s: a badinput.Setting that is not a string literal: the tests cannot see it", lf.fset.Position(l.Pos()))
+					t.Errorf("%s: a setting.Name that is not a string literal: the tests cannot see it", lf.fset.Position(l.Pos()))
 					continue
 				}
 				s, _ := strconv.Unquote(lit.Value)
-				settings[badinput.Setting(s)] = lf.fset.Position(lit.Pos()).String()
+				settings[setting.Name(s)] = lf.fset.Position(lit.Pos()).String()
 			}
 			return true
 		})
@@ -187,8 +195,7 @@ func TestSettingsNameFlags(t *testing.T) {
 	used := librarySettings(t, libraryFiles(t))
 	for setting, flag := range settingFlags {
 		t.Run(string(setting), func(t *testing.T) {
-			// A --rdzv-conf key is "rdzv-conf KEY".
-			if name, _, _ := strings.Cut(flag, " "); !flags[name] {
+			if !flags[flag] {
 				t.Errorf("setting %s maps to --%s, which is no flag of gorun's", setting, flag)
 			}
 			if flagOf(setting) != "--"+flag {
@@ -200,6 +207,12 @@ func TestSettingsNameFlags(t *testing.T) {
 		})
 	}
 	for setting, where := range used {
+		if key, ok := strings.CutPrefix(string(setting), confSetting); ok {
+			if flagOf(setting) != "--"+fRdzvConf+" "+key || key == "" {
+				t.Errorf("%s: setting %s shows as %q; want --%s %s", where, setting, flagOf(setting), fRdzvConf, key)
+			}
+			continue
+		}
 		if _, ok := settingFlags[setting]; !ok {
 			t.Errorf("%s: setting %s has no flag in settingFlags: the user would read the Go name", where, setting)
 		}
@@ -210,63 +223,138 @@ func TestSettingsNameFlags(t *testing.T) {
 var flagInText = regexp.MustCompile(`--([A-Za-z0-9][A-Za-z0-9_-]*)`)
 
 // TestLibraryErrorsNameNoFlag: no error that the library packages make
-// (fmt.Errorf, errors.New, badinput.Errorf) names one of gorun's flags in
-// its text: they name the setting (badinput.Setting), and the command
-// line puts the flag in. Log lines may name flags; advice about another
-// program's command line is listed in flagsAllowed.
+// names one of gorun's flags, or formats one ("--%s"), and neither does
+// any other text they make (a message node 0 sends another node, a name
+// in a list of differences, a probe's diagnosis, all of which end in
+// errors): they name the setting (setting.Name), and the command line
+// puts the flag in. Allowed: log lines (a method of a logger: Infof,
+// Warnf, Errorf on a value, not fmt's or errors'); the texts of the
+// command's own reports, printed as they are (reportFiles); advice about
+// another program's flag of the same name as one of gorun's
+// (flagsAllowed). An error constructor's own text has no exception but
+// the last.
 func TestLibraryErrorsNameNoFlag(t *testing.T) {
 	t.Parallel()
 	flags := commandFlags(t)
-	constructors := map[[2]string]bool{{"fmt", "Errorf"}: true, {"errors", "New"}: true, {badinputPath, "Errorf"}: true}
+	constructors := map[[2]string]bool{{"fmt", "Errorf"}: true, {"errors", "New"}: true, {settingPath, "Errorf"}: true}
 	seen := map[[2]string]bool{}
-	calls := 0
+	seenReports := map[string]bool{}
+	literals := 0
 	for _, lf := range libraryFiles(t) {
 		imports := importedAs(lf.file)
+		// The calls the walk is inside: log lines, error constructors.
+		var logged, errs []ast.Node
+		report := reportFiles[lf.path] != ""
+		if report {
+			seenReports[lf.path] = true
+		}
 		ast.Inspect(lf.file, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
+			if n == nil {
 				return true
 			}
-			if path, name := selector(call.Fun, imports); !constructors[[2]string{path, name}] {
+			for len(logged) > 0 && !contains(logged[len(logged)-1], n) {
+				logged = logged[:len(logged)-1]
+			}
+			for len(errs) > 0 && !contains(errs[len(errs)-1], n) {
+				errs = errs[:len(errs)-1]
+			}
+			if call, ok := n.(*ast.CallExpr); ok {
+				if isLogCall(call, imports) {
+					logged = append(logged, call)
+				}
+				if path, name := selector(call.Fun, imports); constructors[[2]string{path, name}] {
+					errs = append(errs, call)
+				}
+			}
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING || len(logged) > 0 || (report && len(errs) == 0) {
 				return true
 			}
-			calls++
-			for _, arg := range call.Args {
-				ast.Inspect(arg, func(n ast.Node) bool {
-					lit, ok := n.(*ast.BasicLit)
-					if !ok || lit.Kind != token.STRING {
-						return true
-					}
-					s, err := strconv.Unquote(lit.Value)
-					if err != nil {
-						return true
-					}
-					for _, m := range flagInText.FindAllStringSubmatch(s, -1) {
-						name := m[1]
-						if !flags[name] {
-							continue
-						}
-						key := [2]string{lf.path, name}
-						if _, ok := flagsAllowed[key]; ok {
-							seen[key] = true
-							continue
-						}
-						t.Errorf("%s: an error names gorun's flag --%s; name the setting instead (badinput.Errorf with a badinput.Setting, mapped in settingFlags)", lf.fset.Position(lit.Pos()), name)
-					}
-					return true
-				})
+			text, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			literals++
+			where := lf.fset.Position(lit.Pos())
+			if flagFormat.MatchString(text) {
+				t.Errorf("%s: %q formats a flag's name; name the setting instead (setting.Name)", where, text)
+			}
+			for _, m := range flagInText.FindAllStringSubmatch(text, -1) {
+				name := m[1]
+				if !flags[name] {
+					continue
+				}
+				key := [2]string{lf.path, name}
+				if _, ok := flagsAllowed[key]; ok {
+					seen[key] = true
+					continue
+				}
+				t.Errorf("%s: %q names gorun's flag --%s; name the setting instead (setting.Errorf with a setting.Name, mapped in settingFlags)", where, text, name)
 			}
 			return true
 		})
 	}
-	if calls < 100 {
-		t.Fatalf("%d error constructors found; is the scan broken?", calls)
+	if literals < 1000 {
+		t.Fatalf("%d string literals found; is the scan broken?", literals)
 	}
 	for key, why := range flagsAllowed {
 		if !seen[key] {
-			t.Errorf("flagsAllowed lists --%s in %s (%s), which no error there names any more: drop it", key[1], key[0], why)
+			t.Errorf("flagsAllowed lists --%s in %s (%s), which no text there names any more: drop it", key[1], key[0], why)
 		}
 	}
+	for file := range reportFiles {
+		if !seenReports[file] {
+			t.Errorf("reportFiles lists %s, which is no library file", file)
+		}
+	}
+}
+
+// reportFiles are the library files whose texts are the command's own
+// reports, printed to the user as they are: they may name flags
+// (their errors may not).
+var reportFiles = map[string]string{
+	"launcher/dryrun.go":              "--dry-run's report: the flags the scheduler set",
+	"launcher/summary.go":             "the failure summary",
+	"launcher/goodput/goodputtext.go": "gorun report's text",
+	"launcher/probe/verdict.go":       "the hang verdict's lines in the summary",
+	"launcher/hangwatch.go":           "the hang verdict's lines in the summary",
+	"launcher/hangjob.go":             "the job-wide hang verdict's lines",
+	"launcher/agent.go":               "why the agent does not restart, logged",
+	"launcher/policy.go":              "why an exit code ends the job, logged and in the summary",
+	"launcher/numa.go":                "the binding's notes, logged",
+	"topology/advice.go":              "gorun plan's advice",
+	"topology/config.go":              "gorun plan --help's keys",
+	"launcher/scheduler/scheduler.go": "the launch line to type under srun",
+}
+
+// flagFormat finds a flag's name formatted into a text: "--%s", "--%v".
+var flagFormat = regexp.MustCompile(`--%[sqv]`)
+
+// logMethods are the methods of a logger (logrus's, log's) whose lines
+// may name flags.
+var logMethods = map[string]bool{
+	"Debugf": true, "Infof": true, "Warnf": true, "Warningf": true, "Errorf": true, "Printf": true,
+	"Debug": true, "Info": true, "Warn": true, "Warning": true, "Error": true, "Print": true, "Println": true,
+}
+
+// isLogCall reports whether call is a logger's method (a log line), not
+// a package's function (fmt.Errorf, errors.New, setting.Errorf).
+func isLogCall(call *ast.CallExpr, imports map[string]string) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || !logMethods[sel.Sel.Name] {
+		return false
+	}
+	if id, ok := sel.X.(*ast.Ident); ok {
+		if _, pkg := imports[id.Name]; pkg {
+			return false // a package's function
+		}
+	}
+	return true
+}
+
+// contains reports whether outer's source range holds inner's.
+func contains(outer, inner ast.Node) bool {
+	return outer.Pos() <= inner.Pos() && inner.End() <= outer.End()
 }
 
 // TestUsersReadFlags: the library's errors name settings, and the
@@ -301,12 +389,12 @@ func TestUsersReadFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var u *UsageError
 			var ec cli.ExitCoder
-			var bad *badinput.Error
+			var bad *setting.Error
 			if !errors.As(tt.err, &ec) || ec.ExitCode() != tt.code {
 				t.Errorf("exit code: %v; want %d", ec, tt.code)
 			}
 			if !errors.As(tt.err, &bad) {
-				t.Fatalf("%v wraps no badinput.Error", tt.err)
+				t.Fatalf("%v wraps no setting.Error", tt.err)
 			}
 			if errors.As(tt.err, &u) {
 				if got := u.Err.Error(); !strings.HasPrefix(got, tt.own) {

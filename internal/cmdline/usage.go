@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -49,10 +49,10 @@ func isUsage(err error) bool {
 }
 
 // message is err's text as the command line shows it: where an error of
-// the library packages names a setting (a badinput.Error, however deep
+// the library packages names a setting (a setting.Error, however deep
 // it is wrapped), the flag that sets it (settingFlags), the context
 // around it kept as it is.
-func message(err error) string { return badinput.Message(err, flagOf) }
+func message(err error) string { return setting.Message(err, flagOf) }
 
 // shownError is err as the command line shows it (message); it unwraps
 // to err, so that errors.Is and As still see what err wraps.

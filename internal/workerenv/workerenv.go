@@ -2,10 +2,12 @@
 // workers: the names of the GORUN_* variables that the agent
 // (package launcher) sets for each worker and that the worker side
 // (package comm, and any program run under gorun) reads. Each name is
-// declared here once; launcher's Env* and comm's *Env constants are these.
+// declared here once; comm's *Env constants are these, as the API Go
+// workers read them by.
 //
-// torchrun's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) are
-// torchrun's and PyTorch's (docs/sources.md), not gorun's, and are not listed here.
+// torchrun's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...), which
+// gorun sets the same way, are spelled here too (torchrun.go), and so are
+// the Python probe's (GORUN_PROBE_*: probe.go).
 package workerenv
 
 // The variables the agent sets for each worker.
@@ -31,7 +33,7 @@ const (
 	// besides its output (with --hang-timeout).
 	HeartbeatFile = "GORUN_HEARTBEAT_FILE"
 	// ProgressFile names a file, one per worker, where the worker reports
-	// its last step (launcher.EnvProgressFile has the format).
+	// its last step (launcher/goodput.EnvProgressFile has the format).
 	ProgressFile = "GORUN_PROGRESS_FILE"
 	// StopFile names a file, one per node, that does not exist at start:
 	// gorun creates it when the job is asked to stop (SIGTERM to any

@@ -11,19 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/gorun-dev/gorun/internal/workerenv"
 )
-
-// EnvProgressFile names a worker's progress file,
-// <run folder>/attempt_<n>/<local_rank>/progress. After each step the
-// worker replaces it (writes <path>.tmp, then renames) with one line:
-//
-//	step=<int> time=<unix_ns> first_step=<int> first_time=<unix_ns>
-//
-// time is when this step was reported, first_* the first step this
-// process reported. Readers ignore other key=value fields.
-const EnvProgressFile = workerenv.ProgressFile
 
 // ProgressFile is the name of a worker's progress file in its folder.
 const ProgressFile = "progress"
@@ -42,7 +30,7 @@ type Progress struct {
 	Seen bool
 }
 
-// ReadProgress reads a worker's progress file (see EnvProgressFile). A
+// ReadProgress reads a worker's progress file (see workerenv.ProgressFile). A
 // missing or empty file gives Progress{} and no error: the worker reported
 // no step yet. It does not follow a link at path, refuses anything but a
 // regular file, and reads at most 4 KiB. An error names the path and the

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/launcher/probe"
 )
 
@@ -25,7 +25,7 @@ func FindRunFolder(dir string) (run string, picked bool, err error) {
 		return "", false, fmt.Errorf("LOGDIR: %w", err)
 	}
 	if !fi.IsDir() {
-		return "", false, badinput.Errorf("LOGDIR %s is not a folder; want a run folder (with %s) or a %s", dir, EventsFile, badinput.Setting("LogDir"))
+		return "", false, setting.Errorf("LOGDIR %s is not a folder; want a run folder (with %s) or a %s", dir, EventsFile, setting.Name("LogDir"))
 	}
 	if isRegular(filepath.Join(dir, EventsFile)) {
 		return dir, false, nil
@@ -48,7 +48,7 @@ func FindRunFolder(dir string) (run string, picked bool, err error) {
 		}
 	}
 	if run == "" {
-		return "", false, badinput.Errorf("LOGDIR %s holds no %s, nor does any folder in it; want a run folder (<log_dir>/<run_id>) or a %s of a run", dir, EventsFile, badinput.Setting("LogDir"))
+		return "", false, setting.Errorf("LOGDIR %s holds no %s, nor does any folder in it; want a run folder (<log_dir>/<run_id>) or a %s of a run", dir, EventsFile, setting.Name("LogDir"))
 	}
 	return run, true, nil
 }

@@ -7,7 +7,8 @@
 // the attempt's request file) it writes every thread's stack and the
 // whole flight recorder, without stopping the worker. This package
 // installs the module, names the variables that steer it, and reads what
-// it writes; package launcher decides what the snapshots mean.
+// it writes, and judges what the snapshots say (verdict.go: a hang's
+// cause, a straggler); package launcher acts on the verdicts.
 package probe
 
 import (
@@ -29,21 +30,6 @@ import (
 
 //go:embed sitecustomize.py
 var module []byte
-
-// The variables that steer the probe in a worker.
-const (
-	// EnvFile is the worker's snapshot file; unset, the probe does
-	// nothing.
-	EnvFile = "GORUN_PROBE_FILE"
-	// EnvRequest is the attempt's request file: a new id there asks
-	// every worker for its stacks and flight recorder.
-	EnvRequest = "GORUN_PROBE_REQUEST"
-	// EnvInterval is the seconds between snapshots.
-	EnvInterval = "GORUN_PROBE_INTERVAL"
-	// EnvOwner is set by the probe to its process's pid, so that the
-	// worker's Python children (data loaders) do not report as it.
-	EnvOwner = "GORUN_PROBE_OWNER"
-)
 
 // RequestFile is the name of the attempt's request file, beside its
 // local ranks' folders.

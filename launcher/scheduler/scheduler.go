@@ -13,7 +13,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // Names of the schedulers Detect knows, for --scheduler.
@@ -40,8 +41,8 @@ func StorePort(runID string) int {
 // nodes, values that disagree).
 var ErrScheduler = errors.New("scheduler")
 
-// Setting is one launch setting a scheduler gave.
-type Setting struct {
+// FlagValue is the value a scheduler gave one of gorun's flags.
+type FlagValue struct {
 	// Flag is the gorun flag the value stands for, without dashes.
 	Flag string `json:"flag"`
 	// Value is what the flag would be given.
@@ -54,8 +55,8 @@ type Setting struct {
 type Detection struct {
 	// Scheduler is Slurm or Kubernetes; "" when neither was found.
 	Scheduler string `json:"scheduler,omitempty"`
-	// Settings are the launch settings, in the order of the flags' help.
-	Settings []Setting `json:"settings,omitempty"`
+	// Flags are the flags' values it gave, in the order of the flags' help.
+	Flags []FlagValue `json:"settings,omitempty"`
 	// Hosts is the job's host list in node-rank order (Slurm).
 	Hosts []string `json:"hosts,omitempty"`
 	// StoreHosts are the hosts of the embedded store's three members, the
@@ -73,7 +74,7 @@ type Detection struct {
 
 // Value returns the value of flag's setting and whether there is one.
 func (d Detection) Value(flag string) (string, bool) {
-	for _, s := range d.Settings {
+	for _, s := range d.Flags {
 		if s.Flag == flag {
 			return s.Value, true
 		}
@@ -85,7 +86,7 @@ func (d Detection) Value(flag string) (string, bool) {
 // (Slurm when SLURM_JOB_ID is set, else Kubernetes when
 // KUBERNETES_SERVICE_HOST is), Slurm, Kubernetes or None. given reports
 // the flags the user gave (nil: none), which some checks defer to. An
-// error calls which the setting Scheduler (badinput).
+// error calls which the setting Scheduler (internal/setting).
 func Detect(which string, getenv func(string) string, given func(flag string) bool) (Detection, error) {
 	if given == nil {
 		given = func(string) bool { return false }
@@ -95,7 +96,7 @@ func Detect(which string, getenv func(string) string, given func(flag string) bo
 		return Detection{}, nil
 	case Slurm:
 		if getenv("SLURM_JOB_ID") == "" {
-			return Detection{}, badinput.Errorf("%w: %s=slurm, but SLURM_JOB_ID is not set (run gorun inside an srun step)", ErrScheduler, badinput.Setting("Scheduler"))
+			return Detection{}, setting.Errorf("%w: %s=slurm, but SLURM_JOB_ID is not set (run gorun inside an srun step)", ErrScheduler, setting.Name("Scheduler"))
 		}
 		return detectSlurm(getenv, given)
 	case Kubernetes:
@@ -109,7 +110,7 @@ func Detect(which string, getenv func(string) string, given func(flag string) bo
 		}
 		return Detection{}, nil
 	}
-	return Detection{}, badinput.Errorf("%w: %s=%q: want auto, slurm, kubernetes or none", ErrScheduler, badinput.Setting("Scheduler"), which)
+	return Detection{}, setting.Errorf("%w: %s=%q: want auto, slurm, kubernetes or none", ErrScheduler, setting.Name("Scheduler"), which)
 }
 
 // first returns the first of names that is set, with its name.
@@ -133,7 +134,7 @@ func count(name, v string) (int, error) {
 
 func detectSlurm(getenv func(string) string, given func(string) bool) (Detection, error) {
 	d := Detection{Scheduler: Slurm}
-	add := func(flag, value, source string) { d.Settings = append(d.Settings, Setting{flag, value, source}) }
+	add := func(flag, value, source string) { d.Flags = append(d.Flags, FlagValue{flag, value, source}) }
 
 	job := getenv("SLURM_JOB_ID")
 	step, stepVar := first(getenv, "SLURM_STEP_ID", "SLURM_STEPID")
@@ -157,11 +158,11 @@ func detectSlurm(getenv func(string) string, given func(string) bool) (Detection
 			where = "the batch script of a " + strconv.Itoa(nodes) + "-node Slurm job (no SLURM_STEP_ID)"
 		}
 		if !given("nnodes") {
-			return d, badinput.Errorf("%w: gorun runs in %s, so only this host would join: start it once on every node with `srun --ntasks-per-node=1 gorun ...` (or give %s=1 to run on this host alone)", ErrScheduler, where, badinput.Setting("NNodes"))
+			return d, setting.Errorf("%w: gorun runs in %s, so only this host would join: start it once on every node with `srun --ntasks-per-node=1 gorun ...` (or give %s=1 to run on this host alone)", ErrScheduler, where, setting.Name("NNodes"))
 		}
 		// --nnodes given: a job of this host's own, whatever the
 		// allocation's nodes are; only the run id is the allocation's.
-		d.Settings = append(d.Settings, Setting{"rdzv-id", job, "SLURM_JOB_ID=" + job + " (outside a step: " + where + ")"})
+		d.Flags = append(d.Flags, FlagValue{"rdzv-id", job, "SLURM_JOB_ID=" + job + " (outside a step: " + where + ")"})
 		return d, nil
 	}
 	nodeText, nodeVar := first(getenv, "SLURM_NODEID")
@@ -256,14 +257,14 @@ func oneTaskPerNode(getenv func(string) string, node int) error {
 
 func detectKubernetes(getenv func(string) string) (Detection, error) {
 	d := Detection{Scheduler: Kubernetes}
-	add := func(flag, value, source string) { d.Settings = append(d.Settings, Setting{flag, value, source}) }
+	add := func(flag, value, source string) { d.Flags = append(d.Flags, FlagValue{flag, value, source}) }
 	// The training operator's PyTorchJob sets MASTER_ADDR and MASTER_PORT
 	// for the pod (its PET_MASTER_* and PET_* are gorun's flags' own
 	// variables); JobSet users set them in the manifest.
-	if v := strings.TrimSpace(getenv("MASTER_ADDR")); v != "" {
+	if v := strings.TrimSpace(getenv(workerenv.MasterAddr)); v != "" {
 		add("master-addr", v, "MASTER_ADDR="+v)
 	}
-	if v := strings.TrimSpace(getenv("MASTER_PORT")); v != "" {
+	if v := strings.TrimSpace(getenv(workerenv.MasterPort)); v != "" {
 		p, err := strconv.Atoi(v)
 		if err != nil || p < 1 || p > 65535 {
 			return d, fmt.Errorf("%w: MASTER_PORT=%q: want a port, 1 to 65535", ErrScheduler, v)

@@ -93,15 +93,15 @@ func TestDetect(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(d.Settings) != len(tt.want) {
-				t.Errorf("settings %+v; want %v", d.Settings, tt.want)
+			if len(d.Flags) != len(tt.want) {
+				t.Errorf("settings %+v; want %v", d.Flags, tt.want)
 			}
 			for flag, v := range tt.want {
 				if got, ok := d.Value(flag); !ok || got != v {
 					t.Errorf("--%s = %q (%v); want %q", flag, got, ok, v)
 				}
 			}
-			for _, s := range d.Settings {
+			for _, s := range d.Flags {
 				if s.Source == "" {
 					t.Errorf("--%s has no source", s.Flag)
 				}

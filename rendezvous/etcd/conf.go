@@ -13,7 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
@@ -48,7 +48,7 @@ type Conf struct {
 	// GORUN_RDZV_STORE_HOSTS), nil when neither gives any; storeHostsFrom
 	// names which, for messages.
 	storeHosts     []string
-	storeHostsFrom string
+	storeHostsFrom any
 }
 
 // knownKeys are the --rdzv-conf keys gorun reads; torchrun's others are
@@ -96,15 +96,15 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (Conf, error) {
 	var err error
 	for key, dst := range map[string]*time.Duration{"last_call_timeout": &c.lastCall, "join_timeout": &c.join, "lease_ttl": &c.leaseTTL, "connect_timeout": &c.connect} {
 		if v := get(key); v != "" {
-			if *dst, err = rendezvous.ParseSeconds("rdzv-conf "+key, v); err != nil {
-				return c, err
+			if *dst, err = rendezvous.ParseSeconds(v); err != nil {
+				return c, setting.Errorf("%s=%q: %w", setting.Name("Conf."+key), v, err)
 			}
 		}
 	}
 	if v := get("is_host"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return c, badinput.Errorf("%s=%q: want true or false", badinput.Setting("Conf.is_host"), v)
+			return c, setting.Errorf("%s=%q: want true or false", setting.Name("Conf.is_host"), v)
 		}
 		c.isHost = &b
 	}
@@ -114,21 +114,21 @@ func parseConf(kv map[string]string, log logrus.FieldLogger) (Conf, error) {
 	}
 	if v := get("store_log_level"); v != "" {
 		if !slices.Contains(storeLogLevels, v) {
-			return c, badinput.Errorf("%s=%q: want %s", badinput.Setting("Conf.store_log_level"), v, strings.Join(storeLogLevels, ", "))
+			return c, setting.Errorf("%s=%q: want %s", setting.Name("Conf.store_log_level"), v, strings.Join(storeLogLevels, ", "))
 		}
 		c.storeLogLevel = v
 	}
 	switch {
 	case kv["store_hosts"] != "":
 		c.storeHosts = strings.FieldsFunc(kv["store_hosts"], func(r rune) bool { return r == '+' || r == ';' || r == ' ' })
-		c.storeHostsFrom = "--rdzv-conf store_hosts"
+		c.storeHostsFrom = setting.Name("Conf.store_hosts")
 	case os.Getenv(storeHostsEnv) != "":
 		c.storeHosts, c.storeHostsFrom = strings.Split(os.Getenv(storeHostsEnv), ","), storeHostsEnv
 	}
 	c.tls = transport.TLSInfo{TrustedCAFile: get("cacert"), CertFile: get("cert"), KeyFile: get("key")}
 	c.user, c.password = get("user"), get("password")
 	if (c.tls.CertFile == "") != (c.tls.KeyFile == "") {
-		return c, badinput.Errorf("%s and %s go together (or GORUN_RDZV_CERT and GORUN_RDZV_KEY)", badinput.Setting("Conf.cert"), badinput.Setting("Conf.key"))
+		return c, setting.Errorf("%s and %s go together (or GORUN_RDZV_CERT and GORUN_RDZV_KEY)", setting.Name("Conf.cert"), setting.Name("Conf.key"))
 	}
 	return c, nil
 }
@@ -152,7 +152,7 @@ func ParseEndpoints(list string, embedded bool) ([]string, error) {
 	for _, ep := range strings.Split(list, ",") {
 		host, port, err := rendezvous.SplitEndpoint(strings.TrimSpace(ep), defPort)
 		if err != nil {
-			return nil, rendezvous.BadInput(badinput.Errorf("%s: %w", badinput.Setting("Endpoint"), err))
+			return nil, rendezvous.BadInput(setting.Errorf("%s: %w", setting.Name("Endpoint"), err))
 		}
 		endpoints = append(endpoints, net.JoinHostPort(host, strconv.Itoa(port)))
 	}
@@ -206,7 +206,7 @@ func (c Conf) clientTLS() (*tls.Config, error) {
 	}
 	cfg, err := c.tls.ClientConfig()
 	if err != nil {
-		return nil, badinput.Errorf("the TLS files of %s: %w", badinput.Setting("Conf"), err)
+		return nil, setting.Errorf("the TLS files of %s: %w", setting.Name("Conf"), err)
 	}
 	return cfg, nil
 }

@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
@@ -73,20 +73,20 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 			diag.Permanent = false // retried within connect_timeout
 		}
 		if diag.Permanent && diag.Cause != nil {
-			return nil, nil, fmt.Errorf("%w at %s", diag.Cause, diag.Text)
+			return nil, nil, fmt.Errorf("%w at %w", diag.Cause, diag.Why)
 		}
 		if diag.Permanent {
-			return nil, nil, fmt.Errorf("%w: etcd at %s: %s", ErrUnreachable, endpoints, diag.Text)
+			return nil, nil, fmt.Errorf("%w: etcd at %s: %w", ErrUnreachable, endpoints, diag.Why)
 		}
 		hint := ""
 		if waitingForHost {
 			hint = "; the node hosting the embedded store may not have started yet"
 		}
 		if gone := time.Since(start); gone >= cfg.UnreachableTimeout {
-			return nil, nil, badinput.Errorf("%w: never reached etcd at %s in %v (%s): %s%s", ErrUnreachable, endpoints, gone.Round(time.Second), badinput.Setting("Conf.connect_timeout"), diag.Text, hint)
+			return nil, nil, setting.Errorf("%w: never reached etcd at %s in %v (%s): %w%s", ErrUnreachable, endpoints, gone.Round(time.Second), setting.Name("Conf.connect_timeout"), diag.Why, hint)
 		}
 		if time.Since(lastReport) > DefaultProgressInterval {
-			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, diag.Text, hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
+			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, cfg.shown(diag.Why), hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
 			lastReport = time.Now()
 		}
 		if err := ctxtime.Sleep(ctx, delay); err != nil {
@@ -114,6 +114,15 @@ func NewClient(ctx context.Context, ccfg clientv3.Config, token Token) (*clientv
 	}
 	ccfg.Username, ccfg.Password, ccfg.Token = "", "", signed
 	return clientv3.New(ccfg)
+}
+
+// shown is err as this node's user reads it: with the settings named as
+// the user knows them (ShowSetting), as in a log line.
+func (cfg Config) shown(err error) string {
+	if cfg.ShowSetting == nil {
+		return err.Error()
+	}
+	return setting.Message(err, cfg.ShowSetting)
 }
 
 // isPermanent tells errors that retrying cannot fix.

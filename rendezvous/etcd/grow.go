@@ -182,7 +182,7 @@ func (g *storeGrower) candidates(ctx context.Context, round int) []NodeRecord {
 	for _, kv := range resp.Kvs {
 		var n NodeRecord
 		id := strings.TrimPrefix(string(kv.Key), prefix)
-		if id == r.id || g.tried[id] || !r.openSealed(kv, &n) || n.ID != id {
+		if id == r.id || g.tried[id] || !r.read(string(kv.Key), kv.Value, kv.ModRevision, kindJoin, &n) || n.ID != id {
 			continue
 		}
 		if n.Addr == ownHost || n.Addr == r.cfg.Addr {

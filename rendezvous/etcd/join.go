@@ -12,7 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -192,7 +192,7 @@ func (r *Rendezvous) nodeRankTaken(ctx context.Context, t int, holder string, re
 		case wr, ok := <-w:
 			if !ok || wr.Err() != nil {
 				if ctx.Err() == nil && wctx.Err() != nil {
-					return badinput.Errorf("%w: %s=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, badinput.Setting("NodeRank"), r.cfg.NodeRank, holder, t)
+					return setting.Errorf("%w: %s=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, setting.Name("NodeRank"), r.cfg.NodeRank, holder, t)
 				}
 				return fmt.Errorf("%w: %w", errEtcd, watchErr(wr, ok))
 			}
@@ -205,7 +205,7 @@ func (r *Rendezvous) nodeRankTaken(ctx context.Context, t int, holder string, re
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return badinput.Errorf("%w: %s=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, badinput.Setting("NodeRank"), r.cfg.NodeRank, holder, t)
+			return setting.Errorf("%w: %s=%d is already taken by node %s in round %d: give each node its own rank", rendezvous.ErrInvalidNode, setting.Name("NodeRank"), r.cfg.NodeRank, holder, t)
 		}
 	}
 }
@@ -508,7 +508,7 @@ func (r *Rendezvous) failUnformed(ctx context.Context, c *control, refusal error
 		job.MinNodes != job.MaxNodes || len(c.closed) > 0 || c.round != 0 {
 		return
 	}
-	outcome := failedOutcome(0, fmt.Sprintf("node %s cannot join the job: %v", r.cfg.Addr, refusal), 0)
+	outcome := failedOutcome(0, fmt.Sprintf("node %s cannot join the job: %s", r.cfg.Addr, r.cfg.shown(refusal)), 0)
 	_, err := r.cli.Txn(ctx).
 		If(r.isRound(0), clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0)).
 		Then(r.put(r.k.outcome(), kindOutcome, outcome)).

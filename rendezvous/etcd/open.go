@@ -16,7 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
@@ -44,7 +44,7 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 	addr := spec.LocalAddr
 	if addr == "" {
 		if addr, err = os.Hostname(); err != nil {
-			return nil, badinput.Errorf("this node's address: %w (give %s)", err, badinput.Setting("LocalAddr"))
+			return nil, setting.Errorf("this node's address: %w (give %s)", err, setting.Name("LocalAddr"))
 		}
 	}
 	p, err := planStore(ctx, spec, c)
@@ -83,8 +83,8 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 	return s, nil
 }
 
-// storePlan is where the job's store is and this node's part in it.
-type storePlan struct {
+// storeSetup is where the job's store is and this node's part in it.
+type storeSetup struct {
 	// embedded: the store is the job's own (c10d, embedded), not an
 	// external etcd.
 	embedded bool
@@ -108,8 +108,8 @@ type storePlan struct {
 // planStore reads where the job's store is (--rdzv-endpoint, or the
 // members of an embedded store of several) and whether this node hosts
 // it or its member (is_host beats the address).
-func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storePlan, error) {
-	p := storePlan{embedded: IsEmbedded(spec.Backend), member: -1}
+func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storeSetup, error) {
+	p := storeSetup{embedded: IsEmbedded(spec.Backend), member: -1}
 	var err error
 	if p.endpoints, err = ParseEndpoints(spec.Endpoint, p.embedded); err != nil {
 		return p, err
@@ -122,7 +122,7 @@ func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storePlan, er
 			return p, rendezvous.BadInput(err)
 		}
 	} else if c.storeHosts != nil {
-		spec.Log.Warnf("%s is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", c.storeHostsFrom, spec.Backend)
+		spec.Log.Warnf("%s is for the embedded store (c10d, embedded); --rdzv-backend=%s uses the etcd at --rdzv-endpoint", shownSetting(spec.ShowSetting, c.storeHostsFrom), spec.Backend)
 	}
 	p.host = p.embedded && isLocal(ctx, p.endpoints[0], spec.LocalAddr)
 	if p.members != nil {
@@ -175,7 +175,7 @@ type storeServer interface{ Close() error }
 // tried on one machine): the first to bind the port hosts the store, the
 // others join it as clients, as torchrun's agents do. shared is the token
 // file the nodes share, if any, for the caller to release.
-func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf) (_ Token, shared *jobauth.SharedToken, _ storeServer, _ error) {
+func (p *storeSetup) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf) (_ Token, shared *jobauth.SharedToken, _ storeServer, _ error) {
 	log := spec.Log
 	taken := func() {
 		log.Infof("the store's port %s is taken on this host: another agent hosts the job's store; joining it as a client", p.endpoints[0])
@@ -228,7 +228,7 @@ func (p *storePlan) hostOrJoin(ctx context.Context, spec rendezvous.Spec, c Conf
 // connect opens the job's Rendezvous on the store, as this node (addr)
 // with token. A node that read the token from the shared file before
 // this job's host replaced an earlier job's waits for the new one.
-func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, addr string, token Token, shared *jobauth.SharedToken, hosting bool) (*clientv3.Client, *Rendezvous, error) {
+func (p *storeSetup) connect(ctx context.Context, spec rendezvous.Spec, c Conf, addr string, token Token, shared *jobauth.SharedToken, hosting bool) (*clientv3.Client, *Rendezvous, error) {
 	log := spec.Log
 	tlsCfg, jobStore, err := c.storeTLS(ctx, token, p.endpoints, p.embedded)
 	if err != nil {
@@ -257,7 +257,7 @@ func (p *storePlan) connect(ctx context.Context, spec rendezvous.Spec, c Conf, a
 			MinNodes: spec.MinNodes, MaxNodes: spec.MaxNodes, MaxRestarts: spec.MaxRestarts, Sizes: spec.Sizes},
 		NodeRank: spec.NodeRank, Addr: addr, Prefix: c.prefix,
 		LastCallTimeout: c.lastCall, JoinTimeout: c.join, LeaseTTL: c.leaseTTL, UnreachableTimeout: c.connect, Log: log,
-		Token: token,
+		Token: token, ShowSetting: spec.ShowSetting,
 		// The job's TLS ends at a job's store's client port, which holds
 		// the node's presence; the user's own TLS is etcd's.
 		Presence: jobStore && tlsCfg != nil && !c.userTLS(),
@@ -362,4 +362,13 @@ func (s *Session) startGrowth(c Conf, token Token, endpoint string, server store
 	p, _ := strconv.Atoi(port)
 	s.joiner = &storeJoiner{r: s.Rendezvous, c: c, token: token, port: p, hosting: func() { s.hosting.Store(true) }}
 	wg.Go(func() { s.joiner.run(ctx) })
+}
+
+// shownSetting is what, a setting (setting.Name) or another source's
+// name, as this node's user knows it (show: rendezvous.Spec.ShowSetting).
+func shownSetting(show func(setting.Name) string, what any) string {
+	if s, ok := what.(setting.Name); ok && show != nil {
+		return show(s)
+	}
+	return fmt.Sprint(what)
 }

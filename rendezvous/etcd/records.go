@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -52,7 +53,7 @@ func (s Shape) sizesNote() string {
 	if s.Sizes == nil {
 		return ""
 	}
-	return fmt.Sprintf(" (the --plan layout is valid at %v nodes)", s.Sizes)
+	return fmt.Sprintf(" (the layout is valid at %v nodes)", s.Sizes)
 }
 
 // spareBeside reports whether a node waiting beside a running round of
@@ -73,20 +74,26 @@ func (s Shape) smallest() int {
 	return 0
 }
 
-// Diff lists, in words, how other differs from s; empty if they agree.
-func (s Shape) Diff(other Shape) []string {
-	var d []string
-	add := func(name string, mine, theirs any) {
+// Diff says how other differs from s, naming the settings that differ;
+// nil if they agree.
+func (s Shape) Diff(other Shape) error {
+	var format []string
+	var args []any
+	add := func(setting setting.Name, what string, mine, theirs any) {
 		if mine != theirs {
-			d = append(d, fmt.Sprintf("%s: this node has %v, the job has %v", name, mine, theirs))
+			format = append(format, "%s"+what+": this node has %v, the job has %v")
+			args = append(args, setting, mine, theirs)
 		}
 	}
-	add("--rdzv-id", s.RunID, other.RunID)
-	add("--nnodes (min)", s.MinNodes, other.MinNodes)
-	add("--nnodes (max)", s.MaxNodes, other.MaxNodes)
-	add("--max-restarts", s.MaxRestarts, other.MaxRestarts)
-	add("node counts the --plan layout allows", fmt.Sprint(s.Sizes), fmt.Sprint(other.Sizes))
-	return d
+	add("RunID", "", s.RunID, other.RunID)
+	add("NNodes", " (min)", s.MinNodes, other.MinNodes)
+	add("NNodes", " (max)", s.MaxNodes, other.MaxNodes)
+	add("MaxRestarts", "", s.MaxRestarts, other.MaxRestarts)
+	add("Plan", " (the node counts its layout allows)", fmt.Sprint(s.Sizes), fmt.Sprint(other.Sizes))
+	if format == nil {
+		return nil
+	}
+	return setting.Errorf(strings.Join(format, "; "), args...)
 }
 
 // NodeRecord is the value of a node's join key.

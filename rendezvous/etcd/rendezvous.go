@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
@@ -98,6 +98,10 @@ type Config struct {
 	// etcd (ctl/secret), which protects the job only as far as etcd's own
 	// access control does.
 	Token Token
+	// ShowSetting names a setting as the users of the other nodes know
+	// it, in what this node tells them through the store
+	// (rendezvous.Spec's); nil: the setting's own name.
+	ShowSetting func(setting.Name) string
 }
 
 // Rendezvous is one agent's membership in a job over etcd.
@@ -178,13 +182,13 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	case rendezvous.ValidateRunID(sh.RunID) != nil:
 		return nil, fmt.Errorf("%w: %w", rendezvous.ErrInvalidConfig, rendezvous.ValidateRunID(sh.RunID))
 	case sh.MinNodes < 1 || sh.MaxNodes < sh.MinNodes:
-		return nil, badinput.Errorf("%w: %s=%d:%d: want 0 < MIN <= MAX", rendezvous.ErrInvalidConfig, badinput.Setting("NNodes"), sh.MinNodes, sh.MaxNodes)
+		return nil, setting.Errorf("%w: %s=%d:%d: want 0 < MIN <= MAX", rendezvous.ErrInvalidConfig, setting.Name("NNodes"), sh.MinNodes, sh.MaxNodes)
 	case cfg.NodeRank >= sh.MaxNodes:
-		return nil, badinput.Errorf("%w: %s=%d: want below the maximum number of nodes, %d", rendezvous.ErrInvalidConfig, badinput.Setting("NodeRank"), cfg.NodeRank, sh.MaxNodes)
+		return nil, setting.Errorf("%w: %s=%d: want below the maximum number of nodes, %d", rendezvous.ErrInvalidConfig, setting.Name("NodeRank"), cfg.NodeRank, sh.MaxNodes)
 	case sh.Sizes != nil && sh.smallest() == 0:
-		return nil, badinput.Errorf("%w: %s=%d:%d: no node count in that range gives a valid %s layout (allowed: %v)", rendezvous.ErrInvalidConfig, badinput.Setting("NNodes"), sh.MinNodes, sh.MaxNodes, badinput.Setting("Plan"), sh.Sizes)
+		return nil, setting.Errorf("%w: %s=%d:%d: no node count in that range gives a valid %s layout (allowed: %v)", rendezvous.ErrInvalidConfig, setting.Name("NNodes"), sh.MinNodes, sh.MaxNodes, setting.Name("Plan"), sh.Sizes)
 	case cfg.LeaseTTL < time.Second:
-		return nil, badinput.Errorf("%w: %s=%v: want at least 1s", rendezvous.ErrInvalidConfig, badinput.Setting("Conf.lease_ttl"), cfg.LeaseTTL)
+		return nil, setting.Errorf("%w: %s=%v: want at least 1s", rendezvous.ErrInvalidConfig, setting.Name("Conf.lease_ttl"), cfg.LeaseTTL)
 	}
 	life, stop := context.WithCancel(context.Background())
 	host, _ := os.Hostname()
@@ -317,15 +321,15 @@ func (r *Rendezvous) compareShape(recorded []byte) error {
 	if err := json.Unmarshal(recorded, &job); err != nil {
 		return fmt.Errorf("rendezvous: %s holds no job shape: %w", r.k.shape(), err)
 	}
-	if d := r.cfg.Shape.Diff(job); len(d) > 0 {
-		return fmt.Errorf("%w %s: %s", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, strings.Join(d, "; "))
+	if d := r.cfg.Shape.Diff(job); d != nil {
+		return fmt.Errorf("%w %s: %w", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, d)
 	}
 	return nil
 }
 
 // untrustedShape explains a job shape sealed with another secret.
 func (r *Rendezvous) untrustedShape() error {
-	return badinput.Errorf("%w %s: the job's shape at %s is not sealed with this node's job token: every node needs the same token (%s=, GORUN_RDZV_TOKEN), and %s must be this job's alone", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, r.k.shape(), badinput.Setting("Conf.token_file"), badinput.Setting("RunID"))
+	return setting.Errorf("%w %s: the job's shape at %s is not sealed with this node's job token: every node needs the same token (%s=, GORUN_RDZV_TOKEN), and %s must be this job's alone", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, r.k.shape(), setting.Name("Conf.token_file"), setting.Name("RunID"))
 }
 
 // Close leaves the job: the lease is revoked, so this node's keys go at
@@ -408,7 +412,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 			unreachable = now
 		}
 		if gone := now.Sub(unreachable); gone >= r.cfg.UnreachableTimeout {
-			return rendezvous.Round{}, badinput.Errorf("%w: etcd at %s did not answer for %v (%s): %v", ErrUnreachable, strings.Join(r.cli.Endpoints(), ","), gone.Round(time.Second), badinput.Setting("Conf.connect_timeout"), err)
+			return rendezvous.Round{}, setting.Errorf("%w: etcd at %s did not answer for %v (%s): %v", ErrUnreachable, strings.Join(r.cli.Endpoints(), ","), gone.Round(time.Second), setting.Name("Conf.connect_timeout"), err)
 		}
 		if now.Sub(lastWarn) >= r.cfg.ProgressInterval {
 			r.cfg.Log.Warnf("rendezvous: etcd at %s: %v; retrying for up to %v more", strings.Join(r.cli.Endpoints(), ","), err, (r.cfg.UnreachableTimeout - now.Sub(unreachable)).Round(time.Second))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"os"
 	"sort"
 	"strings"
@@ -231,17 +232,19 @@ func TestShapeMismatchRefused(t *testing.T) {
 	})
 	other := job
 	other.MaxRestarts = 5
-	a, err := newAgent(t, Config{Shape: other, NodeRank: -1})
+	// The refused node's own error names the setting as the library
+	// does; the other nodes read it as ShowSetting names it.
+	a, err := newAgent(t, Config{Shape: other, NodeRank: -1, ShowSetting: func(s setting.Name) string { return "--" + strings.ToLower(string(s)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = a.r.Next(ctx, rendezvous.Node{LocalWorldSize: 8, Role: "default"})
-	if !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "--max-restarts: this node has 5, the job has 1") {
-		t.Fatalf("Next = %v; want a shape mismatch naming --max-restarts", err)
+	if !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "MaxRestarts: this node has 5, the job has 1") {
+		t.Fatalf("Next = %v; want a shape mismatch naming MaxRestarts", err)
 	}
 	select {
 	case err := <-waiting:
-		if err == nil || !strings.Contains(err.Error(), "cannot join the job") || !strings.Contains(err.Error(), "--max-restarts: this node has 5, the job has 1") {
+		if err == nil || !strings.Contains(err.Error(), "cannot join the job") || !strings.Contains(err.Error(), "--maxrestarts: this node has 5, the job has 1") {
 			t.Errorf("first node's Next = %v; want the job failed with the refused node's reason", err)
 		}
 	case <-time.After(30 * time.Second):

@@ -146,11 +146,11 @@ func TestRoundAfterALossWaitsNotForTheLastCall(t *testing.T) {
 	}
 }
 
-// TestHangReportWaitsNotForALostNode: after a failed round, the
+// TestFlightRecordersWaitNotForALostNode: after a failed round, the
 // survivors share their flight-recorder reports; a node that is lost (its
 // lease ended) never reports and is not waited for. Every survivor used to
 // wait the whole wait (10 s in gorun) for it after a node loss.
-func TestHangReportWaitsNotForALostNode(t *testing.T) {
+func TestFlightRecordersWaitNotForALostNode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cfg := Config{Shape: shape(t.Name(), 2, 3, 1), LeaseTTL: 2 * time.Second, LastCallTimeout: 10 * time.Minute}

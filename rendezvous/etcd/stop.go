@@ -14,10 +14,6 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 )
 
-// preemptedPrefix starts the outcome of a job that stopped cleanly on a
-// stop request.
-const preemptedPrefix = "preempted in round "
-
 // maxGrace bounds a stop request's grace period.
 const maxGrace = 24 * time.Hour
 

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
 )
@@ -26,7 +26,7 @@ func (c Conf) StopToken(ctx context.Context, runID, endpoint string, embedded bo
 	if embedded {
 		t, err := jobauth.ReadSharedToken(runID, endpoint)
 		if err != nil {
-			return nil, rendezvous.BadInput(badinput.Errorf("the embedded store needs the job's token: %s=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own %s or %s needs them given: gorun stop %s=HOST:PORT RUN_ID)", badinput.Setting("Conf.token_file"), runID, err, badinput.Setting("RunID"), badinput.Setting("Endpoint"), badinput.Setting("Endpoint")))
+			return nil, rendezvous.BadInput(setting.Errorf("the embedded store needs the job's token: %s=PATH, or GORUN_RDZV_TOKEN (no token file of job %s in your home folder: %v; a Slurm step started with its own %s or %s needs them given: gorun stop %s=HOST:PORT RUN_ID)", setting.Name("Conf.token_file"), runID, err, setting.Name("RunID"), setting.Name("Endpoint"), setting.Name("Endpoint")))
 		}
 		return t, nil
 	}

@@ -68,7 +68,7 @@ func stopAction(c *cli.Context) error {
 	}
 	req := rendezvous.StopRequest{Reason: c.String("reason")}
 	if v := c.String("grace"); v != "" {
-		g, err := rendezvous.ParseSeconds("grace", v)
+		g, err := rendezvous.ParseSeconds(v)
 		if err != nil || g <= 0 || g > 24*time.Hour {
 			return cmdline.Usagef("--grace=%q: want a duration above 0 and at most 24h, such as 60s", v)
 		}

@@ -9,9 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/launcher"
+	"github.com/gorun-dev/gorun/rendezvous"
 )
 
 // ParseNNodes parses torchrun's --nnodes value: "N" or "MIN:MAX" with
@@ -147,4 +149,15 @@ func ParseKeyValues(flag, s string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// Seconds parses flag's value s as a duration (rendezvous.ParseSeconds:
+// "30s", "1m30s", or seconds, "30", "0.5"); its error names the flag as
+// typed (flag may be "rdzv-conf KEY").
+func Seconds(flag, s string) (time.Duration, error) {
+	d, err := rendezvous.ParseSeconds(s)
+	if err != nil {
+		return 0, fmt.Errorf("--%s=%q: %w", flag, s, err)
+	}
+	return d, nil
 }

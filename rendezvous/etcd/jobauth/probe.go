@@ -10,17 +10,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 )
 
 // probeTimeout bounds each step of Diagnose.
 const probeTimeout = 2 * time.Second
 
-// Diagnosis is what Diagnose found at the endpoints: a line for the user
-// (Text) and whether retrying cannot help (Permanent: a TLS mismatch,
-// which only new settings can fix); Cause, when set, is ErrNotJobStore
-// or ErrTokenRefused, for callers that may fetch a newer token.
+// Diagnosis is what Diagnose found at the endpoints: what each said, for
+// the user (Why, an error to wrap: it names the settings that could fix
+// it; Text, its line), and whether retrying cannot help (Permanent: a
+// TLS mismatch, which only new settings can fix); Cause, when set, is
+// ErrNotJobStore or ErrTokenRefused, for callers that may fetch a newer
+// token.
 type Diagnosis struct {
+	Why       error
 	Text      string
 	Permanent bool
 	Cause     error
@@ -39,31 +43,34 @@ var ErrTokenRefused = errors.New("the store refuses this node's token")
 // handshake then says the server is not the job's store, or does not
 // take this node's token.
 func Diagnose(ctx context.Context, endpoints []string, tlsCfg *tls.Config, jobStore bool) Diagnosis {
-	var out []string
+	var format []string
+	var whys []any
 	d := Diagnosis{Permanent: len(endpoints) > 0}
 	for _, ep := range endpoints {
-		text, permanent, cause := probe(ctx, ep, tlsCfg, jobStore)
-		out = append(out, ep+": "+text)
+		why, permanent, cause := probe(ctx, ep, tlsCfg, jobStore)
+		format = append(format, "%s: %w")
+		whys = append(whys, ep, why)
 		d.Permanent = d.Permanent && permanent
 		if cause != nil {
 			d.Cause = cause
 		}
 	}
-	d.Text = strings.Join(out, "; ")
+	d.Why = fmt.Errorf(strings.Join(format, "; "), whys...)
+	d.Text = d.Why.Error()
 	return d
 }
 
 // probe diagnoses one endpoint.
-func probe(ctx context.Context, endpoint string, tlsCfg *tls.Config, jobStore bool) (text string, permanent bool, cause error) {
+func probe(ctx context.Context, endpoint string, tlsCfg *tls.Config, jobStore bool) (why error, permanent bool, cause error) {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
-		return err.Error(), true, nil
+		return err, true, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	if net.ParseIP(host) == nil {
 		if _, err := net.DefaultResolver.LookupHost(rctx, host); err != nil {
-			return fmt.Sprintf("host %q does not resolve (%v)", host, err), false, nil
+			return fmt.Errorf("host %q does not resolve (%v)", host, err), false, nil
 		}
 	}
 	d := net.Dialer{Timeout: probeTimeout}
@@ -77,15 +84,15 @@ func probe(ctx context.Context, endpoint string, tlsCfg *tls.Config, jobStore bo
 		text, permanent := probeTLS(c, host, tlsCfg)
 		return text, permanent, nil
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused (nothing listens on that port)", false, nil
+		return errors.New("connection refused (nothing listens on that port)"), false, nil
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return "no route to the host (" + err.Error() + ")", false, nil
+		return fmt.Errorf("no route to the host (%v)", err), false, nil
 	default:
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return fmt.Sprintf("no answer within %v (host down, or a firewall drops the packets)", probeTimeout), false, nil
+			return fmt.Errorf("no answer within %v (host down, or a firewall drops the packets)", probeTimeout), false, nil
 		}
-		return err.Error(), false, nil
+		return err, false, nil
 	}
 }
 
@@ -93,20 +100,20 @@ func probe(ctx context.Context, endpoint string, tlsCfg *tls.Config, jobStore bo
 // store, whether it is: the job's TLS handshake proves the server holds
 // the token (nothing secret is sent to one that does not), and a refused
 // certificate says this node's token is not the store's.
-func probeJobTLS(c net.Conn, endpoint string, tlsCfg *tls.Config) (string, bool, error) {
+func probeJobTLS(c net.Conn, endpoint string, tlsCfg *tls.Config) (error, bool, error) {
 	c.SetDeadline(time.Now().Add(tlsProbeTimeout))
 	tc := tls.Client(c, tlsCfg)
 	err := tc.Handshake()
 	var ne net.Error
 	if err != nil && errors.As(err, &ne) && ne.Timeout() {
-		return "the port accepts connections but completes no TLS handshake: a store too busy to answer, or a process squatting the port that stays silent (nothing secret was sent to it)", false, nil
+		return errors.New("the port accepts connections but completes no TLS handshake: a store too busy to answer, or a process squatting the port that stays silent (nothing secret was sent to it)"), false, nil
 	}
 	if err == nil {
 		// A refused client certificate arrives as an alert after the
 		// client's side of a TLS 1.3 handshake is done.
 		_, err = tc.Read(make([]byte, 1))
 		if err == nil || errors.As(err, &ne) && ne.Timeout() {
-			return notEtcd, false, nil
+			return errors.New(notEtcd), false, nil
 		}
 	}
 	var record tls.RecordHeaderError
@@ -114,13 +121,13 @@ func probeJobTLS(c net.Conn, endpoint string, tlsCfg *tls.Config) (string, bool,
 	var foreign *ForeignCertError
 	switch {
 	case errors.As(err, &foreign):
-		return fmt.Sprintf("the port speaks TLS, with a certificate not of this job%s: if the job's store uses TLS files of yours (--rdzv-conf cert=,key=), give this node the same TLS settings (cacert=, and cert=,key=); otherwise the process on the port cannot prove it holds the job's token. Nothing secret was sent to it", proc.PortHolderNote(endpoint)), true, ErrNotJobStore
+		return setting.Errorf("the port speaks TLS, with a certificate not of this job%s: if the job's store uses TLS files of yours (%s), give this node the same TLS settings (%s, and %s); otherwise the process on the port cannot prove it holds the job's token. Nothing secret was sent to it", proc.PortHolderNote(endpoint), setting.Name("Conf.cert"), setting.Name("Conf.cacert"), setting.Name("Conf.key")), true, ErrNotJobStore
 	case errors.Is(err, ErrNotJobStore), errors.As(err, &record):
-		return fmt.Sprintf("the process on the port cannot prove it holds the job's token%s; nothing secret was sent to it (another user's or another job's process, or the store of an earlier job with the same run id and endpoint; an external etcd wants --rdzv-backend=etcd)", proc.PortHolderNote(endpoint)), true, ErrNotJobStore
+		return setting.Errorf("the process on the port cannot prove it holds the job's token%s; nothing secret was sent to it (another user's or another job's process, or the store of an earlier job with the same run id and endpoint; an external etcd wants %s=etcd)", proc.PortHolderNote(endpoint), setting.Name("Backend")), true, ErrNotJobStore
 	case errors.As(err, &op) && op.Op == "remote error":
-		return ErrTokenRefused.Error() + " (" + op.Err.Error() + "): every node of the job needs the same token", true, ErrTokenRefused
+		return fmt.Errorf("%w (%v): every node of the job needs the same token", ErrTokenRefused, op.Err), true, ErrTokenRefused
 	}
-	return notEtcd, false, nil
+	return errors.New(notEtcd), false, nil
 }
 
 // SpeaksJobTLS says whether a store at endpoints completes the job's TLS
@@ -170,14 +177,14 @@ const notEtcd = "the port accepts connections, but etcd does not answer there (i
 // handshake speaks TLS. With client TLS, a failed handshake (or an alert
 // the server sends after it, as a refused client certificate is under
 // TLS 1.3) is the reason.
-func probeTLS(c net.Conn, host string, tlsCfg *tls.Config) (string, bool) {
+func probeTLS(c net.Conn, host string, tlsCfg *tls.Config) (error, bool) {
 	c.SetDeadline(time.Now().Add(tlsProbeTimeout))
 	if tlsCfg == nil {
 		tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: host}) //nolint:gosec // only asks whether the port speaks TLS
 		if err := tc.Handshake(); err == nil {
-			return "the port speaks TLS, but no TLS settings were given (--rdzv-conf cacert=, and cert=,key= when it asks for client certificates)", true
+			return setting.Errorf("the port speaks TLS, but no TLS settings were given (%s, and %s, %s when it asks for client certificates)", setting.Name("Conf.cacert"), setting.Name("Conf.cert"), setting.Name("Conf.key")), true
 		}
-		return notEtcd, false
+		return errors.New(notEtcd), false
 	}
 	cfg := tlsCfg.Clone()
 	if cfg.ServerName == "" {
@@ -191,7 +198,7 @@ func probeTLS(c net.Conn, host string, tlsCfg *tls.Config) (string, bool) {
 		_, err = tc.Read(make([]byte, 1))
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return notEtcd, false
+			return errors.New(notEtcd), false
 		}
 	}
 	var record tls.RecordHeaderError
@@ -199,13 +206,13 @@ func probeTLS(c net.Conn, host string, tlsCfg *tls.Config) (string, bool) {
 	var op *net.OpError
 	switch {
 	case errors.As(err, &record):
-		return "the port does not speak TLS, but --rdzv-conf gives TLS files (" + err.Error() + ")", true
+		return setting.Errorf("the port does not speak TLS, but %s gives TLS files (%v)", setting.Name("Conf"), err), true
 	case errors.As(err, &verify):
-		return "TLS: the server's certificate is not trusted: " + verify.Err.Error() + " (check --rdzv-conf cacert=)", true
+		return setting.Errorf("TLS: the server's certificate is not trusted: %v (check %s)", verify.Err, setting.Name("Conf.cacert")), true
 	case errors.As(err, &op) && op.Op == "remote error":
 		// The server sent an alert: it refused this client's certificate
 		// or has none, or the versions and ciphers do not meet.
-		return "TLS: the server refused the connection: " + op.Err.Error() + " (check --rdzv-conf cert=, key=)", true
+		return setting.Errorf("TLS: the server refused the connection: %v (check %s, %s)", op.Err, setting.Name("Conf.cert"), setting.Name("Conf.key")), true
 	}
-	return notEtcd, false
+	return errors.New(notEtcd), false
 }

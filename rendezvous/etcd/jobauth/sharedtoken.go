@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/rendezvous"
@@ -222,8 +222,8 @@ func (s *SharedToken) Await(ctx context.Context, stale Token) (Token, error) {
 			if err == nil {
 				what = "still holds a token the store refuses (an earlier job's)"
 			}
-			return nil, badinput.Errorf("%w: no job token given, and the job's token file %s, which the node hosting the store writes, %s within %v (%s): does the store's host run this job (the same %s and port), and do the two share your home folder? If they share none, give every node the same GORUN_RDZV_TOKEN (docs/security.md)",
-				rendezvous.ErrBadToken, s.path, what, s.wait, badinput.Setting("Conf.connect_timeout"), badinput.Setting("RunID"))
+			return nil, setting.Errorf("%w: no job token given, and the job's token file %s, which the node hosting the store writes, %s within %v (%s): does the store's host run this job (the same %s and port), and do the two share your home folder? If they share none, give every node the same GORUN_RDZV_TOKEN (docs/security.md)",
+				rendezvous.ErrBadToken, s.path, what, s.wait, setting.Name("Conf.connect_timeout"), setting.Name("RunID"))
 		}
 		if err := ctxtime.Sleep(ctx, tokenPoll); err != nil {
 			return nil, err

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -38,7 +38,7 @@ func JobToken(ctx context.Context, g Given, job Job, maker bool, log logrus.Fiel
 		t, err := rendezvous.NewToken()
 		return t, nil, maker, err
 	case job.Embedded && os.Getenv(kubernetesEnv) != "":
-		return nil, nil, false, rendezvous.BadInput(badinput.Errorf("%w: the embedded store of a job on several nodes (%s=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", rendezvous.ErrBadToken, badinput.Setting("NNodes"), job.MaxNodes))
+		return nil, nil, false, rendezvous.BadInput(setting.Errorf("%w: the embedded store of a job on several nodes (%s=%d) needs a secret that every node shares, so that no one else on the network can join or steer the job, and Kubernetes pods share no home folder to pass one through: give every pod the same GORUN_RDZV_TOKEN from a Secret (examples/kubernetes, docs/security.md)", rendezvous.ErrBadToken, setting.Name("NNodes"), job.MaxNodes))
 	case job.Embedded:
 		s, err := newSharedToken(job.RunID, job.Endpoint, job.Wait)
 		if err != nil {
@@ -72,12 +72,14 @@ type Given struct {
 	File, Text, Flag string
 }
 
-// flagName names the setting that gave the token file, for messages.
-func (g Given) flagName() string {
+// flagName names the setting that gave the token file, for messages:
+// the command's own flag when it gave one (Flag), else the rendezvous's
+// token_file key (a setting.Name).
+func (g Given) flagName() any {
 	if g.Flag != "" {
 		return g.Flag
 	}
-	return "--rdzv-conf token_file"
+	return setting.Name("Conf.token_file")
 }
 
 // Read is the token the user gave, and whether they gave one: the token
@@ -111,7 +113,7 @@ type Job struct {
 // tokenFromFile reads the token at path; the host creates it (mode 0600)
 // when it does not exist, the other nodes wait up to wait for it. flag
 // names the setting that gave path, for the messages.
-func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.Duration, log logrus.FieldLogger) (Token, error) {
+func tokenFromFile(ctx context.Context, flag any, path string, host bool, wait time.Duration, log logrus.FieldLogger) (Token, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		// Never through a link, never blocking on a FIFO, never more than
@@ -119,7 +121,7 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 		t, err := readSecretFile(path, false)
 		if err == nil {
 			if st, serr := os.Stat(path); serr == nil && st.Mode().Perm()&0o077 != 0 {
-				log.Warnf("%s=%s is readable by other users (mode %v): anyone who reads it can join or steer the job; chmod 600 it", flag, path, st.Mode().Perm())
+				log.Warnf("the job's token file %s is readable by other users (mode %v): anyone who reads it can join or steer the job; chmod 600 it", path, st.Mode().Perm())
 			}
 			return t, nil
 		}
@@ -127,7 +129,7 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 			return nil, rendezvous.BadInput(err)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, rendezvous.BadInput(fmt.Errorf("%s=%s: %w", flag, path, err))
+			return nil, rendezvous.BadInput(setting.Errorf("%s=%s: %w", flag, path, err))
 		}
 		if host {
 			t, err := rendezvous.NewToken()
@@ -136,7 +138,7 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 			}
 			made, err := createToken(path, t)
 			if err != nil {
-				return nil, rendezvous.BadInput(fmt.Errorf("%s=%s: create it: %w", flag, path, err))
+				return nil, rendezvous.BadInput(setting.Errorf("%s=%s: create it: %w", flag, path, err))
 			}
 			if !made {
 				continue // another process made it first: read that one
@@ -145,7 +147,7 @@ func tokenFromFile(ctx context.Context, flag, path string, host bool, wait time.
 			return t, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", flag, path, wait)
+			return nil, setting.Errorf("%s=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", flag, path, wait)
 		}
 		if err := ctxtime.Sleep(ctx, tokenPoll); err != nil {
 			return nil, err

@@ -15,7 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -47,19 +47,19 @@ type Member struct{ Client, Peer string }
 // the scheduler's host list). Each is a host or host:port, the port
 // defaulting to defPort (the endpoint's); the peers listen on the port
 // after it. A store has 3, 5 or 7 members.
-func ParseMembers(hosts []string, source string, defPort int) ([]Member, error) {
+func ParseMembers(hosts []string, source any, defPort int) ([]Member, error) {
 	if n := len(hosts); n < 3 || n%2 == 0 || n > 7 {
-		return nil, fmt.Errorf("%s: %d hosts; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them; 1 or 2 survive none)", source, n)
+		return nil, setting.Errorf("%s: %d hosts; want 3, 5 or 7 (a store of n members survives the loss of (n-1)/2 of them; 1 or 2 survive none)", source, n)
 	}
 	members := make([]Member, len(hosts))
 	seen := map[string]bool{}
 	for i, h := range hosts {
 		host, port, err := rendezvous.SplitEndpoint(strings.TrimSpace(h), defPort)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", source, err)
+			return nil, setting.Errorf("%s: %w", source, err)
 		}
 		if port >= 65535 {
-			return nil, fmt.Errorf("%s: %q: the port after %d (the members' peer port) does not exist", source, h, port)
+			return nil, setting.Errorf("%s: %q: the port after %d (the members' peer port) does not exist", source, h, port)
 		}
 		client := net.JoinHostPort(host, strconv.Itoa(port))
 		if seen[client] {
@@ -113,7 +113,7 @@ func HostStore(ctx context.Context, c HostConfig, token rendezvous.Token, endpoi
 		p, _ := strconv.Atoi(port)
 		if _, cfg.PeerAddr, err = MemberPorts(ctx, host, p); err != nil {
 			_ = dir.Remove()
-			return nil, false, badinput.Errorf("host the embedded store at %s %s: %w", badinput.Setting("Endpoint"), endpoint, err)
+			return nil, false, setting.Errorf("host the embedded store at %s %s: %w", setting.Name("Endpoint"), endpoint, err)
 		}
 	}
 	s, err := StartServer(ctx, cfg)
@@ -126,7 +126,7 @@ func HostStore(ctx context.Context, c HostConfig, token rendezvous.Token, endpoi
 	case err != nil && errors.Is(err, syscall.EADDRINUSE) && OthersPort(endpoint) != nil:
 		return nil, false, OthersPort(endpoint)
 	case err != nil:
-		return nil, false, badinput.Errorf("host the embedded store at %s %s: %w", badinput.Setting("Endpoint"), endpoint, err)
+		return nil, false, setting.Errorf("host the embedded store at %s %s: %w", setting.Name("Endpoint"), endpoint, err)
 	}
 	tlsNote := map[bool]string{true: ", TLS", false: ""}[c.TLS.CertFile != ""]
 	log.Infof("hosting the job's embedded etcd at %s (authentication on%s)", endpoint, tlsNote)

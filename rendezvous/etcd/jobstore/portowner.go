@@ -3,7 +3,7 @@ package jobstore
 import (
 	"os"
 
-	"github.com/gorun-dev/gorun/internal/badinput"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/internal/sys/proc"
 )
@@ -17,5 +17,5 @@ func OthersPort(endpoint string) error {
 	if !ok || uid == os.Getuid() {
 		return nil
 	}
-	return badinput.Errorf("the store's port %s on this host is held by %s, not by an agent of this job (they run as you): choose another port (%s HOST:PORT), or have that process stopped", endpoint, private.UserName(uid), badinput.Setting("Endpoint"))
+	return setting.Errorf("the store's port %s on this host is held by %s, not by an agent of this job (they run as you): choose another port (%s HOST:PORT), or have that process stopped", endpoint, private.UserName(uid), setting.Name("Endpoint"))
 }

@@ -1,4 +1,4 @@
-package badinput
+package setting
 
 import (
 	"errors"
@@ -8,8 +8,8 @@ import (
 )
 
 // flags names two settings as a command line would.
-func flags(s Setting) string {
-	return map[Setting]string{"HangTimeout": "--hang-timeout", "LogDir": "--log-dir", "RestartBackoff": "--restart-backoff"}[s]
+func flags(s Name) string {
+	return map[Name]string{"HangTimeout": "--hang-timeout", "LogDir": "--log-dir", "RestartBackoff": "--restart-backoff"}[s]
 }
 
 // TestErrorNamesSettings: an Error reads with the settings' own names,
@@ -19,9 +19,9 @@ func TestErrorNamesSettings(t *testing.T) {
 	t.Parallel()
 	sentinel := errors.New("invalid thing")
 	cause := fs.ErrPermission
-	hang := Errorf("%s: %v, want 0 (off) or more", Setting("HangTimeout"), -1)
-	dir := Errorf("%s=%q: %w", Setting("LogDir"), "/x", cause)
-	nested := Errorf("%s: %w", Setting("LogDir"), Errorf("%w: %s is below %s", sentinel, Setting("HangTimeout"), Setting("RestartBackoff")))
+	hang := Errorf("%s: %v, want 0 (off) or more", Name("HangTimeout"), -1)
+	dir := Errorf("%s=%q: %w", Name("LogDir"), "/x", cause)
+	nested := Errorf("%s: %w", Name("LogDir"), Errorf("%w: %s is below %s", sentinel, Name("HangTimeout"), Name("RestartBackoff")))
 	for _, tt := range []struct {
 		name      string
 		err       error
@@ -34,7 +34,7 @@ func TestErrorNamesSettings(t *testing.T) {
 		{"wrapped twice", fmt.Errorf("a: %w", fmt.Errorf("b: %w", hang)), "a: b: HangTimeout: -1, want 0 (off) or more", "a: b: --hang-timeout: -1, want 0 (off) or more", nil},
 		{"joined", errors.Join(hang, dir), "HangTimeout: -1, want 0 (off) or more\nLogDir=\"/x\": permission denied", "--hang-timeout: -1, want 0 (off) or more\n--log-dir=\"/x\": permission denied", []error{cause}},
 		{"nested, with a sentinel", nested, "LogDir: invalid thing: HangTimeout is below RestartBackoff", "--log-dir: invalid thing: --hang-timeout is below --restart-backoff", []error{sentinel}},
-		{"a setting without a name", Errorf("%s %d", Setting("Other"), 3), "Other 3", "Other 3", nil},
+		{"a setting without a name", Errorf("%s %d", Name("Other"), 3), "Other 3", "Other 3", nil},
 		{"not one", fmt.Errorf("HangTimeout: %w", cause), "HangTimeout: permission denied", "HangTimeout: permission denied", []error{cause}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,5 +1,5 @@
-// Package badinput is the error a package below the command line returns
-// for bad input about one of its settings, said in its own terms: a
+// Package setting is the error a package below the command line returns
+// about one of its settings (bad input, mostly), said in its own terms: a
 // setting is named as the Go field that holds it (launcher.Config's
 // HangTimeout, rendezvous.StaticConfig's MasterPort), never as the flag
 // that sets it, which the library does not know. A program that uses the
@@ -16,41 +16,41 @@
 // (a master port another process holds, a log folder that cannot be
 // made), which name it the same way. An Error decides no exit code: the
 // command line does, as for any error.
-package badinput
+package setting
 
 import (
 	"fmt"
 	"strings"
 )
 
-// Setting names a setting in the library's terms: the field of the
+// Name names a setting in the library's terms: the field of the
 // configuration that holds it, with the path to it where it is nested
 // ("Entrypoint.Module"). As an argument of Errorf it reads as its name,
 // and Message can name it otherwise.
-type Setting string
+type Name string
 
 // Error is bad input about a setting, in the library's words: an
-// fmt.Errorf message whose Setting arguments name the settings it is
+// fmt.Errorf message whose Name arguments name the settings it is
 // about. It unwraps to what the message wraps (%w): a cause, a sentinel
 // such as rendezvous.ErrInvalidRunID.
 type Error struct {
 	// Setting is the setting the input is about: the first one the
 	// message names.
-	Setting Setting
+	Setting Name
 	format  string
 	args    []any
 	err     error // fmt.Errorf(format, args...): the message, and what it wraps
 }
 
 // Errorf is fmt.Errorf(format, a...) as an *Error: the settings it names
-// are arguments of type Setting (formatted with %s or %v), the first of
+// are arguments of type Name (formatted with %s or %v), the first of
 // them the one the input is about, and %w wraps as in fmt.Errorf.
 //
-//	badinput.Errorf("%s=%q: no part of it exists", badinput.Setting("LogDir"), dir)
+//	setting.Errorf("%s=%q: no part of it exists", setting.Name("LogDir"), dir)
 func Errorf(format string, a ...any) error {
 	e := &Error{format: format, args: a, err: fmt.Errorf(format, a...)}
 	for _, v := range a {
-		if s, ok := v.(Setting); ok {
+		if s, ok := v.(Name); ok {
 			e.Setting = s
 			break
 		}
@@ -73,10 +73,10 @@ func (e *Error) Unwrap() []error {
 }
 
 // Settings are the settings the message names, in its order.
-func (e *Error) Settings() []Setting {
-	var out []Setting
+func (e *Error) Settings() []Name {
+	var out []Name
 	for _, v := range e.args {
-		if s, ok := v.(Setting); ok {
+		if s, ok := v.(Name); ok {
 			out = append(out, s)
 		}
 	}
@@ -86,10 +86,10 @@ func (e *Error) Settings() []Setting {
 // Text is the message with each setting s named name(s) instead (a
 // setting for which name returns "" keeps its own name). What the message
 // wraps reads as its own Error.
-func (e *Error) Text(name func(Setting) string) string {
+func (e *Error) Text(name func(Name) string) string {
 	args := make([]any, len(e.args))
 	for i, v := range e.args {
-		if s, ok := v.(Setting); ok {
+		if s, ok := v.(Name); ok {
 			if n := name(s); n != "" {
 				v = n
 			}
@@ -102,7 +102,7 @@ func (e *Error) Text(name func(Setting) string) string {
 // Message is err's text with the settings that each *Error in its tree
 // (err, and what it wraps, as errors.As walks it) names named by name,
 // as Text does: the context that wraps them is kept as it is.
-func Message(err error, name func(Setting) string) string {
+func Message(err error, name func(Name) string) string {
 	if err == nil {
 		return ""
 	}

@@ -1,0 +1,42 @@
+package workerenv
+
+// torchrun's variables: the ones PyTorch's launcher sets for each worker
+// (torch.distributed.run, docs/sources.md), which gorun sets the same way
+// for every worker, and which the worker side (package comm) reads. They
+// are torchrun's names and meanings, not gorun's; they are spelled here,
+// once, so that who sets and who reads each is found in one place.
+const (
+	// LocalRank is the worker's rank on its node, 0..LOCAL_WORLD_SIZE-1.
+	LocalRank = "LOCAL_RANK"
+	// Rank is the worker's global rank, 0..WORLD_SIZE-1.
+	Rank = "RANK"
+	// GroupRank is the node's rank in the round (torchrun's group).
+	GroupRank = "GROUP_RANK"
+	// RoleRank is the worker's rank among the workers of its role.
+	RoleRank = "ROLE_RANK"
+	// RoleName is the worker's role (--role).
+	RoleName = "ROLE_NAME"
+	// LocalWorldSize is the node's worker count.
+	LocalWorldSize = "LOCAL_WORLD_SIZE"
+	// WorldSize is the job's worker count in the round.
+	WorldSize = "WORLD_SIZE"
+	// GroupWorldSize is the round's node count.
+	GroupWorldSize = "GROUP_WORLD_SIZE"
+	// RoleWorldSize is the worker count of the worker's role.
+	RoleWorldSize = "ROLE_WORLD_SIZE"
+	// MasterAddr and MasterPort are where the workers' store is served.
+	MasterAddr = "MASTER_ADDR"
+	MasterPort = "MASTER_PORT"
+	// RestartCount is how many restarts the job spent before this round.
+	RestartCount = "TORCHELASTIC_RESTART_COUNT"
+	// MaxRestarts is the job's restart budget (--max-restarts).
+	MaxRestarts = "TORCHELASTIC_MAX_RESTARTS"
+	// RunID is the job's run id (--rdzv-id).
+	RunID = "TORCHELASTIC_RUN_ID"
+	// UseAgentStore is "True" when the agent serves the workers' store
+	// at MASTER_PORT (torchrun 2.x), "False" when worker rank 0 does.
+	UseAgentStore = "TORCHELASTIC_USE_AGENT_STORE"
+	// ErrorFile is the file where a worker writes its error (torch's
+	// @record), and where the launcher copies the root cause's.
+	ErrorFile = "TORCHELASTIC_ERROR_FILE"
+)
