@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gorun-dev/gorun/internal/secret"
 	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -106,7 +107,7 @@ type Config struct {
 	// rendezvous gives none (Round.JobSecret); empty, NewAgent makes one.
 	// Set it to share one secret with the job's other processes (the
 	// --standalone store).
-	JobSecret Secret
+	JobSecret secret.Secret
 	// Plan, when set, is the job's parallel layout (gorun --plan) at each
 	// world size the job may run at: each round's world size gives its
 	// data-parallel size and micro-batches per step, and every worker

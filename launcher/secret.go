@@ -14,13 +14,10 @@ const (
 	SecretPlaceholder = secret.Placeholder
 )
 
-// Secret is a job secret: gorun's one secret type (package secret),
-// which never prints itself (SecretPlaceholder).
-type Secret = secret.Secret
-
-// NewSecret returns a fresh secret: 32 random bytes, hex-encoded (64
-// characters).
-func NewSecret() (Secret, error) {
+// NewSecret returns a fresh job secret (gorun's one secret type,
+// secret.Secret, which never prints itself): 32 random bytes,
+// hex-encoded (64 characters).
+func NewSecret() (secret.Secret, error) {
 	s, err := secret.New()
 	if err != nil {
 		return nil, fmt.Errorf("job secret: %w", err)

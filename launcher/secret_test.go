@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorun-dev/gorun/internal/secret"
 	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -85,7 +86,7 @@ fi`)
 }
 
 func TestDryRunHidesSecret(t *testing.T) {
-	cfg := Config{NprocPerNode: 2, Role: "default", RunID: "j", JobSecret: Secret(strings.Repeat("ab", 32)),
+	cfg := Config{NprocPerNode: 2, Role: "default", RunID: "j", JobSecret: secret.Secret(strings.Repeat("ab", 32)),
 		Entrypoint: Entrypoint{Script: "train.py", Python: []string{"python3"}}}
 	round := rendezvous.Round{RunID: "j", GroupWorldSize: 1, WorldSize: 2, RoleWorldSize: 2,
 		MasterAddr: "127.0.0.1", JobSecret: rendezvous.Token(strings.Repeat("cd", 32))}

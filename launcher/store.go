@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/gorun-dev/gorun/internal/secret"
 	"github.com/gorun-dev/gorun/internal/storecmd"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
 	"github.com/gorun-dev/gorun/internal/workerenv"
@@ -30,8 +31,8 @@ type LocalStore struct {
 // with the job's secret in its environment (workerenv.StorePassword; never on its
 // command line, which every user can read). Its errors go to stderr; it
 // dies with this process.
-func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore, error) {
-	if !secret.IsSet() {
+func StartLocalStore(binary string, stderr *os.File, jobSecret secret.Secret) (*LocalStore, error) {
+	if !jobSecret.IsSet() {
 		return nil, fmt.Errorf("local store: no job secret")
 	}
 	port, err := rendezvous.FreePort(rendezvous.DefaultLocalAddr)
@@ -52,7 +53,7 @@ func StartLocalStore(binary string, stderr *os.File, secret Secret) (*LocalStore
 		return nil, fmt.Errorf("local store: %w", err)
 	}
 	defer devnull.Close()
-	env := withEnv(os.Environ(), []EnvVar{{workerenv.StorePassword, secret.Reveal()}})
+	env := withEnv(os.Environ(), []EnvVar{{workerenv.StorePassword, jobSecret.Reveal()}})
 	// The lowest CPU priority: on a busy node the workers' own start-up
 	// comes first, and only Go workers that use the store wait for it.
 	proc, started := startProcess(argv, env, devnull, stderr, make(chan *process, 1), storeNice)

@@ -37,6 +37,13 @@ type SizeFit struct {
 	Layout Layout `json:"-"`
 }
 
+// SetWorldSize sets the plan's world size to w, and drops what followed
+// from the old one (nnodes, num_microbatches), which the new size
+// recomputes: the one way a plan is resized.
+func (c *Config) SetWorldSize(w int) error {
+	return errors.Join(c.Set("world_size", w), c.Set("nnodes", nil), c.Set("num_microbatches", nil))
+}
+
 // FitSizes evaluates the plan c at each world size: which are valid and
 // what each becomes. A size is valid when every rule holds (DP a whole
 // number, the global batch divisible by micro batch x DP, ...) and the
@@ -50,7 +57,7 @@ func FitSizes(c *Config, worlds []int, capacity float64, opt Options) ([]SizeFit
 			return nil, fmt.Errorf("world size %d: want 1..%d", w, MaxWorldSize)
 		}
 		sized := *c // Set replaces fields, never writes through them
-		if err := errors.Join(sized.Set("world_size", w), sized.Set("nnodes", nil), sized.Set("num_microbatches", nil)); err != nil {
+		if err := sized.SetWorldSize(w); err != nil {
 			return nil, err
 		}
 		opt.PerRank = false

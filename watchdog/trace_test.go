@@ -1,14 +1,13 @@
 package watchdog
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+	"github.com/gorun-dev/gorun/internal/testkit/golden"
+)
 
 // call is one collective a rank made: op, elements, and how far it got.
 type call struct {
@@ -78,20 +77,7 @@ func TestTraceVerdicts(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := Analyze(c.dumps).Text()
-			path := filepath.Join("testdata", "trace_"+c.name+".txt")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				t.Errorf("verdict:\n%s\nwant:\n%s", got, want)
-			}
+			golden.Check(t, "trace_"+c.name+".txt", Analyze(c.dumps).Text())
 		})
 	}
 }

@@ -2,16 +2,15 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-)
 
-var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/gorun-dev/gorun/internal/testkit/golden"
+)
 
 // TestPlanPresets plans every preset in configs/ and compares the text
 // and JSON reports with testdata/plan/ (go test -update rewrites them).
@@ -29,19 +28,7 @@ func TestPlanPresets(t *testing.T) {
 				if r.code != 0 {
 					t.Fatalf("%s: exit %d\n%s%s", format, r.code, r.stdout, r.stderr)
 				}
-				golden := filepath.Join("testdata", "plan", name+"."+format)
-				if *updateGolden {
-					if err := os.WriteFile(golden, []byte(r.stdout), 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				want, err := os.ReadFile(golden)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if r.stdout != string(want) {
-					t.Errorf("%s report differs from %s (go test -update rewrites it):\n%s", format, golden, r.stdout)
-				}
+				golden.Check(t, filepath.Join("plan", name+"."+format), r.stdout)
 			}
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/testkit/golden"
+
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/watchdog"
 )
@@ -108,26 +110,11 @@ func TestTraceSearchesTheLogFolder(t *testing.T) {
 			got = strings.ReplaceAll(got, root, "ROOT")
 			got = strings.ReplaceAll(got, private.FlightRecorderBase(), "TMP/gorun-flight-recorder-UID")
 			got = strings.ReplaceAll(got, os.TempDir(), "TMP")
-			golden := filepath.Join("testdata", "trace", c.name+".txt")
+			name := filepath.Join("trace", c.name+".txt")
 			if c.name == "all_attempts_after_dir" {
-				golden = filepath.Join("testdata", "trace", "all_attempts.txt")
+				name = filepath.Join("trace", "all_attempts.txt")
 			}
-			if *updateGolden {
-				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				t.Errorf("gorun %v differs from %s (go test -update rewrites it):\n%s", c.args, golden, got)
-			}
+			golden.Check(t, name, got)
 		})
 	}
 }

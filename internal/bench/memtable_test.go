@@ -2,17 +2,15 @@ package bench
 
 import (
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gorun-dev/gorun/internal/bench/membench"
+	"github.com/gorun-dev/gorun/internal/testkit/golden"
 	"github.com/gorun-dev/gorun/memory"
 )
-
-var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // allModes are the modes of `gorun bench memory --mode all`, in its order.
 var allModes = []memory.Mode{memory.ModeRecordStream, memory.ModeEraseRecordStream, memory.ModeAvoidRecordStream, memory.ModeEraseWithBlock, memory.ModeNone}
@@ -90,23 +88,7 @@ func TestMemoryMarkdownGolden(t *testing.T) {
 	for _, expandable := range []bool{false, true} {
 		got.WriteString("<" + MemorySection(expandable) + ">\n" + MemoryMarkdown(results, expandable))
 	}
-	golden := filepath.Join("testdata", "memtable.md")
-	if *updateGolden {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.String() != string(want) {
-		t.Errorf("differs from %s (go test -update rewrites it):\n%s", golden, got.String())
-	}
+	golden.Check(t, "memtable.md", got.String())
 }
 
 // TestMemorySectionsReplaceOnlyTheirTables: writing both sections into

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/cmdline/flagval"
+	"github.com/gorun-dev/gorun/internal/secret"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -264,7 +265,7 @@ func runAgent(ctx context.Context, cfg launcher.Config, rdzv launcher.Rendezvous
 // gorun-etcd, or returns nil with a warning when that binary is missing
 // or fails to start: the workers then have no store (PyTorch's do not use
 // it).
-func startLocalStore(log *logrus.Logger, secret launcher.Secret) *launcher.LocalStore {
+func startLocalStore(log *logrus.Logger, secret secret.Secret) *launcher.LocalStore {
 	path, err := findCompanion()
 	if err == nil {
 		var store *launcher.LocalStore

@@ -206,7 +206,7 @@ func planLayouts(path string, nproc, minNodes, maxNodes int, log *logrus.Logger)
 		return nil, fmt.Errorf("--plan %s: the layout is valid at no size from %d to %d nodes:%s", path, minNodes, maxNodes, b.String())
 	}
 	largest := valid[len(valid)-1]
-	if err := errors.Join(cfg.Set("world_size", largest*nproc), cfg.Set("nnodes", nil), cfg.Set("num_microbatches", nil)); err != nil {
+	if err := cfg.SetWorldSize(largest * nproc); err != nil {
 		return nil, err
 	}
 	for _, i := range topology.Validate(cfg) {

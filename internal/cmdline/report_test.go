@@ -4,19 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/testkit/golden"
 	"github.com/gorun-dev/gorun/launcher/goodput"
 
 	"github.com/urfave/cli/v2"
 )
-
-var updateReport = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 // runReport runs `gorun report args...` through an app holding only the
 // report command, and returns its output and exit code.
@@ -63,19 +61,7 @@ func TestReportGolden(t *testing.T) {
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	golden := filepath.Join("testdata", "report.txt")
-	if *updateReport {
-		if err := os.WriteFile(golden, []byte(stdout), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if stdout != string(want) {
-		t.Errorf("output differs from %s (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", golden, stdout, want)
-	}
+	golden.Check(t, "report.txt", stdout)
 }
 
 // TestReportRunning reports a running job from a --log-dir with two runs:

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/testkit/timing"
+
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -101,7 +103,7 @@ func TestRoundGrowsOnlyToAValidSize(t *testing.T) {
 	sh.Sizes = []int{2, 4}
 	// A last call of 1 s, not 0.1 s: under the busy suite the third and
 	// fourth nodes missed the re-formed round and waited as its spares.
-	cfg := Config{Shape: sh, LastCallTimeout: time.Second}
+	cfg := Config{Shape: sh, LastCallTimeout: timing.Stretch(t, time.Second)}
 	as := mustAgents(t, 4, cfg)
 	rounds := nextAll(t, as[:2], 1)
 	w0 := as[0].r.Watch(ctx, rounds[0])

@@ -128,12 +128,22 @@ func GorunEnv(drop ...string) []string {
 // this host, such as 127.0.0.1) now.
 func FreePort(t testing.TB, addr string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	port, err := PickPort(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return port
+}
+
+// PickPort is FreePort for code that runs outside a test's goroutine (a
+// test cluster's set-up): the port, or why none could be had.
+func PickPort(addr string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return 0, err
+	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ShortTempDir is a new folder removed at the end of the test, with a

@@ -2,7 +2,6 @@ package slurmtest
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"time"
@@ -149,14 +148,4 @@ func seconds(d time.Duration, def int) int {
 		return def
 	}
 	return max(1, int((d+time.Second-1)/time.Second))
-}
-
-// freePort is a TCP port that nothing listens on now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -212,13 +212,13 @@ func (c *Cluster) setUp(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ctlPort, err := freePort()
+	ctlPort, err := proctest.PickPort("")
 	if err != nil {
 		return err
 	}
 	nodePort := ctlPort
 	for nodePort == ctlPort {
-		if nodePort, err = freePort(); err != nil {
+		if nodePort, err = proctest.PickPort(""); err != nil {
 			return err
 		}
 	}
