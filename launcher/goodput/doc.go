@@ -1,4 +1,4 @@
-// Package goodput is the record of a run and what it says: the events
+// Package goodput is the timeline of a run and what it says: the events
 // the agent writes (events.jsonl), the workers' progress files and probe
 // snapshots, the run folder's attempt layout, and the goodput report
 // (ETTR, time lost by cause) that gorun prints at the end and
