@@ -21,8 +21,8 @@ import (
 // prove they know it (docs/comm.md); it never crosses the wire.
 const JobSecretEnv = workerenv.JobSecret
 
-// SecretLen is the length of a job secret in bytes.
-const SecretLen = 32
+// SecretLen is the length of a job secret in bytes (secret.Bytes).
+const SecretLen = secret.Bytes
 
 // DefaultHandshakeTimeout bounds the authentication of one connection
 // to the store or to the mesh: a connection that says nothing does not

@@ -235,7 +235,7 @@ func newEnv(ctx context.Context, l Launch, dev memory.Device, backend string) (*
 // expandable reads PYTORCH_CUDA_ALLOC_CONF's expandable_segments, which
 // gorun sets by default.
 func expandable() bool {
-	for _, kv := range strings.Split(os.Getenv("PYTORCH_CUDA_ALLOC_CONF"), ",") {
+	for _, kv := range strings.Split(os.Getenv(workerenv.AllocConf), ",") {
 		if kv == "expandable_segments:True" {
 			return true
 		}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -304,14 +303,8 @@ func parseStopSignal(s string) (os.Signal, error) {
 }
 
 // ProgressReporter tells gorun how far this worker got: after each step,
-// Step replaces the file named by GORUN_PROGRESS_FILE, atomically (write
-// <path>.tmp, rename to <path>), with one line
-//
-//	step=<int> time=<unix_ns> first_step=<int> first_time=<unix_ns>
-//
-// time is when this step was reported; first_step and first_time are the
-// first step this process reported and when, so that a reader can tell
-// the rate of this process from a restarted one's. Without the variable
+// Step replaces the file named by GORUN_PROGRESS_FILE, atomically, with
+// one line (workerenv.ProgressLine has the form). Without the variable
 // Step does nothing. A reporter is safe for concurrent use.
 type ProgressReporter struct {
 	path string
@@ -348,9 +341,8 @@ func (r *ProgressReporter) Step(step int) error {
 	if !r.started {
 		r.started, r.firstStep, r.firstTime = true, step, now
 	}
-	line := "step=" + strconv.Itoa(step) + " time=" + strconv.FormatInt(now, 10) +
-		" first_step=" + strconv.Itoa(r.firstStep) + " first_time=" + strconv.FormatInt(r.firstTime, 10) + "\n"
-	err := replaceFile(r.path, []byte(line))
+	line := workerenv.ProgressLine{Step: step, TimeNs: now, FirstStep: r.firstStep, FirstTimeNs: r.firstTime}
+	err := replaceFile(r.path, []byte(line.String()))
 	if err != nil && !r.warned {
 		r.warned = true
 		fmt.Fprintf(r.log, "comm: %s: %v (progress is not reported; training goes on; said once)\n", ProgressFileEnv, err)

@@ -224,7 +224,7 @@ func (a *Agent) run(ctx context.Context, layout *logLayout) (Result, error) {
 		a.group = <-a.groupReady
 		a.warm = newWarmPool(cfg, a.group, shared)
 		defer func() { a.warm.close() }()
-		a.warm.fill(planStdin(cfg.Stdin))
+		a.warm.fill(stdinRoutesOf(cfg.Stdin))
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
@@ -315,7 +315,7 @@ func (a *Agent) runRound(ctx context.Context, round rendezvous.Round, layout *lo
 	if hv, ok := a.rdzv.(HangVoter); ok && a.cfg.HangTimeout > 0 && round.GroupWorldSize > 1 {
 		att.job = &jobHang{voter: hv, round: round}
 	}
-	if lr, ok := a.rdzv.(LeftRecorder); ok && round.GroupWorldSize > 1 {
+	if lr, ok := a.rdzv.(LeftRankSharer); ok && round.GroupWorldSize > 1 {
 		att.leftRec, att.round = lr, round
 	}
 	if as, ok := a.rdzv.(ArrivalSharer); ok && round.GroupWorldSize > 1 {

@@ -24,7 +24,7 @@ const outputDrainTimeout = 2 * time.Second
 type worker struct {
 	spec     WorkerSpec
 	proc     *process
-	progress *progress // with --hang-timeout
+	progress *lifeSigns // with --hang-timeout
 	// leftAt is when the worker exited 0 while others of the attempt
 	// still ran (zero: it did not).
 	leftAt time.Time
@@ -66,7 +66,7 @@ type attempt struct {
 	// leftRec records the workers that leave early for the other nodes
 	// (nil: one node, or a rendezvous without a store); recording runs
 	// in the background, owned by records.
-	leftRec LeftRecorder
+	leftRec LeftRankSharer
 	round   rendezvous.Round
 	records sync.WaitGroup
 	// arrivals is the attempt's part in the job-wide straggler watch (nil:
@@ -143,7 +143,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
 	}
 	defer devNull.Close()
-	att.stdin = planStdin(cfg.Stdin) // before plumbing: its reader shows prompts
+	att.stdin = stdinRoutesOf(cfg.Stdin) // before plumbing: its reader shows prompts
 	for j, filters := range [2][]string{cfg.DuplicateStdoutFilters, cfg.DuplicateStderrFilters} {
 		if filters == nil {
 			continue
@@ -163,7 +163,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		w := &worker{spec: spec}
 		if cfg.HangTimeout > 0 {
 			hb, _ := lookupEnv(spec.Env, workerenv.HeartbeatFile)
-			w.progress = newProgress(hb, time.Now())
+			w.progress = newLifeSigns(hb, time.Now())
 		}
 		att.workers = append(att.workers, w)
 		if _, fg := att.stdin.forRank(spec.LocalRank); !fg {
@@ -314,7 +314,7 @@ func (att *attempt) plumb(w *worker, sp streamRoutes, layout *logLayout, devNull
 	}
 	var src io.Reader = r
 	if w.progress != nil {
-		src = progressReader{r: r, p: w.progress} // output is a sign of progress
+		src = lifeSignsReader{r: r, p: w.progress} // output is a sign of progress
 	}
 	prompting := att.stdin.inGorunsGroup && lr == 0 && sp.name == "stdout"
 	att.pumps.Add(1)
@@ -376,7 +376,7 @@ func (att *attempt) signalRunning(sig syscall.Signal) {
 func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, events <-chan rendezvous.Event) outcome {
 	m := &monitoring{att: att, out: outcome{kind: outcomeSucceeded}}
 	done := ctx.Done()
-	hangs := att.hangWatch()
+	hangs := att.lifeWatch()
 	m.hangs = hangs
 	kills := make(chan *worker, len(att.workers))
 	if att.pre.active() {
@@ -449,7 +449,7 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 type monitoring struct {
 	att   *attempt
 	out   outcome
-	hangs *hangWatch // nil without --hang-timeout
+	hangs *lifeWatch // nil without --hang-timeout
 	// stopping: the stop sequence began, with the signal sent; grace
 	// fires at its SIGKILL.
 	stopping bool
@@ -482,7 +482,7 @@ func (m *monitoring) told() {
 }
 
 // stopTimers releases the timers.
-func (m *monitoring) stopTimers(hangs *hangWatch) {
+func (m *monitoring) stopTimers(hangs *lifeWatch) {
 	if m.timer != nil {
 		m.timer.Stop()
 	}

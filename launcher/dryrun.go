@@ -45,8 +45,8 @@ type DrySize struct {
 	Problems     []string `json:"problems,omitempty"`
 }
 
-// SchedulerFlag is a launch setting a cluster scheduler's environment
-// gave (launcher/scheduler), as --dry-run shows it.
+// SchedulerFlag is the value a cluster scheduler's environment gave one
+// of gorun's flags (internal/cmdline/scheduler), as --dry-run shows it.
 type SchedulerFlag struct {
 	// Flag is the flag it stands for, without dashes.
 	Flag  string `json:"flag"`

@@ -17,11 +17,6 @@ import (
 
 // Names of the memory defaults gorun adds (docs/sources.md, memory tuning).
 const (
-	// EnvAllocConf is PyTorch's CUDA caching allocator configuration.
-	EnvAllocConf = "PYTORCH_CUDA_ALLOC_CONF"
-	// EnvAllocConfAny is its name for every accelerator since torch 2.9;
-	// where both are set, torch reads EnvAllocConf.
-	EnvAllocConfAny = "PYTORCH_ALLOC_CONF"
 	// EnvReuseMode selects the multi-stream memory reuse mode, 0..3.
 	EnvReuseMode = memory.ReuseEnv
 	// DefaultReuseMode is the reuse mode gorun sets when unset.
@@ -121,8 +116,8 @@ func withEnv(environ []string, vars []EnvVar) []string {
 // of docs/sources.md (memory tuning) unless disabled. The warnings say what the user should know
 // about these choices, once per job.
 func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
-	if _, set := lookupEnv(cfg.Environ, "OMP_NUM_THREADS"); !set && cfg.NprocPerNode > 1 {
-		vars = append(vars, EnvVar{"OMP_NUM_THREADS", "1"})
+	if _, set := lookupEnv(cfg.Environ, workerenv.OMPNumThreads); !set && cfg.NprocPerNode > 1 {
+		vars = append(vars, EnvVar{workerenv.OMPNumThreads, "1"})
 		warnings = append(warnings, "setting OMP_NUM_THREADS=1 for each worker, as torchrun does, to avoid overloading the system; set it yourself to tune it for your application")
 	}
 	// gorun reads the workers' output through pipes, where Python
@@ -144,10 +139,10 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	// the older name, which torchrun 1.13 set; 2.x reads the TORCH_ one
 	// and warns on every rank where the older one is set, so that is set
 	// only where the workers' torch is found to be 1.x (TorchMajor).
-	errorHandling := []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+	errorHandling := []string{workerenv.NCCLAsyncErrorHandling}
 	if !cfg.Entrypoint.NoPython && len(cfg.Entrypoint.Python) > 0 {
 		if major, ok := TorchMajor(cfg.Entrypoint.Python[0], cfg.Environ); ok && major < 2 {
-			errorHandling = append(errorHandling, "NCCL_ASYNC_ERROR_HANDLING")
+			errorHandling = append(errorHandling, workerenv.NCCLAsyncErrorHandlingOld)
 		}
 	}
 	for _, name := range errorHandling {
@@ -159,15 +154,15 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 		vars = append(vars, EnvVar{workerenv.ProbeInterval, strconv.FormatFloat(probe.Interval(cfg.HangTimeout).Seconds(), 'f', -1, 64)})
 		// PyTorch 2.x's flight recorder, which the probe reads (gloo's
 		// too), unless the user sized it.
-		_, fr := lookupEnv(cfg.Environ, "TORCH_FR_BUFFER_SIZE")
-		_, nccl := lookupEnv(cfg.Environ, "TORCH_NCCL_TRACE_BUFFER_SIZE")
+		_, fr := lookupEnv(cfg.Environ, workerenv.FlightRecorderSize)
+		_, nccl := lookupEnv(cfg.Environ, workerenv.NCCLTraceBufferSize)
 		if !fr && !nccl {
-			vars = append(vars, EnvVar{"TORCH_FR_BUFFER_SIZE", strconv.Itoa(probe.RecorderSize)})
+			vars = append(vars, EnvVar{workerenv.FlightRecorderSize, strconv.Itoa(probe.RecorderSize)})
 		}
 	}
 	// torchrun 2.x puts its --signals-to-handle in its own environment,
 	// which its workers inherit.
-	vars = append(vars, EnvVar{"TORCHELASTIC_SIGNALS_TO_HANDLE", signalList(cfg.StopSignals)})
+	vars = append(vars, EnvVar{workerenv.SignalsToHandle, signalList(cfg.StopSignals)})
 	if !cfg.MemoryDefaults {
 		return vars, warnings
 	}
@@ -176,16 +171,16 @@ func SharedEnv(cfg *Config) (vars []EnvVar, warnings []string) {
 	var name, cur string
 	var set bool
 	// torch reads the CUDA name first, then ROCm's, then the generic one.
-	for _, name = range []string{EnvAllocConf, "PYTORCH_HIP_ALLOC_CONF", EnvAllocConfAny} {
+	for _, name = range []string{workerenv.AllocConf, workerenv.AllocConfHIP, workerenv.AllocConfAny} {
 		if cur, set = lookupEnv(cfg.Environ, name); set {
 			break
 		}
 	}
 	switch {
 	case slices.Contains(cfg.Entrypoint.Args, ncclUBFlag):
-		warnings = append(warnings, "not adding expandable_segments:True to "+EnvAllocConf+": the script's "+ncclUBFlag+" (NCCL user buffer registration) does not work with expandable segments")
+		warnings = append(warnings, "not adding expandable_segments:True to "+workerenv.AllocConf+": the script's "+ncclUBFlag+" (NCCL user buffer registration) does not work with expandable segments")
 	case !set:
-		vars = append(vars, EnvVar{EnvAllocConf, expandableSegments})
+		vars = append(vars, EnvVar{workerenv.AllocConf, expandableSegments})
 	case strings.TrimSpace(cur) == "", strings.Contains(cur, "cudaMallocAsync"):
 		// Set empty on purpose, or the CUDA allocator, which has no
 		// expandable segments: nothing to advise.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorun-dev/gorun/internal/workerenv"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
@@ -53,8 +54,8 @@ func TestSharedEnvMemoryDefaults(t *testing.T) {
 			cfg := Config{NprocPerNode: 1, Environ: tt.environ, MemoryDefaults: !tt.noDefault, Entrypoint: Entrypoint{Args: tt.args}}
 			vars, warns := SharedEnv(&cfg)
 			m := envMap(vars)
-			if got := m[EnvAllocConf]; got != tt.wantAlloc {
-				t.Errorf("%s = %q; want %q", EnvAllocConf, got, tt.wantAlloc)
+			if got := m[workerenv.AllocConf]; got != tt.wantAlloc {
+				t.Errorf("%s = %q; want %q", workerenv.AllocConf, got, tt.wantAlloc)
 			}
 			if got := m[EnvReuseMode]; got != tt.wantReuse {
 				t.Errorf("%s = %q; want %q", EnvReuseMode, got, tt.wantReuse)

@@ -25,18 +25,18 @@ import (
 func TestLifeSigns(t *testing.T) {
 	cases := []struct {
 		name string
-		sign func(t *testing.T, dir string, out *progress, at time.Time)
+		sign func(t *testing.T, dir string, out *lifeSigns, at time.Time)
 		want string // "" for no sign
 	}{
-		{"nothing", func(*testing.T, string, *progress, time.Time) {}, ""},
-		{"output", func(_ *testing.T, _ string, out *progress, at time.Time) { out.saw(at) }, "output or its heartbeat file"},
-		{"heartbeat", func(t *testing.T, dir string, _ *progress, at time.Time) {
+		{"nothing", func(*testing.T, string, *lifeSigns, time.Time) {}, ""},
+		{"output", func(_ *testing.T, _ string, out *lifeSigns, at time.Time) { out.saw(at) }, "output or its heartbeat file"},
+		{"heartbeat", func(t *testing.T, dir string, _ *lifeSigns, at time.Time) {
 			writeAt(t, filepath.Join(dir, "heartbeat"), "", at)
 		}, "output or its heartbeat file"},
-		{"a step in the progress file", func(t *testing.T, dir string, _ *progress, at time.Time) {
+		{"a step in the progress file", func(t *testing.T, dir string, _ *lifeSigns, at time.Time) {
 			writeAt(t, filepath.Join(dir, goodput.ProgressFile), "step=5 time=1 first_step=1 first_time=1\n", at)
 		}, "a step in its progress file"},
-		{"a probe snapshot with a step", func(t *testing.T, dir string, _ *progress, at time.Time) {
+		{"a probe snapshot with a step", func(t *testing.T, dir string, _ *lifeSigns, at time.Time) {
 			writeAt(t, filepath.Join(dir, probe.SnapshotFile), fmt.Sprintf(`{"version":1,"pid":9,"time_ns":%d,"steps":4,"stack":[["t.py",3,"main"]]}`, at.UnixNano()), at)
 		}, "an optimizer step"},
 	}
@@ -45,7 +45,7 @@ func TestLifeSigns(t *testing.T) {
 			dir := t.TempDir()
 			start := time.Now().Add(-time.Minute)
 			spec := WorkerSpec{Env: []string{workerenv.ProgressFile + "=" + filepath.Join(dir, goodput.ProgressFile), workerenv.ProbeFile + "=" + filepath.Join(dir, probe.SnapshotFile)}}
-			out := newProgress(filepath.Join(dir, "heartbeat"), start)
+			out := newLifeSigns(filepath.Join(dir, "heartbeat"), start)
 			l := newLife(spec, out, start)
 			writeAt(t, filepath.Join(dir, probe.SnapshotFile), fmt.Sprintf(`{"version":1,"pid":9,"time_ns":%d,"steps":3,"stack":[["t.py",3,"main"]]}`, start.UnixNano()), start)
 			l.update(-1, start, 0) // a pid that has no CPU time to read
@@ -97,7 +97,7 @@ func TestLifeCPU(t *testing.T) {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			_ = cmd.Wait()
 		}()
-		pids[i], lives[i] = cmd.Process.Pid, newLife(WorkerSpec{}, newProgress("", start), start)
+		pids[i], lives[i] = cmd.Process.Pid, newLife(WorkerSpec{}, newLifeSigns("", start), start)
 	}
 	update := func(now time.Time) {
 		cpus, err := proc.TreeCPUTimes(pids)

@@ -68,7 +68,7 @@ type voteState struct {
 // startVoting starts the goroutine that carries this node's votes to the
 // rendezvous and, once the round is declared hung, gathers, shares and
 // judges the evidence.
-func (h *hangWatch) startVoting(job *jobHang) {
+func (h *lifeWatch) startVoting(job *jobHang) {
 	h.job = job
 	h.votes = make(chan voteState, 1)
 	h.wg.Go(func() { h.vote(h.ctx) })
@@ -76,7 +76,7 @@ func (h *hangWatch) startVoting(job *jobHang) {
 
 // sendVote hands the newest state to the voting goroutine, replacing one
 // it has not taken yet.
-func (h *hangWatch) sendVote(s voteState) {
+func (h *lifeWatch) sendVote(s voteState) {
 	select {
 	case <-h.votes:
 	default:
@@ -84,7 +84,7 @@ func (h *hangWatch) sendVote(s voteState) {
 	h.votes <- s
 }
 
-func (h *hangWatch) vote(ctx context.Context) {
+func (h *lifeWatch) vote(ctx context.Context) {
 	job, log := h.job, h.att.cfg.Log
 	declared := job.voter.WatchHung(ctx, job.round)
 	quiet, told, warned := false, false, false
@@ -135,7 +135,7 @@ func (h *hangWatch) vote(ctx context.Context) {
 
 // judgeJob gathers this node's evidence for the declaration d, shares it
 // with the other nodes, judges the whole job's, and sends the verdict.
-func (h *hangWatch) judgeJob(ctx context.Context, d rendezvous.HangDeclared, ranks []probe.Rank) {
+func (h *lifeWatch) judgeJob(ctx context.Context, d rendezvous.HangDeclared, ranks []probe.Rank) {
 	att, job := h.att, h.job
 	local := h.gather(ctx, d.ID, ranks)
 	if ctx.Err() != nil {
@@ -245,7 +245,7 @@ func judgeEvidence(reports [][]byte, nodes int) hangVerdict {
 
 // exitedRanks returns the attempt's ranks for a verdict, with those that
 // left while the others ran. Call it on the monitor's goroutine.
-func (h *hangWatch) exitedRanks() []probe.Rank {
+func (h *lifeWatch) exitedRanks() []probe.Rank {
 	ranks := h.blankRanks()
 	for i, w := range h.att.workers {
 		if !w.leftAt.IsZero() {
@@ -256,7 +256,7 @@ func (h *hangWatch) exitedRanks() []probe.Rank {
 }
 
 // blankRanks returns the attempt's ranks, by worker, with nothing known.
-func (h *hangWatch) blankRanks() []probe.Rank {
+func (h *lifeWatch) blankRanks() []probe.Rank {
 	ranks := make([]probe.Rank, len(h.att.workers))
 	for i, w := range h.att.workers {
 		ranks[i] = probe.Rank{Rank: w.spec.Rank}

@@ -27,25 +27,25 @@ const evidenceGrace = 5 * time.Second
 // (gloo: 15 ms in 4 s, measured), one that runs its model uses most.
 const computing = 0.1
 
-// progress is a worker's last line of output (any stream) or touch of its
+// lifeSigns is a worker's last line of output (any stream) or touch of its
 // heartbeat file.
-type progress struct {
+type lifeSigns struct {
 	last      atomic.Int64 // unix nanoseconds of the last output
 	heartbeat string       // the heartbeat file ("" without one)
 }
 
-func newProgress(heartbeat string, now time.Time) *progress {
-	p := &progress{heartbeat: heartbeat}
+func newLifeSigns(heartbeat string, now time.Time) *lifeSigns {
+	p := &lifeSigns{heartbeat: heartbeat}
 	p.last.Store(now.UnixNano())
 	return p
 }
 
 // saw records output at now.
-func (p *progress) saw(now time.Time) { p.last.Store(now.UnixNano()) }
+func (p *lifeSigns) saw(now time.Time) { p.last.Store(now.UnixNano()) }
 
 // latest is the later of the last output and the heartbeat file's
 // modification time.
-func (p *progress) latest() time.Time {
+func (p *lifeSigns) latest() time.Time {
 	t := time.Unix(0, p.last.Load())
 	if p.heartbeat != "" {
 		if fi, err := os.Lstat(p.heartbeat); err == nil && fi.ModTime().After(t) { // a link is not followed
@@ -55,13 +55,13 @@ func (p *progress) latest() time.Time {
 	return t
 }
 
-// progressReader notes the time of every read that returns bytes.
-type progressReader struct {
+// lifeSignsReader notes the time of every read that returns bytes.
+type lifeSignsReader struct {
 	r io.Reader
-	p *progress
+	p *lifeSigns
 }
 
-func (pr progressReader) Read(b []byte) (int, error) {
+func (pr lifeSignsReader) Read(b []byte) (int, error) {
 	n, err := pr.r.Read(b)
 	if n > 0 {
 		pr.p.saw(time.Now())
@@ -74,7 +74,7 @@ func (pr progressReader) Read(b []byte) (int, error) {
 // progress file's step, its probe's snapshots (steps, collectives, a
 // moving stack), and the CPU time it uses.
 type life struct {
-	out          *progress
+	out          *lifeSigns
 	progressFile string
 	step         int
 	snapshotFile string // "" without a probe
@@ -85,7 +85,7 @@ type life struct {
 	why          string    // what it was
 }
 
-func newLife(spec WorkerSpec, out *progress, now time.Time) *life {
+func newLife(spec WorkerSpec, out *lifeSigns, now time.Time) *life {
 	l := &life{out: out, last: now, why: "its start", cpuAt: now}
 	l.progressFile, _ = lookupEnv(spec.Env, workerenv.ProgressFile)
 	l.snapshotFile, _ = lookupEnv(spec.Env, workerenv.ProbeFile)

@@ -18,7 +18,7 @@ import (
 //	HangVoter             --hang-timeout judges this node's ranks only
 //	FlightRecorderSharer  a failed round's flight recorders are this node's only
 //	ArrivalSharer         the straggler watch compares this node's ranks only
-//	LeftRecorder          a rank that left on another node is not named
+//	LeftRankSharer          a rank that left on another node is not named
 //	AgentStorePorter      the workers serve their own store (--no-python)
 //	MeetingHost           the static meeting is not diverted from the workers' store
 //
@@ -101,10 +101,10 @@ type ArrivalSharer interface {
 	WatchArrivals(ctx context.Context, round rendezvous.Round) <-chan rendezvous.NodeReport
 }
 
-// LeftRecorder is a rendezvous that keeps, for the round, the ranks that
+// LeftRankSharer is a rendezvous that keeps, for the round, the ranks that
 // exited 0 while the others ran (the etcd backends): a node whose ranks
 // then lose their peer names the rank that left on another node.
-type LeftRecorder interface {
+type LeftRankSharer interface {
 	RecordLeft(ctx context.Context, round rendezvous.Round, left rendezvous.LeftRank) error
 	LeftRanks(ctx context.Context, round rendezvous.Round, wait time.Duration) ([]rendezvous.LeftRank, error)
 }

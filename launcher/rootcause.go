@@ -12,7 +12,7 @@ import (
 // file is the one copied to TORCHELASTIC_ERROR_FILE, and the rendezvous
 // reports its exit code to every node. Where the failures came from a
 // rank that left while the others ran, placeLeft (peerloss.go) decides;
-// where a hang was judged, the verdict names it (hangwatch.go).
+// where a hang was judged, the verdict names it (lifewatch.go).
 
 // exitSeenSlack is how much later gorun may see a worker's exit than
 // another that came of it: each worker is reaped by its own goroutine, so

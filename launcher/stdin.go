@@ -27,8 +27,8 @@ type stdinRoutes struct {
 	inGorunsGroup bool
 }
 
-// planStdin looks at in (nil: none).
-func planStdin(in *os.File) stdinRoutes {
+// stdinRoutesOf looks at in (nil: none).
+func stdinRoutesOf(in *os.File) stdinRoutes {
 	if in == nil {
 		return stdinRoutes{}
 	}

@@ -83,7 +83,7 @@ func newNodeWatch(sharer ArrivalSharer, round rendezvous.Round, host string, now
 
 // start starts the sender and, on group rank 0, the comparison, under
 // ctx; wg owns them.
-func (n *nodeWatch) start(ctx context.Context, h *hangWatch) {
+func (n *nodeWatch) start(ctx context.Context, h *lifeWatch) {
 	h.wg.Go(func() { n.send(ctx, h) })
 	if n.round.GroupRank == 0 {
 		h.wg.Go(func() { n.compare(ctx, h) })
@@ -144,7 +144,7 @@ func pow2AtLeast(v int64) int64 {
 }
 
 // send puts each report in the store.
-func (n *nodeWatch) send(ctx context.Context, h *hangWatch) {
+func (n *nodeWatch) send(ctx context.Context, h *lifeWatch) {
 	failed := false
 	for {
 		select {
@@ -168,7 +168,7 @@ func (n *nodeWatch) send(ctx context.Context, h *hangWatch) {
 // enter the default group's collectives last, persistently (the rules of
 // probe.Stragglers, with the nodes as its ranks and the lag raised by the
 // clocks' uncertainty).
-func (n *nodeWatch) compare(ctx context.Context, h *hangWatch) {
+func (n *nodeWatch) compare(ctx context.Context, h *lifeWatch) {
 	log := h.att.cfg.Log
 	nodes := make([]int, n.round.GroupWorldSize)
 	for i := range nodes {
@@ -232,7 +232,7 @@ func nodeStragglerText(s probe.Straggler, host string) string {
 
 // nodeStraggler records a straggling node (s.Rank its group rank) for
 // the goodput report; the event's rank is -1: the whole node.
-func (h *hangWatch) nodeStraggler(s probe.Straggler, host string, recovered bool) {
+func (h *lifeWatch) nodeStraggler(s probe.Straggler, host string, recovered bool) {
 	if h.att.onStraggler == nil {
 		return
 	}

@@ -74,7 +74,7 @@ func TestNodeStragglers(t *testing.T) {
 			att.onStraggler = func(s probe.Straggler, node string, recovered bool) {
 				events = append(events, goodput.NewStragglerEvent(s, node, recovered))
 			}
-			h := &hangWatch{att: att}
+			h := &lifeWatch{att: att}
 			f := &fakeArrivals{feed: make(chan rendezvous.NodeReport, 2)}
 			n := newNodeWatch(f, rendezvous.Round{GroupWorldSize: 2}, "host0", time.Now())
 			for node, arr := range [][]probe.Arrival{onTime, late} {

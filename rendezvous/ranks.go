@@ -28,13 +28,13 @@ func Places(nprocs []int, roles []string) []Place {
 
 // Nodes is a round's nodes in group-rank order: each node's worker
 // count and role (the job's shape, its node counts and restarts, is the
-// etcd backend's Nodes).
+// etcd backend's Shape).
 type Nodes struct {
 	Nprocs []int
 	Roles  []string
 }
 
-// Uniform is the shape of n nodes that each start nproc workers of role.
+// Uniform is n nodes that each start nproc workers of role.
 func Uniform(n, nproc int, role string) Nodes {
 	s := Nodes{Nprocs: make([]int, n), Roles: make([]string, n)}
 	for i := range n {
@@ -43,9 +43,9 @@ func Uniform(n, nproc int, role string) Nodes {
 	return s
 }
 
-// Place sets r's ranks for the node of group rank i in a round of shape
-// s (Places): every backend's round, and a dry run's, is planned by this
-// one function.
+// Place sets r's ranks for the node of group rank i in a round of the
+// nodes s (Places): every backend's round, and a dry run's, is placed by
+// this one function.
 func (r *Round) Place(i int, s Nodes) {
 	p := Places(s.Nprocs, s.Roles)[i]
 	world := 0

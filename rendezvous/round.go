@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/secret"
 )
 
 // Errors returned by the backends can be tested against these values with
@@ -134,8 +136,8 @@ type Round struct {
 	// JobSecret, when set, is the job's secret shared by every node (hex):
 	// workers get it in GORUN_JOB_SECRET to authenticate the worker store
 	// and the mesh. Empty: the launcher makes one for a single-node job.
-	// A Token: printed (a Round in a log line), it shows a placeholder.
-	JobSecret Token
+	// Printed (a Round in a log line), it shows a placeholder.
+	JobSecret secret.Secret
 	// StoreUser and StorePassword, when set, log in to the store at
 	// StoreEndpoints (GORUN_STORE_USER, GORUN_STORE_PASSWORD).
 	StoreUser, StorePassword string

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // Exit codes of a worker that the watchdog ends (documented in
@@ -67,7 +69,7 @@ func (m ErrorHandling) TearsDown() bool { return m == TearDown || m == SkipClean
 // default is TearDown: a CPU group's abort is cheap and makes the peers
 // fail at once.
 func ErrorHandlingFromEnv() (ErrorHandling, error) {
-	for _, name := range []string{"GORUN_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
+	for _, name := range []string{"GORUN_ASYNC_ERROR_HANDLING", workerenv.NCCLAsyncErrorHandling, workerenv.NCCLAsyncErrorHandlingOld} {
 		v, ok := os.LookupEnv(name)
 		if !ok || v == "" {
 			continue

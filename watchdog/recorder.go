@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/sys/private"
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // DefaultBufferSize is the flight recorder's capacity per process, as
@@ -31,7 +32,7 @@ const DumpVersion = "2.4"
 // else PyTorch's TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE,
 // else DefaultBufferSize. 0 turns the recorder off.
 func BufferSizeFromEnv() (int, error) {
-	for _, name := range []string{"GORUN_FR_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} {
+	for _, name := range []string{"GORUN_FR_BUFFER_SIZE", workerenv.FlightRecorderSize, workerenv.NCCLTraceBufferSize} {
 		v, ok := os.LookupEnv(name)
 		if !ok || v == "" {
 			continue

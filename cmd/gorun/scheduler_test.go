@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun-dev/gorun/launcher/scheduler"
+	"github.com/gorun-dev/gorun/internal/cmdline/scheduler"
 )
 
 // slurmJobID returns a job id whose embedded store ports (the client

@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/setting"
+	"github.com/gorun-dev/gorun/internal/storecmd"
 )
 
 // Flag categories, in the order --help shows them.
@@ -108,8 +109,6 @@ var settingFlags = map[setting.Name]string{
 	"Plan":                fPlan,
 	// launcher.NUMAProbe.Bind's mode.
 	"NUMABinding": fNumaBinding,
-	// launcher/scheduler.Detect's scheduler.
-	"Scheduler": fScheduler,
 	// rendezvous: the run id, the static and single-node backends'
 	// configurations.
 	"RunID":      fRdzvID,
@@ -119,7 +118,9 @@ var settingFlags = map[setting.Name]string{
 	"MasterPort": fMasterPort,
 	// rendezvous.Spec: the elastic backends' (a --rdzv-conf key is
 	// Conf.<key>, shown as --rdzv-conf <key>: flagOf).
-	"Backend":   fRdzvBackend,
+	"Backend": fRdzvBackend,
+	// gorun store's --token-file (internal/storecmd).
+	"TokenFile": storecmd.TokenFile,
 	"Endpoint":  fRdzvEndpoint,
 	"LocalAddr": fLocalAddr,
 	"Conf":      fRdzvConf,

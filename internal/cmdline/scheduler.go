@@ -11,8 +11,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun-dev/gorun/internal/cmdline/scheduler"
 	"github.com/gorun-dev/gorun/launcher"
-	"github.com/gorun-dev/gorun/launcher/scheduler"
 )
 
 // applyScheduler gives the launch flags the user did not give the values
@@ -21,7 +21,7 @@ import (
 // --dry-run, with the line to log about them (logNote). --standalone is a single-node job of its own: no scheduler
 // values apply. With --nproc-per-node=gpu or auto, the scheduler's count
 // of this node's GPUs is the answer.
-func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerFlag, storeHosts []string, logNote func(*logrus.Logger), err error) {
+func applyScheduler(c *cli.Context) (name string, flags []launcher.SchedulerFlag, storeHosts []string, logNote func(*logrus.Logger), err error) {
 	logNote = func(*logrus.Logger) {}
 	if c.Bool(fStandalone) {
 		return "", nil, nil, logNote, nil
@@ -32,21 +32,22 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerF
 	}
 	var applied []string
 	for _, st := range det.Flags {
-		s := launcher.SchedulerFlag{Flag: st.Flag, Value: st.Value, Source: st.Source, Overridden: c.IsSet(st.Flag)}
+		s := st
+		s.Overridden = c.IsSet(st.Flag)
 		if !s.Overridden {
 			if err := c.Set(st.Flag, st.Value); err != nil {
 				return "", nil, nil, logNote, fmt.Errorf("--%s=%s from %s: %w", st.Flag, st.Value, st.Source, err)
 			}
 			applied = append(applied, "--"+st.Flag+"="+st.Value)
 		}
-		settings = append(settings, s)
+		flags = append(flags, s)
 	}
 	if n := det.GPUsOnNode; n > 0 {
 		if v := c.String(fNprocPerNode); v == "gpu" || v == "auto" {
 			if err := c.Set(fNprocPerNode, strconv.Itoa(n)); err != nil {
 				return "", nil, nil, logNote, err
 			}
-			settings = append(settings, launcher.SchedulerFlag{Flag: fNprocPerNode, Value: strconv.Itoa(n), Source: det.GPUsSource + " (for --nproc-per-node=" + v + ")"})
+			flags = append(flags, launcher.SchedulerFlag{Flag: fNprocPerNode, Value: strconv.Itoa(n), Source: det.GPUsSource + " (for --nproc-per-node=" + v + ")"})
 			applied = append(applied, "--"+fNprocPerNode+"="+strconv.Itoa(n))
 		}
 	}
@@ -61,7 +62,7 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerF
 			}
 			applied = append(applied, "--"+fPreemptSignal+"="+st.Value)
 		}
-		settings = append(settings, st)
+		flags = append(flags, st)
 	}
 	// The store's members on the first three hosts, where the store is
 	// the one the scheduler's values chose (the embedded one at the first
@@ -75,7 +76,7 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerF
 			storeHosts = det.StoreHosts
 			applied = append(applied, "--rdzv-conf "+st.Value)
 		}
-		settings = append(settings, st)
+		flags = append(flags, st)
 	}
 	// scancel and a time limit send SIGTERM to the workers themselves:
 	// a worker that waits for another signal dies of it before it saves.
@@ -95,5 +96,5 @@ func applyScheduler(c *cli.Context) (name string, settings []launcher.SchedulerF
 			}
 		}
 	}
-	return det.Scheduler, settings, storeHosts, logNote, nil
+	return det.Scheduler, flags, storeHosts, logNote, nil
 }

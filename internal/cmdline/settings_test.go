@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/setting"
+	"github.com/gorun-dev/gorun/internal/storecmd"
 	"github.com/gorun-dev/gorun/launcher"
 	"github.com/gorun-dev/gorun/rendezvous"
 )
@@ -33,8 +34,7 @@ var libraryDirs = []string{"launcher", "rendezvous", "comm", "watchdog", "topolo
 // gorun has not (docker's --shm-size, srun's --ntasks-per-node) need no
 // entry.
 var flagsAllowed = map[[2]string]string{
-	{"comm/env.go", "rdzv-backend"}:           "torchrun's --rdzv-backend=c10d, for a Go worker that torchrun launched",
-	{"launcher/scheduler/steps.go", "format"}: "squeue's --format",
+	{"comm/env.go", "rdzv-backend"}: "torchrun's --rdzv-backend=c10d, for a Go worker that torchrun launched",
 }
 
 const settingPath = "github.com/gorun-dev/gorun/internal/setting"
@@ -65,6 +65,9 @@ func commandFlags(t *testing.T) map[string]bool {
 		t.Fatal("newApp built no commands")
 	}
 	walk(app.Commands)
+	// gorun store's, which gorun-etcd's companion defines
+	// (internal/storecmd names them).
+	names[storecmd.TokenFile] = true
 	return names
 }
 
@@ -78,8 +81,19 @@ type libraryFile struct {
 // libraryFiles parses the non-test Go files of libraryDirs.
 func libraryFiles(t *testing.T) []libraryFile {
 	t.Helper()
+	files := goFiles(t, libraryDirs...)
+	if len(files) < 100 {
+		t.Fatalf("%d library files found; want the packages' (run from internal/cmdline)", len(files))
+	}
+	return files
+}
+
+// goFiles parses the non-test Go files of dirs (from the module's root,
+// with their subpackages).
+func goFiles(t *testing.T, dirs ...string) []libraryFile {
+	t.Helper()
 	var out []libraryFile
-	for _, dir := range libraryDirs {
+	for _, dir := range dirs {
 		err := filepath.WalkDir(filepath.Join("..", "..", dir), func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -106,8 +120,8 @@ func libraryFiles(t *testing.T) []libraryFile {
 			t.Fatal(err)
 		}
 	}
-	if len(out) < 100 {
-		t.Fatalf("%d library files found; want the packages' (run from internal/cmdline)", len(out))
+	if len(out) == 0 {
+		t.Fatalf("no Go files in %v (run from internal/cmdline)", dirs)
 	}
 	return out
 }
@@ -192,7 +206,9 @@ func librarySettings(t *testing.T, files []libraryFile) map[setting.Name]string 
 func TestSettingsNameFlags(t *testing.T) {
 	t.Parallel()
 	flags := commandFlags(t)
-	used := librarySettings(t, libraryFiles(t))
+	// The library's settings, and those the companion hands it (gorun
+	// store's token file).
+	used := librarySettings(t, append(libraryFiles(t), goFiles(t, "internal/cmdline/companion")...))
 	for setting, flag := range settingFlags {
 		t.Run(string(setting), func(t *testing.T) {
 			if !flags[flag] {
@@ -317,14 +333,13 @@ var reportFiles = map[string]string{
 	"launcher/summary.go":             "the failure summary",
 	"launcher/goodput/goodputtext.go": "gorun report's text",
 	"launcher/probe/verdict.go":       "the hang verdict's lines in the summary",
-	"launcher/hangwatch.go":           "the hang verdict's lines in the summary",
+	"launcher/lifewatch.go":           "the hang verdict's lines in the summary",
 	"launcher/hangjob.go":             "the job-wide hang verdict's lines",
 	"launcher/agent.go":               "why the agent does not restart, logged",
 	"launcher/policy.go":              "why an exit code ends the job, logged and in the summary",
 	"launcher/numa.go":                "the binding's notes, logged",
 	"topology/advice.go":              "gorun plan's advice",
 	"topology/config.go":              "gorun plan --help's keys",
-	"launcher/scheduler/scheduler.go": "the launch line to type under srun",
 }
 
 // flagFormat finds a flag's name formatted into a text: "--%s", "--%v".

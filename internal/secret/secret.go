@@ -22,13 +22,14 @@ const Placeholder = "<secret>"
 // for a secret gorun made). The zero Secret is none.
 type Secret []byte
 
-// randomBytes is the length of a secret New makes, before hex encoding.
-const randomBytes = 32
+// Bytes is the length of a secret New makes, before hex encoding (64
+// hexadecimal digits after).
+const Bytes = 32
 
 // New returns a fresh secret: 32 random bytes, hex-encoded (64
 // characters).
 func New() (Secret, error) {
-	b := make([]byte, randomBytes)
+	b := make([]byte, Bytes)
 	if _, err := io.ReadFull(rand.Reader, b); err != nil {
 		return nil, fmt.Errorf("make a secret: %w", err)
 	}

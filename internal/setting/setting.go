@@ -29,7 +29,8 @@ import (
 // and Message can name it otherwise.
 type Name string
 
-// Error is bad input about a setting, in the library's words: an
+// Error is an error about a setting (bad input, mostly; whether it is
+// is the command line's to decide), in the library's words: an
 // fmt.Errorf message whose Name arguments name the settings it is
 // about. It unwraps to what the message wraps (%w): a cause, a sentinel
 // such as rendezvous.ErrInvalidRunID.

@@ -32,6 +32,7 @@ const (
 	ReadyTimeout     = "ready-timeout"       // how long a member waits for a majority
 	TokenStdin       = "token-stdin"         // the token is standard input's first line
 	StopOnStdinClose = "stop-on-stdin-close" // serve until standard input closes
+	TokenFile        = "token-file"          // the jobs' token's file
 )
 
 // Arg is "--name=value", one flag of the command line.

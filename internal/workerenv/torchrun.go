@@ -40,3 +40,29 @@ const (
 	// @record), and where the launcher copies the root cause's.
 	ErrorFile = "TORCHELASTIC_ERROR_FILE"
 )
+
+// PyTorch's variables that the agent sets for its workers where the user
+// did not, as torchrun does or as gorun adds (docs/launcher.md), and that
+// gorun's Go workers read under the same names.
+const (
+	// OMPNumThreads is set to 1 for several workers per node, as torchrun
+	// sets it.
+	OMPNumThreads = "OMP_NUM_THREADS"
+	// SignalsToHandle lists the signals torch's own handler takes
+	// (TORCHELASTIC_SIGNALS_TO_HANDLE), gorun's stop signals.
+	SignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+	// NCCLAsyncErrorHandling is ProcessGroupNCCL's error handling;
+	// NCCLAsyncErrorHandlingOld its name before torch 2.2.
+	NCCLAsyncErrorHandling    = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+	NCCLAsyncErrorHandlingOld = "NCCL_ASYNC_ERROR_HANDLING"
+	// FlightRecorderSize is the flight recorder's entries
+	// (TORCH_FR_BUFFER_SIZE); NCCLTraceBufferSize its older name.
+	FlightRecorderSize  = "TORCH_FR_BUFFER_SIZE"
+	NCCLTraceBufferSize = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+	// AllocConf is PyTorch's CUDA caching allocator's configuration;
+	// AllocConfAny its name for every accelerator since torch 2.9 (where
+	// both are set, torch reads AllocConf); AllocConfHIP ROCm's.
+	AllocConf    = "PYTORCH_CUDA_ALLOC_CONF"
+	AllocConfAny = "PYTORCH_ALLOC_CONF"
+	AllocConfHIP = "PYTORCH_HIP_ALLOC_CONF"
+)

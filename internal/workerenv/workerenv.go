@@ -33,7 +33,7 @@ const (
 	// besides its output (with --hang-timeout).
 	HeartbeatFile = "GORUN_HEARTBEAT_FILE"
 	// ProgressFile names a file, one per worker, where the worker reports
-	// its last step (launcher/goodput.EnvProgressFile has the format).
+	// its last step (ProgressLine has the form).
 	ProgressFile = "GORUN_PROGRESS_FILE"
 	// StopFile names a file, one per node, that does not exist at start:
 	// gorun creates it when the job is asked to stop (SIGTERM to any

@@ -7,10 +7,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // ProgressFile is the name of a worker's progress file in its folder.
@@ -67,44 +67,14 @@ func ReadProgress(path string) (Progress, error) {
 	return p, nil
 }
 
-// parseProgress reads a progress line; an empty one is no progress.
+// parseProgress reads a progress line (workerenv.ProgressLine); an empty
+// one is no progress.
 func parseProgress(line string) (Progress, error) {
-	fields := strings.Fields(line)
-	if len(fields) == 0 {
-		return Progress{}, nil
+	l, ok, err := workerenv.ParseProgressLine(line)
+	if err != nil || !ok {
+		return Progress{}, err
 	}
-	const want = "want step=<int> time=<unix_ns> first_step=<int> first_time=<unix_ns>"
-	values := map[string]int64{}
-	for _, f := range fields {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok || k == "" {
-			return Progress{}, fmt.Errorf("%q is not key=value; %s", f, want)
-		}
-		switch k {
-		case "step", "time", "first_step", "first_time":
-		default:
-			continue // a field of a later version
-		}
-		if _, dup := values[k]; dup {
-			return Progress{}, fmt.Errorf("%s is given twice; %s", k, want)
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 || (n == 0 && strings.HasSuffix(k, "time")) {
-			return Progress{}, fmt.Errorf("%s=%q; want a non-negative integer (a time in nanoseconds since 1970, above 0)", k, v)
-		}
-		values[k] = n
-	}
-	for _, k := range []string{"step", "time", "first_step", "first_time"} {
-		if _, ok := values[k]; !ok {
-			return Progress{}, fmt.Errorf("no %s field; %s", k, want)
-		}
-	}
-	p := Progress{Step: int(values["step"]), FirstStep: int(values["first_step"]),
-		Time: time.Unix(0, values["time"]), FirstTime: time.Unix(0, values["first_time"]), Seen: true}
-	if p.FirstTime.After(p.Time) {
-		return Progress{}, fmt.Errorf("first_time=%d is after time=%d; want the first step reported first", values["first_time"], values["time"])
-	}
-	return p, nil
+	return Progress{Step: l.Step, FirstStep: l.FirstStep, Time: time.Unix(0, l.TimeNs), FirstTime: time.Unix(0, l.FirstTimeNs), Seen: true}, nil
 }
 
 // WorkersProgress is the workers' progress: their progress files'

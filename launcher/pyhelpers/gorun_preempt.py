@@ -95,7 +95,7 @@ class Preemption:
         self.flag = self.flag or _early["flag"] or bool(self.file and os.path.exists(self.file))
         return self.flag
 
-    def report(self, step):  # GORUN_PROGRESS_FILE, replaced atomically; never raises
+    def report(self, step):  # GORUN_PROGRESS_FILE (internal/workerenv's ProgressLine), replaced atomically; never raises
         now = time.time_ns()
         self.first = self.first or (step, now)
         try:

@@ -66,7 +66,7 @@ func ctlIndex(key, prefix string) (int, bool) {
 // apply records one control key's value, written at revision rev, if it
 // is this job's and in range; otherwise the key is marked for mending.
 func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
-	if key == r.k.secret() {
+	if key == r.k.token() {
 		return // the job's secret when no token was given: see New
 	}
 	payload, ok := r.g.Open(key, value, rev)

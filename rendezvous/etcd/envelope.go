@@ -27,7 +27,7 @@ type recordKind string
 
 // The kinds of record, one per kind of key (records.go's keys).
 const (
-	kindSecret          recordKind = "job_secret"       // ctl/secret: the job's secret, for a job given no token (unsealed)
+	kindToken           recordKind = "job_token"        // ctl/token: the job's token, for a job given none (unsealed)
 	kindShape           recordKind = "shape"            // ctl/shape: Shape
 	kindRoundCounter    recordKind = "round_counter"    // ctl/round: the round the job is in
 	kindRestarts        recordKind = "restarts"         // ctl/restarts: the restarts spent
@@ -126,12 +126,12 @@ func (r *Rendezvous) readLarge(key string, value []byte, rev int64, kind recordK
 	return true
 }
 
-// parseSecret reads the job's secret from its record at key (a job given
+// parseStoredToken reads the job's token from its record at key (a job given
 // no token keeps it in the store, unsealed: there is nothing to seal it
 // with).
-func parseSecret(key string, value []byte) (Token, error) {
+func parseStoredToken(key string, value []byte) (Token, error) {
 	var s string
-	if err := decodeRecord(value, kindSecret, &s); err != nil {
+	if err := decodeRecord(value, kindToken, &s); err != nil {
 		return nil, fmt.Errorf("rendezvous: %s: %w", key, err)
 	}
 	return rendezvous.ParseToken(key, []byte(s))

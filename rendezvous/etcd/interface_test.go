@@ -10,5 +10,5 @@ var (
 	_ launcher.FlightRecorderSharer = (*Rendezvous)(nil)
 	_ launcher.HangVoter            = (*Rendezvous)(nil)
 	_ launcher.ArrivalSharer        = (*Rendezvous)(nil)
-	_ launcher.LeftRecorder         = (*Rendezvous)(nil)
+	_ launcher.LeftRankSharer       = (*Rendezvous)(nil)
 )

@@ -47,7 +47,7 @@ func Open(ctx context.Context, spec rendezvous.Spec) (*Session, error) {
 			return nil, setting.Errorf("this node's address: %w (give %s)", err, setting.Name("LocalAddr"))
 		}
 	}
-	p, err := planStore(ctx, spec, c)
+	p, err := storeSetupOf(ctx, spec, c)
 	if err != nil {
 		return nil, err
 	}
@@ -105,10 +105,10 @@ type storeSetup struct {
 	grows bool
 }
 
-// planStore reads where the job's store is (--rdzv-endpoint, or the
+// storeSetupOf reads where the job's store is (--rdzv-endpoint, or the
 // members of an embedded store of several) and whether this node hosts
 // it or its member (is_host beats the address).
-func planStore(ctx context.Context, spec rendezvous.Spec, c Conf) (storeSetup, error) {
+func storeSetupOf(ctx context.Context, spec rendezvous.Spec, c Conf) (storeSetup, error) {
 	p := storeSetup{embedded: IsEmbedded(spec.Backend), member: -1}
 	var err error
 	if p.endpoints, err = ParseEndpoints(spec.Endpoint, p.embedded); err != nil {

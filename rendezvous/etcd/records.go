@@ -313,7 +313,7 @@ type keys struct{ root string }
 func newKeys(prefix, runID string) keys { return keys{root: path.Join(prefix, runID) + "/"} }
 
 func (k keys) ctl() string      { return k.root + "ctl/" }
-func (k keys) secret() string   { return k.root + "ctl/secret" }
+func (k keys) token() string    { return k.root + "ctl/token" }
 func (k keys) shape() string    { return k.root + "ctl/shape" }
 func (k keys) round() string    { return k.root + "ctl/round" }
 func (k keys) restarts() string { return k.root + "ctl/restarts" }

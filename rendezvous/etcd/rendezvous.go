@@ -95,7 +95,7 @@ type Config struct {
 	// Token is the job's secret, the same on every node: the values the
 	// job writes are sealed with a key derived from it, and a value that
 	// is not is refused. Nil: the first node makes one and keeps it in
-	// etcd (ctl/secret), which protects the job only as far as etcd's own
+	// etcd (ctl/token), which protects the job only as far as etcd's own
 	// access control does.
 	Token Token
 	// ShowSetting names a setting as the users of the other nodes know
@@ -207,7 +207,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	}
 	r.shape = shape
 	if r.token = cfg.Token; r.token == nil {
-		if r.token, err = r.sharedToken(ctx); err != nil {
+		if r.token, err = r.storedToken(ctx); err != nil {
 			stop()
 			return nil, err
 		}
@@ -247,17 +247,17 @@ func (r *Rendezvous) openLease(ctx context.Context) error {
 	return nil
 }
 
-// sharedToken reads the job's secret from etcd, or makes it if this node
+// storedToken reads the job's token from etcd, or makes it if this node
 // is the first: for jobs given no token.
-func (r *Rendezvous) sharedToken(ctx context.Context) (Token, error) {
+func (r *Rendezvous) storedToken(ctx context.Context) (Token, error) {
 	mine, err := rendezvous.NewToken()
 	if err != nil {
 		return nil, err
 	}
-	key := r.k.secret()
+	key := r.k.token()
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, encodeRecord(kindSecret, mine.Reveal()))).
+		Then(clientv3.OpPut(key, encodeRecord(kindToken, mine.Reveal()))).
 		Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: %w: %w", errEtcd, err)
@@ -270,7 +270,7 @@ func (r *Rendezvous) sharedToken(ctx context.Context) (Token, error) {
 	if len(kvs) == 0 {
 		return nil, fmt.Errorf("rendezvous: %s vanished while read", key)
 	}
-	return parseSecret(key, kvs[0].Value)
+	return parseStoredToken(key, kvs[0].Value)
 }
 
 // WorkerSecret is the secret this job's workers share (GORUN_JOB_SECRET).

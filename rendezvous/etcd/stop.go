@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
@@ -182,14 +183,14 @@ func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string
 		return fmt.Errorf("%w %q in etcd at %v (prefix %s)", errNoJob, runID, cli.Endpoints(), prefix)
 	}
 	if token == nil {
-		sec, err := cli.Get(ctx, k.secret())
+		sec, err := cli.Get(ctx, k.token())
 		if err != nil {
 			return fmt.Errorf("rendezvous: etcd at %v: %w", cli.Endpoints(), err)
 		}
 		if len(sec.Kvs) == 0 {
-			return fmt.Errorf("job %q was started with a token: give the same one (--token-file, GORUN_RDZV_TOKEN)", runID)
+			return setting.Errorf("job %q was started with a token: give the same one (%s, GORUN_RDZV_TOKEN)", runID, setting.Name("TokenFile"))
 		}
-		if token, err = parseSecret(k.secret(), sec.Kvs[0].Value); err != nil {
+		if token, err = parseStoredToken(k.token(), sec.Kvs[0].Value); err != nil {
 			return err
 		}
 	}
@@ -199,10 +200,10 @@ func RequestStop(ctx context.Context, cli *clientv3.Client, prefix, runID string
 		// it): the version before counts too.
 		prev, err := cli.Get(ctx, k.shape(), clientv3.WithRev(resp.Kvs[0].ModRevision-1))
 		if err != nil || len(prev.Kvs) == 0 {
-			return fmt.Errorf("job %q is not sealed with this token: give the job's own (--token-file, GORUN_RDZV_TOKEN)", runID)
+			return setting.Errorf("job %q is not sealed with this token: give the job's own (%s, GORUN_RDZV_TOKEN)", runID, setting.Name("TokenFile"))
 		}
 		if _, ok := g.Open(k.shape(), prev.Kvs[0].Value, prev.Kvs[0].ModRevision); !ok {
-			return fmt.Errorf("job %q is not sealed with this token: give the job's own (--token-file, GORUN_RDZV_TOKEN)", runID)
+			return setting.Errorf("job %q is not sealed with this token: give the job's own (%s, GORUN_RDZV_TOKEN)", runID, setting.Name("TokenFile"))
 		}
 	}
 	if out, err := cli.Get(ctx, k.outcome()); err == nil && len(out.Kvs) > 0 {

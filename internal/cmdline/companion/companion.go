@@ -23,7 +23,7 @@ var (
 	_ launcher.Preempter            = (*etcdrdzv.Session)(nil)
 	_ launcher.HangVoter            = (*etcdrdzv.Session)(nil)
 	_ launcher.FlightRecorderSharer = (*etcdrdzv.Session)(nil)
-	_ launcher.LeftRecorder         = (*etcdrdzv.Session)(nil)
+	_ launcher.LeftRankSharer       = (*etcdrdzv.Session)(nil)
 	_ launcher.ArrivalSharer        = (*etcdrdzv.Session)(nil)
 	_ launcher.AgentStorePorter     = (*etcdrdzv.Session)(nil)
 )

@@ -17,8 +17,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
+	"github.com/gorun-dev/gorun/internal/cmdline/scheduler"
 	"github.com/gorun-dev/gorun/launcher"
-	"github.com/gorun-dev/gorun/launcher/scheduler"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun-dev/gorun/internal/cmdline"
+	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/storecmd"
 	"github.com/gorun-dev/gorun/internal/sys/private"
 	"github.com/gorun-dev/gorun/internal/sys/tempdir"
@@ -42,7 +43,7 @@ func storeFlags() []cli.Flag {
 		&cli.StringFlag{Name: storecmd.PeerListen, Value: "127.0.0.1:0", Usage: "peer address host:port (one member: unused by clients)"},
 		&cli.StringFlag{Name: storecmd.DataDir, Usage: "data directory (default: a temporary one, removed on exit)", EnvVars: []string{"GORUN_STORE_DATA_DIR"}},
 		&cli.StringFlag{Name: storecmd.LogLevel, Value: "warn", Usage: "etcd's log level: debug, info, warn, error, panic"},
-		&cli.StringFlag{Name: "token-file", Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{rendezvous.TokenFileEnv}},
+		&cli.StringFlag{Name: storecmd.TokenFile, Usage: "the jobs' token (created, mode 0600, when absent); GORUN_RDZV_TOKEN holds it otherwise. Clients log in as user gorun with a password derived from it", EnvVars: []string{rendezvous.TokenFileEnv}},
 		&cli.StringFlag{Name: storecmd.Prefix, Value: jobstore.DefaultPrefix, Usage: "the key prefix the jobs' user may read and write (--rdzv-conf etcd_prefix)"},
 		&cli.BoolFlag{Name: "no-auth", Usage: "serve without authentication: anyone who reaches the port reads and writes every key"},
 		&cli.StringFlag{Name: storecmd.Cert, Usage: "TLS certificate of the client port (with --key)"},
@@ -160,7 +161,7 @@ func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered 
 	if c.Bool("no-auth") {
 		return nil, "", nil
 	}
-	tokenFile, tokenText := c.String("token-file"), os.Getenv(rendezvous.TokenEnv)
+	tokenFile, tokenText := c.String(storecmd.TokenFile), os.Getenv(rendezvous.TokenEnv)
 	if c.Bool(storecmd.TokenStdin) {
 		tokenFile, tokenText = "", string(stdinToken)
 	}
@@ -176,7 +177,7 @@ func storeSecret(ctx context.Context, c *cli.Context, stdinToken []byte, peered 
 	if password != "" && !peered {
 		return nil, password, nil // the launcher's --standalone store: the password itself
 	}
-	token, err := jobauth.StoreToken(ctx, "--token-file", tokenFile, tokenText, log)
+	token, err := jobauth.StoreToken(ctx, setting.Name("TokenFile"), tokenFile, tokenText, log)
 	if err != nil {
 		return nil, "", cmdline.Usagef("gorun store: %w", err)
 	}

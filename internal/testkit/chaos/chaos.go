@@ -109,23 +109,23 @@ const (
 	detectWithin = 2*leaseTTL + lastCall + time.Second
 )
 
-// plannedFault is one fault of a round's plan; the target node is drawn
+// scheduledFault is one fault of a round's plan; the target node is drawn
 // when it is injected (among the nodes still there).
-type plannedFault struct {
+type scheduledFault struct {
 	kind  Kind
 	after time.Duration // from training (again) to the fault
 }
 
-// roundPlan is one round: its workload and its faults, in order.
-type roundPlan struct {
+// roundScript is one round: its workload and its faults, in order.
+type roundScript struct {
 	workload Workload
-	faults   []plannedFault
+	faults   []scheduledFault
 }
 
 // plan draws every round's faults from the seed: each kind as often as
 // the others (in a shuffled order), at most one lost agent per round and
 // that one last, since a node whose agent is killed stays lost.
-func plan(cfg Config) []roundPlan {
+func plan(cfg Config) []roundScript {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6368616f73))
 	n := cfg.Rounds * cfg.FaultsPerRound
 	drawn := cfg.Kinds
@@ -164,16 +164,16 @@ func plan(cfg Config) []roundPlan {
 			}
 		}
 	}
-	rounds := make([]roundPlan, cfg.Rounds)
+	rounds := make([]roundScript, cfg.Rounds)
 	for r := range rounds {
 		rounds[r].workload = GoDDP
 		if cfg.Python != "" && cfg.TorchEvery > 0 && r%cfg.TorchEvery == cfg.TorchEvery-1 {
 			rounds[r].workload = TorchDDP
 		}
 		for _, k := range kinds[r*per : (r+1)*per] {
-			rounds[r].faults = append(rounds[r].faults, plannedFault{kind: k, after: time.Duration(300+rng.IntN(1700)) * time.Millisecond})
+			rounds[r].faults = append(rounds[r].faults, scheduledFault{kind: k, after: time.Duration(300+rng.IntN(1700)) * time.Millisecond})
 		}
-		slices.SortStableFunc(rounds[r].faults, func(a, b plannedFault) int {
+		slices.SortStableFunc(rounds[r].faults, func(a, b scheduledFault) int {
 			return boolInt(a.kind == AgentKill) - boolInt(b.kind == AgentKill)
 		})
 	}
@@ -188,7 +188,7 @@ func boolInt(b bool) int {
 }
 
 // String describes the plan of a round for the log.
-func (p roundPlan) String() string {
+func (p roundScript) String() string {
 	s := string(p.workload) + ":"
 	for _, f := range p.faults {
 		s += fmt.Sprintf(" [%s after %v]", f.kind, f.after)

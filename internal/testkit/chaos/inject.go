@@ -30,7 +30,7 @@ const (
 
 // inject waits until the job trains, then for f.after, and injects f
 // into one of the nodes not lost; it then waits for training again.
-func (rn *runner) inject(ctx context.Context, f plannedFault, rng *rand.Rand, agents []*agent, lost map[int]bool, ev *events, dir string) (faultResult, error) {
+func (rn *runner) inject(ctx context.Context, f scheduledFault, rng *rand.Rand, agents []*agent, lost map[int]bool, ev *events, dir string) (faultResult, error) {
 	sc := &scene{agents: agents, lost: lost, ev: ev, dir: dir}
 	node, err := sc.pickTarget(ctx, f, rng)
 	if err != nil {
@@ -76,7 +76,7 @@ func (sc *scene) trains() bool {
 
 // pickTarget waits until the job trains, then for f.after, and picks a
 // node not lost (for a worker kill, one with a worker).
-func (sc *scene) pickTarget(ctx context.Context, f plannedFault, rng *rand.Rand) (int, error) {
+func (sc *scene) pickTarget(ctx context.Context, f scheduledFault, rng *rand.Rand) (int, error) {
 	if !poll(trainWithin, func() bool { return sc.over() || sc.trains() }) {
 		return 0, fmt.Errorf("the job did not train within %v before a %s", trainWithin, f.kind)
 	}

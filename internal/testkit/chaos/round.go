@@ -52,7 +52,7 @@ type faultResult struct {
 
 // roundResult is one job of the suite.
 type roundResult struct {
-	plan     roundPlan
+	plan     roundScript
 	faults   []faultResult
 	verdict  string // "completed", "failed: ..." (a clear verdict), "WRONG: ..."
 	final    string
@@ -93,7 +93,7 @@ type runner struct {
 }
 
 // runRound runs round r of plan p.
-func (rn *runner) runRound(ctx context.Context, r int, p roundPlan) (res roundResult) {
+func (rn *runner) runRound(ctx context.Context, r int, p roundScript) (res roundResult) {
 	res.plan = p
 	start := time.Now()
 	defer func() { res.duration = time.Since(start) }()

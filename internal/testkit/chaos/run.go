@@ -51,7 +51,7 @@ func Run(ctx context.Context, tb testing.TB, cfg Config) (*Report, error) {
 // final values every round must reach. bin/ddp trains the same model on
 // any world size; the PyTorch example draws each rank's data from its
 // rank, so it has one reference per world size.
-func references(ctx context.Context, cfg Config, plans []roundPlan) (expect, error) {
+func references(ctx context.Context, cfg Config, plans []roundScript) (expect, error) {
 	var e expect
 	one := func(nproc int, argv ...string) (final, error) {
 		args := append([]string{"--nproc-per-node=" + strconv.Itoa(nproc), "--no-python"}, argv...)

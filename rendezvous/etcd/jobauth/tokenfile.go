@@ -65,19 +65,20 @@ func JobToken(ctx context.Context, g Given, job Job, maker bool, log logrus.Fiel
 }
 
 // Given is the job token the user gave, if any: a token file (File:
-// --rdzv-conf token_file, or GORUN_RDZV_TOKEN_FILE; Flag names the
-// setting that gave it, for messages, "" for --rdzv-conf token_file),
-// else the token itself (Text: GORUN_RDZV_TOKEN's).
+// --rdzv-conf token_file, or GORUN_RDZV_TOKEN_FILE; Setting names the
+// setting that gave it, for messages, "" for the rendezvous's
+// token_file), else the token itself (Text: GORUN_RDZV_TOKEN's).
 type Given struct {
-	File, Text, Flag string
+	File, Text string
+	Setting    setting.Name
 }
 
 // flagName names the setting that gave the token file, for messages:
 // the command's own flag when it gave one (Flag), else the rendezvous's
 // token_file key (a setting.Name).
-func (g Given) flagName() any {
-	if g.Flag != "" {
-		return g.Flag
+func (g Given) flagName() setting.Name {
+	if g.Setting != "" {
+		return g.Setting
 	}
 	return setting.Name("Conf.token_file")
 }
@@ -113,7 +114,7 @@ type Job struct {
 // tokenFromFile reads the token at path; the host creates it (mode 0600)
 // when it does not exist, the other nodes wait up to wait for it. flag
 // names the setting that gave path, for the messages.
-func tokenFromFile(ctx context.Context, flag any, path string, host bool, wait time.Duration, log logrus.FieldLogger) (Token, error) {
+func tokenFromFile(ctx context.Context, flag setting.Name, path string, host bool, wait time.Duration, log logrus.FieldLogger) (Token, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		// Never through a link, never blocking on a FIFO, never more than
@@ -183,10 +184,10 @@ func createToken(path string, t Token) (made bool, err error) {
 }
 
 // StoreToken is `gorun store`'s token: the file at path (created, mode
-// 0600, when absent; flag names the setting that gave it, for messages),
+// 0600, when absent; from names the setting that gave it, for messages),
 // else text (GORUN_RDZV_TOKEN's, or standard input's). Its errors are
 // bad input.
-func StoreToken(ctx context.Context, flag, path, text string, log logrus.FieldLogger) (Token, error) {
-	t, _, _, err := JobToken(ctx, Given{File: path, Text: text, Flag: flag}, Job{Embedded: true, MaxNodes: 1}, true, log)
+func StoreToken(ctx context.Context, from setting.Name, path, text string, log logrus.FieldLogger) (Token, error) {
+	t, _, _, err := JobToken(ctx, Given{File: path, Text: text, Setting: from}, Job{Embedded: true, MaxNodes: 1}, true, log)
 	return t, err
 }

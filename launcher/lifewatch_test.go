@@ -29,14 +29,14 @@ func TestLocalVerdict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			att := &attempt{cfg: &Config{}}
-			h := &hangWatch{att: att}
+			h := &lifeWatch{att: att}
 			for i, s := range tc.snaps {
 				w := &worker{spec: WorkerSpec{LocalRank: i, Rank: i, Env: []string{"WORLD_SIZE=" + tc.world}}}
 				if tc.left && i == 0 {
 					w.leftAt = time.Now()
 				}
 				att.workers = append(att.workers, w)
-				l := newLife(w.spec, newProgress("", time.Now()), time.Now())
+				l := newLife(w.spec, newLifeSigns("", time.Now()), time.Now())
 				l.probe.Observe(s)
 				h.lives = append(h.lives, l)
 			}

@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/workerenv"
+	"github.com/gorun-dev/gorun/launcher"
 )
 
 // Names of the schedulers Detect knows, for --scheduler.
@@ -41,22 +41,13 @@ func StorePort(runID string) int {
 // nodes, values that disagree).
 var ErrScheduler = errors.New("scheduler")
 
-// FlagValue is the value a scheduler gave one of gorun's flags.
-type FlagValue struct {
-	// Flag is the gorun flag the value stands for, without dashes.
-	Flag string `json:"flag"`
-	// Value is what the flag would be given.
-	Value string `json:"value"`
-	// Source says where the value came from (variable names and values).
-	Source string `json:"source"`
-}
-
 // Detection is what Detect found.
 type Detection struct {
 	// Scheduler is Slurm or Kubernetes; "" when neither was found.
 	Scheduler string `json:"scheduler,omitempty"`
-	// Flags are the flags' values it gave, in the order of the flags' help.
-	Flags []FlagValue `json:"settings,omitempty"`
+	// Flags are the flags' values it gave, in the order of the flags'
+	// help (Overridden is the caller's to set).
+	Flags []launcher.SchedulerFlag `json:"flags,omitempty"`
 	// Hosts is the job's host list in node-rank order (Slurm).
 	Hosts []string `json:"hosts,omitempty"`
 	// StoreHosts are the hosts of the embedded store's three members, the
@@ -96,7 +87,7 @@ func Detect(which string, getenv func(string) string, given func(flag string) bo
 		return Detection{}, nil
 	case Slurm:
 		if getenv("SLURM_JOB_ID") == "" {
-			return Detection{}, setting.Errorf("%w: %s=slurm, but SLURM_JOB_ID is not set (run gorun inside an srun step)", ErrScheduler, setting.Name("Scheduler"))
+			return Detection{}, fmt.Errorf("%w: --scheduler=slurm, but SLURM_JOB_ID is not set (run gorun inside an srun step)", ErrScheduler)
 		}
 		return detectSlurm(getenv, given)
 	case Kubernetes:
@@ -110,7 +101,7 @@ func Detect(which string, getenv func(string) string, given func(flag string) bo
 		}
 		return Detection{}, nil
 	}
-	return Detection{}, setting.Errorf("%w: %s=%q: want auto, slurm, kubernetes or none", ErrScheduler, setting.Name("Scheduler"), which)
+	return Detection{}, fmt.Errorf("%w: --scheduler=%q: want auto, slurm, kubernetes or none", ErrScheduler, which)
 }
 
 // first returns the first of names that is set, with its name.
@@ -134,7 +125,9 @@ func count(name, v string) (int, error) {
 
 func detectSlurm(getenv func(string) string, given func(string) bool) (Detection, error) {
 	d := Detection{Scheduler: Slurm}
-	add := func(flag, value, source string) { d.Flags = append(d.Flags, FlagValue{flag, value, source}) }
+	add := func(flag, value, source string) {
+		d.Flags = append(d.Flags, launcher.SchedulerFlag{Flag: flag, Value: value, Source: source})
+	}
 
 	job := getenv("SLURM_JOB_ID")
 	step, stepVar := first(getenv, "SLURM_STEP_ID", "SLURM_STEPID")
@@ -158,11 +151,11 @@ func detectSlurm(getenv func(string) string, given func(string) bool) (Detection
 			where = "the batch script of a " + strconv.Itoa(nodes) + "-node Slurm job (no SLURM_STEP_ID)"
 		}
 		if !given("nnodes") {
-			return d, setting.Errorf("%w: gorun runs in %s, so only this host would join: start it once on every node with `srun --ntasks-per-node=1 gorun ...` (or give %s=1 to run on this host alone)", ErrScheduler, where, setting.Name("NNodes"))
+			return d, fmt.Errorf("%w: gorun runs in %s, so only this host would join: start it once on every node with `srun --ntasks-per-node=1 gorun ...` (or give --nnodes=1 to run on this host alone)", ErrScheduler, where)
 		}
 		// --nnodes given: a job of this host's own, whatever the
 		// allocation's nodes are; only the run id is the allocation's.
-		d.Flags = append(d.Flags, FlagValue{"rdzv-id", job, "SLURM_JOB_ID=" + job + " (outside a step: " + where + ")"})
+		d.Flags = append(d.Flags, launcher.SchedulerFlag{Flag: "rdzv-id", Value: job, Source: "SLURM_JOB_ID=" + job + " (outside a step: " + where + ")"})
 		return d, nil
 	}
 	nodeText, nodeVar := first(getenv, "SLURM_NODEID")
@@ -257,7 +250,9 @@ func oneTaskPerNode(getenv func(string) string, node int) error {
 
 func detectKubernetes(getenv func(string) string) (Detection, error) {
 	d := Detection{Scheduler: Kubernetes}
-	add := func(flag, value, source string) { d.Flags = append(d.Flags, FlagValue{flag, value, source}) }
+	add := func(flag, value, source string) {
+		d.Flags = append(d.Flags, launcher.SchedulerFlag{Flag: flag, Value: value, Source: source})
+	}
 	// The training operator's PyTorchJob sets MASTER_ADDR and MASTER_PORT
 	// for the pod (its PET_MASTER_* and PET_* are gorun's flags' own
 	// variables); JobSet users set them in the manifest.

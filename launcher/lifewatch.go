@@ -26,14 +26,14 @@ const ExitHung = watchdog.ExitCollectiveTimeout
 // recorders once the job is judged hung.
 const evidenceWait = 5 * time.Second
 
-// hangWatch judges an attempt hung when none of its running workers has
+// lifeWatch judges an attempt hung when none of its running workers has
 // shown a sign of life (see life) for the timeout: a rank that computes,
 // or waits in a collective that another is still computing towards, is
 // never the hung one, and a job where only rank 0 prints is not hung.
 // It then asks every probe for its evidence and judges who held the
 // others up (probe.Judge), off the monitor's goroutine. Its methods
 // accept a nil watch (no --hang-timeout).
-type hangWatch struct {
+type lifeWatch struct {
 	att      *attempt
 	timeout  time.Duration     // 0: the straggler watch alone
 	strag    *probe.Stragglers // nil without probes
@@ -67,19 +67,19 @@ type hangVerdict struct {
 	remote []Failure
 }
 
-func (att *attempt) hangWatch() *hangWatch {
+func (att *attempt) lifeWatch() *lifeWatch {
 	probes := att.cfg.probes()
 	if att.cfg.HangTimeout <= 0 && !probes {
 		return nil
 	}
 	now := time.Now()
-	h := &hangWatch{att: att, timeout: att.cfg.HangTimeout, verdicts: make(chan hangVerdict, 1)}
+	h := &lifeWatch{att: att, timeout: att.cfg.HangTimeout, verdicts: make(chan hangVerdict, 1)}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	var ranks []int
 	for _, w := range att.workers {
 		out := w.progress
 		if out == nil {
-			out = newProgress("", now)
+			out = newLifeSigns("", now)
 		}
 		h.lives = append(h.lives, newLife(w.spec, out, now))
 		ranks = append(ranks, w.spec.Rank)
@@ -102,14 +102,14 @@ func (att *attempt) hangWatch() *hangWatch {
 	return h
 }
 
-func (h *hangWatch) tick() <-chan time.Time {
+func (h *lifeWatch) tick() <-chan time.Time {
 	if h == nil {
 		return nil
 	}
 	return h.ticker.C
 }
 
-func (h *hangWatch) verdict() <-chan hangVerdict {
+func (h *lifeWatch) verdict() <-chan hangVerdict {
 	if h == nil {
 		return nil
 	}
@@ -117,7 +117,7 @@ func (h *hangWatch) verdict() <-chan hangVerdict {
 }
 
 // stop ends the ticker, the judging and the pending kills.
-func (h *hangWatch) stop() {
+func (h *lifeWatch) stop() {
 	if h == nil {
 		return
 	}
@@ -131,7 +131,7 @@ func (h *hangWatch) stop() {
 
 // check reads every running worker's signs of life and, when none showed
 // one for the timeout, starts the judging.
-func (h *hangWatch) check(now time.Time) {
+func (h *lifeWatch) check(now time.Time) {
 	if h.judging {
 		return
 	}
@@ -194,7 +194,7 @@ func (h *hangWatch) check(now time.Time) {
 
 // checkStragglers logs the ranks the straggler watch names or clears,
 // and records them for the goodput report.
-func (h *hangWatch) checkStragglers() {
+func (h *lifeWatch) checkStragglers() {
 	if h.strag == nil {
 		return
 	}
@@ -215,7 +215,7 @@ func (h *hangWatch) checkStragglers() {
 
 // localVerdict reports whether this node may judge: it runs every rank
 // of the job, or its own ranks show the cause (localCause).
-func (h *hangWatch) localVerdict() bool {
+func (h *lifeWatch) localVerdict() bool {
 	world := 0
 	if len(h.att.workers) > 0 {
 		world, _ = strconv.Atoi(envOf(h.att.workers[0].spec, workerenv.WorldSize))
@@ -227,7 +227,7 @@ func (h *hangWatch) localVerdict() bool {
 // collective while another of its ranks waits in one (the others' nodes
 // wait for it), or "". A node whose ranks are all outside collectives
 // cannot tell that anyone waits: the vote decides.
-func (h *hangWatch) localCause() string {
+func (h *lifeWatch) localCause() string {
 	outside, waiting := -1, false
 	for i, w := range h.att.workers {
 		if !w.leftAt.IsZero() {
@@ -256,7 +256,7 @@ func envOf(spec WorkerSpec, name string) string {
 
 // judge asks every probe for its evidence, waits for it (evidenceWait at
 // most), and sends the verdict.
-func (h *hangWatch) judge(ctx context.Context, ranks []probe.Rank, idle string) {
+func (h *lifeWatch) judge(ctx context.Context, ranks []probe.Rank, idle string) {
 	ev := h.gather(ctx, "hang-"+strconv.FormatInt(time.Now().UnixNano(), 10), ranks)
 	if ctx.Err() != nil {
 		return
@@ -277,7 +277,7 @@ type localEvidence struct {
 
 // gather asks every probe for its evidence under request id and waits for
 // it (evidenceWait at most); ranks are the attempt's, by worker.
-func (h *hangWatch) gather(ctx context.Context, id string, ranks []probe.Rank) localEvidence {
+func (h *lifeWatch) gather(ctx context.Context, id string, ranks []probe.Rank) localEvidence {
 	att := h.att
 	answered := map[int]bool{}
 	var files map[int]string // local rank: snapshot file
