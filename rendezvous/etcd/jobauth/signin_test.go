@@ -109,3 +109,33 @@ func mustSign(t *testing.T, key []byte, rev uint64, exp time.Time) string {
 	}
 	return tok
 }
+
+// TestPasswordStoreKeepsSimpleTokens: a store given a password and no
+// job token (--standalone's, for Go workers) keeps etcd's own tokens: its
+// user logs in with the password, and SignIn, which has no key to sign
+// with, says to do so.
+func TestPasswordStoreKeepsSimpleTokens(t *testing.T) {
+	t.Parallel()
+	password := strings.Repeat("ab", 32)
+	s, err := jobstore.StartServer(context.Background(), jobstore.ServerConfig{Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ccfg := clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+		Username: rendezvous.EtcdUser, Password: password}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(ccfg)
+	if err != nil {
+		t.Fatalf("log in with the password: %v", err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, jobstore.DefaultPrefix+"/k", "v"); err != nil {
+		t.Fatalf("put as the job's user: %v", err)
+	}
+	token, _ := rendezvous.NewToken()
+	if signed, err := jobauth.SignIn(ctx, ccfg, token); err != nil || signed != "" {
+		t.Errorf("SignIn on a store of simple tokens = %q, %v; want none, and no error", signed, err)
+	}
+}

@@ -36,7 +36,9 @@ func growableConfig(ec *embed.Config, cfg ServerConfig) {
 	ec.AdvertisePeerUrls = []url.URL{{Scheme: "https", Host: cfg.PeerAddr}}
 	ec.InitialClusterToken = clusterToken(cfg.Token)
 	ec.PeerTLSInfo = cfg.peerTLS
-	ec.AuthToken = cfg.authToken
+	if cfg.authToken != "" { // etcd's default, simple tokens, otherwise
+		ec.AuthToken = cfg.authToken
+	}
 	// etcd refuses to add a member unless every voting member has been
 	// connected for 5 s: that protects a majority when a voter is added,
 	// but members come as learners here, which count towards none, and

@@ -181,7 +181,9 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{{Scheme: "https", Host: cfg.peerListen}}, []url.URL{peer}
 		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 		ec.PeerTLSInfo = cfg.peerTLS
-		ec.AuthToken = cfg.authToken
+		if cfg.authToken != "" { // etcd's default, simple tokens, otherwise
+			ec.AuthToken = cfg.authToken
+		}
 		return ec
 	}
 	ec.Name = MemberName(cfg.Member)
@@ -198,7 +200,9 @@ func embedConfig(cfg ServerConfig, logger *zap.Logger) *embed.Config {
 	ec.InitialClusterToken = clusterToken(cfg.Token)
 	ec.ClusterState = embed.ClusterStateFlagNew
 	ec.PeerTLSInfo = cfg.peerTLS
-	ec.AuthToken = cfg.authToken
+	if cfg.authToken != "" { // etcd's default, simple tokens, otherwise
+		ec.AuthToken = cfg.authToken
+	}
 	return ec
 }
 
