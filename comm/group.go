@@ -357,7 +357,7 @@ func (g *Group) record(w *Work, info opInfo, tensors []*memory.Tensor) *watchdog
 	}
 	now := time.Now()
 	id := g.opt.Watchdog.Recorder().Record(e, now)
-	op := watchdog.Op{Progress: w, RecordID: id, PGID: g.opt.PGID, Name: info.name, Seq: seq, P2P: info.p2p, Created: now, Timeout: g.opt.Timeout,
+	op := watchdog.Op{State: w, RecordID: id, PGID: g.opt.PGID, Name: info.name, Seq: seq, P2P: info.p2p, Created: now, Timeout: g.opt.Timeout,
 		// Nobody may Wait: the watchdog hands the shelf over, and the
 		// next call into the group releases it (Engine.Drain).
 		OnComplete: func() { g.opt.Engine.Completed(w.mw) }}

@@ -22,9 +22,9 @@ const outputDrainTimeout = 2 * time.Second
 
 // worker is one started worker of an attempt.
 type worker struct {
-	spec     WorkerSpec
-	proc     *process
-	progress *lifeSigns // with --hang-timeout
+	spec  WorkerSpec
+	proc  *process
+	signs *lifeSigns // with --hang-timeout
 	// leftAt is when the worker exited 0 while others of the attempt
 	// still ran (zero: it did not).
 	leftAt time.Time
@@ -163,7 +163,7 @@ func startAttempt(cfg *Config, number int, specs []WorkerSpec, layout *logLayout
 		w := &worker{spec: spec}
 		if cfg.HangTimeout > 0 {
 			hb, _ := lookupEnv(spec.Env, workerenv.HeartbeatFile)
-			w.progress = newLifeSigns(hb, time.Now())
+			w.signs = newLifeSigns(hb, time.Now())
 		}
 		att.workers = append(att.workers, w)
 		if _, fg := att.stdin.forRank(spec.LocalRank); !fg {
@@ -266,7 +266,7 @@ func (att *attempt) plumb(w *worker, sp streamRoutes, layout *logLayout, devNull
 	toFile := redirect || tee
 	toConsole := (!redirect || tee) && (cfg.LocalRanksFilter == nil || slices.Contains(cfg.LocalRanksFilter, lr))
 	keepTail := sp.name == "stderr" || sp.both // why it failed, for the summary
-	if !toFile && !toConsole && !keepTail && w.progress == nil && interpOut == nil {
+	if !toFile && !toConsole && !keepTail && w.signs == nil && interpOut == nil {
 		return devNull, nil
 	}
 	var file *os.File
@@ -313,8 +313,8 @@ func (att *attempt) plumb(w *worker, sp streamRoutes, layout *logLayout, devNull
 		sink = tailWriter{tail: w.stderrTail, file: sink}
 	}
 	var src io.Reader = r
-	if w.progress != nil {
-		src = lifeSignsReader{r: r, p: w.progress} // output is a sign of progress
+	if w.signs != nil {
+		src = lifeSignsReader{r: r, p: w.signs} // output is a sign of life
 	}
 	prompting := att.stdin.inGorunsGroup && lr == 0 && sp.name == "stdout"
 	att.pumps.Add(1)
@@ -376,13 +376,13 @@ func (att *attempt) signalRunning(sig syscall.Signal) {
 func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, events <-chan rendezvous.Event) outcome {
 	m := &monitoring{att: att, out: outcome{kind: outcomeSucceeded}}
 	done := ctx.Done()
-	hangs := att.lifeWatch()
-	m.hangs = hangs
+	life := att.lifeWatch()
+	m.life = life
 	kills := make(chan *worker, len(att.workers))
 	if att.pre.active() {
 		m.told() // the request came before these workers started
 	}
-	defer m.stopTimers(hangs)
+	defer m.stopTimers(life)
 	for left := len(att.workers); left > 0; {
 		select {
 		case p := <-att.exited:
@@ -416,11 +416,11 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 			} else {
 				m.out.late = &ev // see Agent.lostNode
 			}
-		case now := <-hangs.tick():
+		case now := <-life.tick():
 			if !m.stopping {
-				hangs.check(now)
+				life.check(now)
 			}
-		case v := <-hangs.verdict():
+		case v := <-life.verdict():
 			m.onHang(v, kills)
 		case w := <-kills:
 			if !w.proc.Exited() {
@@ -447,9 +447,9 @@ func (att *attempt) monitor(ctx context.Context, signals <-chan os.Signal, event
 // monitoring is one monitor's state: the outcome so far and the stop
 // sequence.
 type monitoring struct {
-	att   *attempt
-	out   outcome
-	hangs *lifeWatch // nil without --hang-timeout
+	att  *attempt
+	out  outcome
+	life *lifeWatch // nil with neither --hang-timeout nor probes (lifeWatch)
 	// stopping: the stop sequence began, with the signal sent; grace
 	// fires at its SIGKILL.
 	stopping bool
@@ -482,14 +482,14 @@ func (m *monitoring) told() {
 }
 
 // stopTimers releases the timers.
-func (m *monitoring) stopTimers(hangs *lifeWatch) {
+func (m *monitoring) stopTimers(life *lifeWatch) {
 	if m.timer != nil {
 		m.timer.Stop()
 	}
 	if m.deadlineTimer != nil {
 		m.deadlineTimer.Stop()
 	}
-	hangs.stop()
+	life.stop()
 }
 
 // exited handles a worker's exit: a failure begins the stop.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // torchrun's worker watchdog (torch.distributed.elastic.timer): with
@@ -23,10 +25,6 @@ import (
 // ("expires(after=60, scope='step')") or its release (a negative
 // expiration time). A worker whose timer expires gets the request's
 // signal (SIGKILL by default).
-const (
-	EnvEnableFileTimer = "TORCHELASTIC_ENABLE_FILE_TIMER"
-	EnvTimerFile       = "TORCHELASTIC_TIMER_FILE"
-)
 
 // fileTimerTick is how often expirations are checked: torchrun's agent
 // uses 0.1 s.
@@ -59,25 +57,25 @@ type fileTimer struct {
 // one of the user's. It serves until ctx ends or close is called, which
 // the caller must do.
 func startFileTimer(ctx context.Context, environ []string, log func(format string, args ...any)) (*fileTimer, []EnvVar, error) {
-	if v, _ := lookupEnv(environ, EnvEnableFileTimer); v != "1" {
+	if v, _ := lookupEnv(environ, workerenv.EnableFileTimer); v != "1" {
 		return nil, nil, nil
 	}
 	ft := &fileTimer{log: log, done: make(chan struct{})}
-	ft.path, _ = lookupEnv(environ, EnvTimerFile)
+	ft.path, _ = lookupEnv(environ, workerenv.TimerFile)
 	if ft.path == "" {
 		// A new name (torchrun: a UUID); mkfifo fails where it is taken.
 		ft.path = filepath.Join(os.TempDir(), fmt.Sprintf("watchdog_timer_%d_%d", os.Getpid(), time.Now().UnixNano()))
 	} else if st, err := os.Lstat(ft.path); err == nil {
 		// torchrun removes whatever is there; gorun only an old pipe.
 		if st.Mode()&fs.ModeNamedPipe == 0 {
-			return nil, nil, fmt.Errorf("%s=%s names %s, not a named pipe: want a path where the worker watchdog's pipe can be made", EnvTimerFile, ft.path, kindOf(st.Mode()))
+			return nil, nil, fmt.Errorf("%s=%s names %s, not a named pipe: want a path where the worker watchdog's pipe can be made", workerenv.TimerFile, ft.path, kindOf(st.Mode()))
 		}
 		if err := os.Remove(ft.path); err != nil {
-			return nil, nil, fmt.Errorf("%s=%s: %w", EnvTimerFile, ft.path, err)
+			return nil, nil, fmt.Errorf("%s=%s: %w", workerenv.TimerFile, ft.path, err)
 		}
 	}
 	if err := syscall.Mkfifo(ft.path, 0o600); err != nil {
-		return nil, nil, fmt.Errorf("%s: make the worker watchdog's pipe %s: %w", EnvEnableFileTimer, ft.path, err)
+		return nil, nil, fmt.Errorf("%s: make the worker watchdog's pipe %s: %w", workerenv.EnableFileTimer, ft.path, err)
 	}
 	ft.made = true
 	// Read and write: the open does not wait for a writer, and the pipe
@@ -85,14 +83,14 @@ func startFileTimer(ctx context.Context, environ []string, log func(format strin
 	pipe, err := os.OpenFile(ft.path, os.O_RDWR, 0)
 	if err != nil {
 		os.Remove(ft.path)
-		return nil, nil, fmt.Errorf("%s: open %s: %w", EnvEnableFileTimer, ft.path, err)
+		return nil, nil, fmt.Errorf("%s: open %s: %w", workerenv.EnableFileTimer, ft.path, err)
 	}
 	ft.pipe = pipe
 	requests := make(chan timerRequest)
 	ctx, ft.stop = context.WithCancel(ctx)
 	ft.readers.Go(func() { ft.read(requests) })
 	go ft.serve(ctx, requests)
-	return ft, []EnvVar{{EnvTimerFile, ft.path}}, nil
+	return ft, []EnvVar{{workerenv.TimerFile, ft.path}}, nil
 }
 
 // maxTimerLine bounds a request: FileTimerClient sends at most PIPE_BUF
@@ -108,7 +106,7 @@ func (ft *fileTimer) read(requests chan<- timerRequest) {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if !skipping {
-				ft.log("%s: a line longer than %d bytes, not a timer request: ignored", EnvTimerFile, maxTimerLine)
+				ft.log("%s: a line longer than %d bytes, not a timer request: ignored", workerenv.TimerFile, maxTimerLine)
 			}
 			skipping = true
 			continue
@@ -122,7 +120,7 @@ func (ft *fileTimer) read(requests chan<- timerRequest) {
 		}
 		var req timerRequest
 		if err := json.Unmarshal(line, &req); err != nil || req.Pid <= 0 {
-			ft.log("%s: not a timer request, ignored: %.200q", EnvTimerFile, line)
+			ft.log("%s: not a timer request, ignored: %.200q", workerenv.TimerFile, line)
 			continue
 		}
 		select {
@@ -168,7 +166,7 @@ func (ft *fileTimer) serve(ctx context.Context, requests <-chan timerRequest) {
 					continue // torchrun: no signal, no reaping
 				}
 				if !jobProcess(t.Pid, os.Getpid()) {
-					ft.log("%s: timer %q of pid %d expired, but pid %d is not a process of this job: not signalled", EnvTimerFile, t.Scope, t.Pid, t.Pid)
+					ft.log("%s: timer %q of pid %d expired, but pid %d is not a process of this job: not signalled", workerenv.TimerFile, t.Scope, t.Pid, t.Pid)
 					continue
 				}
 				sig := syscall.Signal(t.Signal)

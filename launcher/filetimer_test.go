@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
 // TestFileTimer serves torchrun's worker watchdog pipe to real processes
@@ -26,12 +28,12 @@ func TestFileTimer(t *testing.T) {
 		logged = append(logged, fmt.Sprintf(format, args...))
 	}
 	path := filepath.Join(t.TempDir(), "timer")
-	ft, env, err := startFileTimer(context.Background(), []string{EnvEnableFileTimer + "=1", EnvTimerFile + "=" + path}, logf)
+	ft, env, err := startFileTimer(context.Background(), []string{workerenv.EnableFileTimer + "=1", workerenv.TimerFile + "=" + path}, logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(env) != 1 || env[0] != (EnvVar{EnvTimerFile, path}) {
-		t.Fatalf("env %v; want %s=%s", env, EnvTimerFile, path)
+	if len(env) != 1 || env[0] != (EnvVar{workerenv.TimerFile, path}) {
+		t.Fatalf("env %v; want %s=%s", env, workerenv.TimerFile, path)
 	}
 	if st, err := os.Stat(path); err != nil || st.Mode()&os.ModeNamedPipe == 0 || st.Mode().Perm() != 0o600 {
 		t.Fatalf("the pipe: %v %v; want a private named pipe", st, err)
@@ -107,13 +109,13 @@ func TestFileTimer(t *testing.T) {
 
 func TestFileTimerOffAndRefused(t *testing.T) {
 	if ft, env, err := startFileTimer(context.Background(), nil, t.Logf); ft != nil || env != nil || err != nil {
-		t.Errorf("without %s: %v %v %v; want nothing", EnvEnableFileTimer, ft, env, err)
+		t.Errorf("without %s: %v %v %v; want nothing", workerenv.EnableFileTimer, ft, env, err)
 	}
 	file := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(file, []byte("mine"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := startFileTimer(context.Background(), []string{EnvEnableFileTimer + "=1", EnvTimerFile + "=" + file}, t.Logf)
+	_, _, err := startFileTimer(context.Background(), []string{workerenv.EnableFileTimer + "=1", workerenv.TimerFile + "=" + file}, t.Logf)
 	if err == nil || !strings.Contains(err.Error(), "not a named pipe") {
 		t.Errorf("a regular file as the pipe: %v; want a refusal", err)
 	}

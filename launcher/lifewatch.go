@@ -77,7 +77,7 @@ func (att *attempt) lifeWatch() *lifeWatch {
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	var ranks []int
 	for _, w := range att.workers {
-		out := w.progress
+		out := w.signs
 		if out == nil {
 			out = newLifeSigns("", now)
 		}
@@ -388,7 +388,7 @@ func (m *monitoring) onHang(v hangVerdict, kills chan<- *worker) {
 			w.evidence = true
 			cfg.Log.Errorf("local rank %d (rank %d, pid %d): sending %s for its stacks, which go to its output", w.spec.LocalRank, w.spec.Rank, w.proc.Pid, SignalName(sig))
 			_ = w.proc.signal(sig)
-			m.hangs.kills = append(m.hangs.kills, time.AfterFunc(evidenceGrace, func() { kills <- w }))
+			m.life.kills = append(m.life.kills, time.AfterFunc(evidenceGrace, func() { kills <- w }))
 			continue
 		}
 		if err := w.proc.signalGroup(syscall.SIGTERM); err != nil {

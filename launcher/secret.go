@@ -7,7 +7,7 @@ import (
 	"github.com/gorun-dev/gorun/internal/workerenv"
 )
 
-// Names of the variables that carry the job secret.
+// How the job secret is shown.
 const (
 	// SecretPlaceholder stands for the secret wherever it is shown: a
 	// dry run's environment, a formatted Secret.

@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/gorun-dev/gorun/internal/secret"
+
 	"github.com/gorun-dev/gorun/internal/idleconns"
 	"github.com/gorun-dev/gorun/internal/setting"
 	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
@@ -380,8 +382,8 @@ func (t staticTable) invalid(me staticHello) string {
 			return fmt.Sprintf("answered a role for node %d that is not a name of at most %d printable characters", i, maxStaticRoleLen)
 		}
 	}
-	if t.JobSecret != "" && !isHex(t.JobSecret, 64) {
-		return "answered a job secret that is not 64 hexadecimal digits"
+	if t.JobSecret != "" && !isHex(t.JobSecret, 2*secret.Bytes) {
+		return fmt.Sprintf("answered a job secret that is not %d hexadecimal digits", 2*secret.Bytes)
 	}
 	return ""
 }

@@ -49,7 +49,7 @@ func TestStopIsNotAFailure(t *testing.T) {
 				op := &fakeWork{}
 				op.started.Store(true)
 				op.err.Store(tc.err)
-				watched := Op{Progress: op, RecordID: -1, Name: "all_reduce", Seq: 4, Created: time.Now(), Timeout: time.Minute}
+				watched := Op{State: op, RecordID: -1, Name: "all_reduce", Seq: 4, Created: time.Now(), Timeout: time.Minute}
 				var f Failure
 				if tc.report {
 					w.Report(watched, tc.err)

@@ -14,9 +14,9 @@ import (
 // operations (ProcessGroupNCCL's kWatchdogThreadSleepMillis).
 const DefaultInterval = 100 * time.Millisecond
 
-// Progress is what the watchdog asks of an in-flight operation (a
+// State is what the watchdog asks of an in-flight operation (a
 // comm.Work).
-type Progress interface {
+type State interface {
 	// Started reports whether the operation began to run.
 	Started() bool
 	// IsCompleted reports whether it finished, well or not.
@@ -27,7 +27,7 @@ type Progress interface {
 
 // Op is one in-flight operation to watch.
 type Op struct {
-	Progress Progress
+	State State
 	// RecordID is its flight-recorder entry (-1: none).
 	RecordID int64
 	PGID     int
@@ -230,13 +230,13 @@ func (w *Watchdog) Refresh() {
 // note records op's start and good completion and says whether it is
 // done, with its error; w.mu held.
 func (w *Watchdog) note(op Op, now time.Time) (done bool, err error) {
-	if op.Progress.Started() {
+	if op.State.Started() {
 		w.cfg.Recorder.Started(op.RecordID, now)
 	}
-	if !op.Progress.IsCompleted() {
+	if !op.State.IsCompleted() {
 		return false, nil
 	}
-	if err := op.Progress.Err(); err != nil {
+	if err := op.State.Err(); err != nil {
 		return true, err
 	}
 	w.cfg.Recorder.Completed(op.RecordID, now)

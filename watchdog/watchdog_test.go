@@ -45,7 +45,7 @@ func TestTimeoutIsReportedWithinAnInterval(t *testing.T) {
 		hung := &fakeWork{}
 		hung.started.Store(true)
 		id := rec.Record(Entry{PGID: 0, CollectiveSeqID: 7, ProfilingName: "gorun:all_reduce"}, start)
-		w.Watch(Op{Progress: hung, RecordID: id, Name: "all_reduce", Seq: 7, Created: start, Timeout: 3 * time.Second})
+		w.Watch(Op{State: hung, RecordID: id, Name: "all_reduce", Seq: 7, Created: start, Timeout: 3 * time.Second})
 		f := <-failures
 		took := time.Since(start)
 		if f.Kind != KindTimeout || f.Rank != 2 || f.Seq != 7 || f.Op != "all_reduce" {
@@ -69,7 +69,7 @@ func TestCompletedAndFailedOperations(t *testing.T) {
 		defer stop()
 		ok := &fakeWork{}
 		id := rec.Record(Entry{CollectiveSeqID: 0}, time.Now())
-		w.Watch(Op{Progress: ok, RecordID: id, Name: "broadcast", Created: time.Now(), Timeout: time.Minute})
+		w.Watch(Op{State: ok, RecordID: id, Name: "broadcast", Created: time.Now(), Timeout: time.Minute})
 		ok.started.Store(true)
 		time.Sleep(250 * time.Millisecond)
 		ok.done.Store(true)
@@ -89,7 +89,7 @@ func TestCompletedAndFailedOperations(t *testing.T) {
 		bad := &fakeWork{}
 		bad.err.Store(errors.New("peer gone"))
 		bad.done.Store(true)
-		w.Watch(Op{Progress: bad, RecordID: -1, Name: "all_gather", Seq: 1, Created: time.Now(), Timeout: time.Minute})
+		w.Watch(Op{State: bad, RecordID: -1, Name: "all_gather", Seq: 1, Created: time.Now(), Timeout: time.Minute})
 		if f := <-failures; f.Kind != KindError || f.Err != "peer gone" || f.Seq != 1 {
 			t.Errorf("failure %+v", f)
 		}
@@ -102,7 +102,7 @@ func TestHeartbeatMonitorFindsAStuckWatchdog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w, _, stop := run(t, Config{})
 		release := make(chan struct{})
-		w.Watch(Op{Progress: &blockingWork{release: release}, RecordID: -1, Created: time.Now(), Timeout: time.Hour})
+		w.Watch(Op{State: &blockingWork{release: release}, RecordID: -1, Created: time.Now(), Timeout: time.Hour})
 		stuck := make(chan Failure, 1)
 		start := time.Now()
 		go MonitorHeartbeat(context.Background(), w, 2*time.Second, func(f Failure) { stuck <- f })

@@ -39,6 +39,11 @@ const (
 	// ErrorFile is the file where a worker writes its error (torch's
 	// @record), and where the launcher copies the root cause's.
 	ErrorFile = "TORCHELASTIC_ERROR_FILE"
+	// EnableFileTimer, set to 1 in the launcher's environment, asks for
+	// torch 2.x's worker watchdog (a named pipe of timer requests), and
+	// TimerFile is the pipe's path the workers get.
+	EnableFileTimer = "TORCHELASTIC_ENABLE_FILE_TIMER"
+	TimerFile       = "TORCHELASTIC_TIMER_FILE"
 )
 
 // PyTorch's variables that the agent sets for its workers where the user

@@ -6,8 +6,10 @@
 // workers read them by.
 //
 // torchrun's own variables (RANK, WORLD_SIZE, MASTER_ADDR, ...), which
-// gorun sets the same way, are spelled here too (torchrun.go), and so are
-// the Python probe's (GORUN_PROBE_*: probe.go).
+// gorun sets the same way, and PyTorch's that the agent sets, are spelled
+// here too (torchrun.go), and so are the Python probe's (GORUN_PROBE_*:
+// probe.go). The values' forms are here as well: the stop and ignored
+// signals (signals.go), a progress file's line (progress.go).
 package workerenv
 
 // The variables the agent sets for each worker.

@@ -85,7 +85,7 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 		if gone := time.Since(start); gone >= cfg.UnreachableTimeout {
 			return nil, nil, setting.Errorf("%w: never reached etcd at %s in %v (%s): %w%s", ErrUnreachable, endpoints, gone.Round(time.Second), setting.Name("Conf.connect_timeout"), diag.Why, hint)
 		}
-		if time.Since(lastReport) > DefaultProgressInterval {
+		if time.Since(lastReport) > DefaultWaitNoteInterval {
 			log.Warnf("etcd at %s unreachable: %s%s; retrying for up to %v", endpoints, cfg.shown(diag.Why), hint, (cfg.UnreachableTimeout - time.Since(start)).Round(time.Second))
 			lastReport = time.Now()
 		}

@@ -245,7 +245,7 @@ type joiner struct {
 func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined, error) {
 	r := j.r
 	j.wctx = wctx
-	progress := time.NewTicker(r.cfg.ProgressInterval)
+	progress := time.NewTicker(r.cfg.WaitNoteInterval)
 	defer progress.Stop()
 	defer func() {
 		if j.lastCall != nil {

@@ -37,7 +37,7 @@ const (
 	// A node stalled for more than about 2.7 s (a third of it is between
 	// two renewals) is dropped too.
 	DefaultLeaseTTL         = 4 * time.Second
-	DefaultProgressInterval = 5 * time.Second
+	DefaultWaitNoteInterval = 5 * time.Second
 	// DefaultUnreachableTimeout is Config.UnreachableTimeout's default.
 	DefaultUnreachableTimeout = 60 * time.Second
 	// callTimeout bounds one call that must not wait for etcd forever
@@ -73,8 +73,8 @@ type Config struct {
 	// LeaseTTL is the life of a node's keys without keep-alive: a lost
 	// node is detected within it.
 	LeaseTTL time.Duration
-	// ProgressInterval spaces the "waiting for nodes" messages.
-	ProgressInterval time.Duration
+	// WaitNoteInterval spaces the "waiting for nodes" messages.
+	WaitNoteInterval time.Duration
 	// Log receives progress and warnings.
 	Log logrus.FieldLogger
 	// UnreachableTimeout bounds how long etcd may stay unreachable, at
@@ -168,8 +168,8 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
-	if cfg.ProgressInterval == 0 {
-		cfg.ProgressInterval = DefaultProgressInterval
+	if cfg.WaitNoteInterval == 0 {
+		cfg.WaitNoteInterval = DefaultWaitNoteInterval
 	}
 	if cfg.UnreachableTimeout == 0 {
 		cfg.UnreachableTimeout = DefaultUnreachableTimeout
@@ -414,7 +414,7 @@ func (r *Rendezvous) Next(ctx context.Context, node rendezvous.Node) (rendezvous
 		if gone := now.Sub(unreachable); gone >= r.cfg.UnreachableTimeout {
 			return rendezvous.Round{}, setting.Errorf("%w: etcd at %s did not answer for %v (%s): %v", ErrUnreachable, strings.Join(r.cli.Endpoints(), ","), gone.Round(time.Second), setting.Name("Conf.connect_timeout"), err)
 		}
-		if now.Sub(lastWarn) >= r.cfg.ProgressInterval {
+		if now.Sub(lastWarn) >= r.cfg.WaitNoteInterval {
 			r.cfg.Log.Warnf("rendezvous: etcd at %s: %v; retrying for up to %v more", strings.Join(r.cli.Endpoints(), ","), err, (r.cfg.UnreachableTimeout - now.Sub(unreachable)).Round(time.Second))
 			lastWarn = now
 		}

@@ -125,7 +125,7 @@ type roundScript struct {
 // plan draws every round's faults from the seed: each kind as often as
 // the others (in a shuffled order), at most one lost agent per round and
 // that one last, since a node whose agent is killed stays lost.
-func plan(cfg Config) []roundScript {
+func scripts(cfg Config) []roundScript {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6368616f73))
 	n := cfg.Rounds * cfg.FaultsPerRound
 	drawn := cfg.Kinds

@@ -61,7 +61,7 @@ func (r *Report) Problems() []string {
 	var out []string
 	for i, rr := range r.rounds {
 		if !strings.HasPrefix(rr.verdict, "completed") && !strings.HasPrefix(rr.verdict, "failed") {
-			out = append(out, fmt.Sprintf("round %d (%s): %s", i, rr.plan, rr.verdict))
+			out = append(out, fmt.Sprintf("round %d (%s): %s", i, rr.script, rr.verdict))
 		}
 		for _, o := range rr.orphans {
 			out = append(out, fmt.Sprintf("round %d: orphan %s", i, o))

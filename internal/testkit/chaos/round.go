@@ -52,7 +52,7 @@ type faultResult struct {
 
 // roundResult is one job of the suite.
 type roundResult struct {
-	plan     roundScript
+	script   roundScript
 	faults   []faultResult
 	verdict  string // "completed", "failed: ..." (a clear verdict), "WRONG: ..."
 	final    string
@@ -94,7 +94,7 @@ type runner struct {
 
 // runRound runs round r of plan p.
 func (rn *runner) runRound(ctx context.Context, r int, p roundScript) (res roundResult) {
-	res.plan = p
+	res.script = p
 	start := time.Now()
 	defer func() { res.duration = time.Since(start) }()
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)

@@ -28,13 +28,13 @@ func Run(ctx context.Context, tb testing.TB, cfg Config) (*Report, error) {
 	}
 	start := time.Now()
 	rn := &runner{cfg: cfg, hosts: nettest.NewHosts(tb, nodes), tb: tb, dir: tb.TempDir()}
-	plans := plan(cfg)
+	rounds := scripts(cfg)
 	var err error
-	if rn.want, err = references(ctx, cfg, plans); err != nil {
+	if rn.want, err = references(ctx, cfg, rounds); err != nil {
 		return nil, err
 	}
 	rep := &Report{Seed: cfg.Seed}
-	for r, p := range plans {
+	for r, p := range rounds {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
 		}
@@ -51,7 +51,7 @@ func Run(ctx context.Context, tb testing.TB, cfg Config) (*Report, error) {
 // final values every round must reach. bin/ddp trains the same model on
 // any world size; the PyTorch example draws each rank's data from its
 // rank, so it has one reference per world size.
-func references(ctx context.Context, cfg Config, plans []roundScript) (expect, error) {
+func references(ctx context.Context, cfg Config, rounds []roundScript) (expect, error) {
 	var e expect
 	one := func(nproc int, argv ...string) (final, error) {
 		args := append([]string{"--nproc-per-node=" + strconv.Itoa(nproc), "--no-python"}, argv...)
@@ -69,7 +69,7 @@ func references(ctx context.Context, cfg Config, plans []roundScript) (expect, e
 		return e, err
 	}
 	e.torch = map[int]final{}
-	for _, p := range plans {
+	for _, p := range rounds {
 		if p.workload != TorchDDP {
 			continue
 		}

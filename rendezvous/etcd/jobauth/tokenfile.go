@@ -76,7 +76,7 @@ type Given struct {
 // flagName names the setting that gave the token file, for messages:
 // the command's own flag when it gave one (Flag), else the rendezvous's
 // token_file key (a setting.Name).
-func (g Given) flagName() setting.Name {
+func (g Given) settingName() setting.Name {
 	if g.Setting != "" {
 		return g.Setting
 	}
@@ -89,7 +89,7 @@ func (g Given) flagName() setting.Name {
 func (g Given) Read(ctx context.Context, create bool, wait time.Duration, log logrus.FieldLogger) (_ Token, given bool, _ error) {
 	switch {
 	case g.File != "":
-		t, err := tokenFromFile(ctx, g.flagName(), g.File, create, wait, log)
+		t, err := tokenFromFile(ctx, g.settingName(), g.File, create, wait, log)
 		return t, true, err
 	case g.Text != "":
 		t, err := rendezvous.ParseToken(rendezvous.TokenEnv, []byte(g.Text))
@@ -114,7 +114,7 @@ type Job struct {
 // tokenFromFile reads the token at path; the host creates it (mode 0600)
 // when it does not exist, the other nodes wait up to wait for it. flag
 // names the setting that gave path, for the messages.
-func tokenFromFile(ctx context.Context, flag setting.Name, path string, host bool, wait time.Duration, log logrus.FieldLogger) (Token, error) {
+func tokenFromFile(ctx context.Context, from setting.Name, path string, host bool, wait time.Duration, log logrus.FieldLogger) (Token, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		// Never through a link, never blocking on a FIFO, never more than
@@ -130,7 +130,7 @@ func tokenFromFile(ctx context.Context, flag setting.Name, path string, host boo
 			return nil, rendezvous.BadInput(err)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, rendezvous.BadInput(setting.Errorf("%s=%s: %w", flag, path, err))
+			return nil, rendezvous.BadInput(setting.Errorf("%s=%s: %w", from, path, err))
 		}
 		if host {
 			t, err := rendezvous.NewToken()
@@ -139,7 +139,7 @@ func tokenFromFile(ctx context.Context, flag setting.Name, path string, host boo
 			}
 			made, err := createToken(path, t)
 			if err != nil {
-				return nil, rendezvous.BadInput(setting.Errorf("%s=%s: create it: %w", flag, path, err))
+				return nil, rendezvous.BadInput(setting.Errorf("%s=%s: create it: %w", from, path, err))
 			}
 			if !made {
 				continue // another process made it first: read that one
@@ -148,7 +148,7 @@ func tokenFromFile(ctx context.Context, flag setting.Name, path string, host boo
 			return t, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, setting.Errorf("%s=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", flag, path, wait)
+			return nil, setting.Errorf("%s=%s: still missing after %v; the node hosting the store creates it (is the file system shared?)", from, path, wait)
 		}
 		if err := ctxtime.Sleep(ctx, tokenPoll); err != nil {
 			return nil, err
