@@ -97,15 +97,15 @@ func connect(ctx context.Context, ccfg clientv3.Config, cfg Config, jobStore, wa
 }
 
 // NewClient is a client of the store of ccfg. A client of the job's own
-// store (its user, with the password the job token gives) signs in once
-// and presents a token it signs itself from then on
-// (jobauth.SignIn), instead of logging in again at each stream it opens;
-// any other client logs in as ccfg says.
+// store (its user, with the password the job token gives) logs in once
+// and presents the signed token it got from then on (jobauth.SignIn),
+// instead of logging in again at each stream it opens; any other client
+// logs in as ccfg says.
 func NewClient(ctx context.Context, ccfg clientv3.Config, token Token) (*clientv3.Client, error) {
 	if token == nil || ccfg.Username != EtcdUser || ccfg.Password != token.EtcdPassword() {
 		return clientv3.New(ccfg)
 	}
-	signed, err := jobauth.SignIn(ctx, ccfg, token)
+	signed, err := jobauth.SignIn(ctx, ccfg)
 	if err != nil {
 		return nil, err
 	}

@@ -34,8 +34,11 @@ type control struct {
 	// foreign is the first record sealed with this job's secret but of
 	// another version than this gorun's (a node runs another release):
 	// refused, and never mended, for the other release would mend it
-	// back.
+	// back; this node cannot take part in the job (foreignErr).
 	foreign error
+	// foreignKeys are the keys of such records, which settle and mend
+	// leave alone.
+	foreignKeys map[string]bool
 	// good is the last accepted raw value of each key, to put back in
 	// place of a refused one; forged lists the keys whose current value
 	// was refused, with the revision it was written at.
@@ -50,7 +53,7 @@ type control struct {
 // them.
 func newControl() *control {
 	return &control{round: -1, closed: map[int]RoundRecord{}, closedRev: map[int]int64{},
-		ends: map[int]roundEnd{}, good: map[string]string{}, forged: map[string]int64{}}
+		ends: map[int]roundEnd{}, good: map[string]string{}, forged: map[string]int64{}, foreignKeys: map[string]bool{}}
 }
 
 // ctlIndex returns r for key = prefix + r.
@@ -89,6 +92,7 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 			if c.foreign == nil {
 				c.foreign = fmt.Errorf("rendezvous: %s: %w", key, err)
 			}
+			c.foreignKeys[key] = true
 			return false
 		case err != nil:
 			refuse(err.Error())
@@ -200,6 +204,9 @@ func (r *Rendezvous) settle(c *control) {
 			failures++
 		}
 	}
+	if c.foreignKeys[r.k.round()] || c.foreignKeys[r.k.restarts()] {
+		return // another release's counters: this node stops (foreignErr), and mends nothing
+	}
 	if _, forged := c.forged[r.k.round()]; forged || c.round < next {
 		if !forged {
 			c.forged[r.k.round()] = c.roundRev
@@ -305,5 +312,18 @@ func (r *Rendezvous) readControl(ctx context.Context) (*control, int64, error) {
 	}
 	c := newControl()
 	r.applyKVs(ctx, c, resp.Kvs)
+	if err := c.foreignErr(); err != nil {
+		return nil, 0, err
+	}
 	return c, resp.Header.Revision, nil
+}
+
+// foreignErr is this node's refusal to take part in a job that a node of
+// another release writes to (a record of another version), nil if none.
+// Waiting would be for ever: the two read none of each other's records.
+func (c *control) foreignErr() error {
+	if c.foreign == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", rendezvous.ErrShapeMismatch, c.foreign)
 }

@@ -99,6 +99,9 @@ func (r *Rendezvous) putJoin(ctx context.Context, val NodeRecord) (*control, int
 	}
 	c := newControl()
 	r.applyKVs(ctx, c, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs)
+	if err := c.foreignErr(); err != nil {
+		return nil, 0, nil, err
+	}
 	if joinedNow {
 		return c, guess, resp, nil
 	}
@@ -288,6 +291,9 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 				case ev.Type == clientv3.EventTypePut:
 					r.apply(j.c, key, ev.Kv.Value, ev.Kv.ModRevision)
 				}
+			}
+			if err := j.c.foreignErr(); err != nil {
+				return joined{}, err
 			}
 			r.mend(j.ctx, j.c)
 			if j.closer && j.c.round == j.target {

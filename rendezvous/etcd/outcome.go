@@ -250,6 +250,9 @@ func (r *Rendezvous) succeed(ctx context.Context, t, members int, lease clientv3
 				return watchErr(wr, ok)
 			}
 			r.applyEvents(ctx, c, wr.Events)
+			if err := c.foreignErr(); err != nil {
+				return err
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}

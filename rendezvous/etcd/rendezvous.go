@@ -286,8 +286,8 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	if c.shape != nil {
 		return r.compareShape(c.shape)
 	}
-	if c.foreign != nil {
-		return fmt.Errorf("%w: %w", rendezvous.ErrShapeMismatch, c.foreign)
+	if err := c.foreignErr(); err != nil {
+		return err
 	}
 	if _, forged := c.forged[r.k.shape()]; forged {
 		return r.untrustedShape()
@@ -306,8 +306,8 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	// Another node came first: its shape, and the control keys as they
 	// are now.
 	r.applyKVs(ctx, c, resp.Responses[0].GetResponseRange().Kvs)
-	if c.shape == nil && c.foreign != nil {
-		return fmt.Errorf("%w: %w", rendezvous.ErrShapeMismatch, c.foreign)
+	if err := c.foreignErr(); err != nil {
+		return err
 	}
 	if c.shape == nil {
 		return r.untrustedShape()

@@ -70,8 +70,14 @@ func requestStop(ctx context.Context, cli *clientv3.Client, k keys, g *jobauth.G
 		if len(kvs) == 0 {
 			continue // removed meanwhile
 		}
-		if _, ok := g.Open(key, kvs[0].Value, kvs[0].ModRevision); ok {
-			return nil // the job's own request stands
+		if payload, ok := g.Open(key, kvs[0].Value, kvs[0].ModRevision); ok {
+			// The job's own request stands, if this release can read it:
+			// one of another release's is a request no node of this one
+			// sees.
+			if _, err := parseStop(payload); err != nil {
+				return fmt.Errorf("%w: the job's stop request at %s cannot be read by this gorun: %w", rendezvous.ErrShapeMismatch, key, err)
+			}
+			return nil
 		}
 		resp, err = cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).Then(put).Commit()
 		if err != nil {

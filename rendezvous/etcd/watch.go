@@ -80,6 +80,9 @@ func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, e
 				return rendezvous.Event{}, watchErr(wr, ok)
 			}
 			r.applyEvents(ctx, c, wr.Events)
+			if err := c.foreignErr(); err != nil {
+				return rendezvous.Event{}, err
+			}
 			if ev, over := r.roundOver(ctx, c, t); over {
 				return ev, nil
 			}

@@ -79,7 +79,7 @@ func (g *Guard) OpenLarge(key string, value []byte, rev int64) ([]byte, bool) {
 
 func (g *Guard) openMax(key string, value []byte, rev int64, limit int) ([]byte, bool) {
 	if len(value) > limit {
-		g.Refuse(key, rev, fmt.Sprintf("%d bytes, more than the %d a record may have: a stranger or another job wrote it", len(value), limit))
+		g.Refuse(key, rev, fmt.Sprintf("%d bytes, more than the %d a record may have", len(value), limit))
 		return nil, false
 	}
 	i := strings.LastIndex(string(value), macSep)

@@ -2,6 +2,10 @@ package jobauth_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -14,11 +18,12 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
-// TestSignedTokens: a node of a job signs in to the job's store once and
-// its client then works with the token it signed itself (keys, a watch
-// stream, a lease's keep-alive stream) without a password; a token signed
-// with another job's key, for an older auth revision, or expired is
-// refused by the store.
+// TestSignedTokens: a node of a job logs in to the job's store once and
+// its client then works with the token the store issued (keys, a watch
+// stream, a lease's keep-alive stream) without a password. The store, of
+// one member, signs with a key of its own: a token signed with the key a
+// holder of the job token can derive (for the job's user, or for root)
+// is refused, and so is one signed with another job's key.
 func TestSignedTokens(t *testing.T) {
 	t.Parallel()
 	token, _ := rendezvous.NewToken()
@@ -35,8 +40,8 @@ func TestSignedTokens(t *testing.T) {
 		Username: rendezvous.EtcdUser, Password: token.EtcdPassword()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	signed, err := jobauth.SignIn(ctx, ccfg, token)
-	if err != nil || signed == "" {
+	signed, err := jobauth.SignIn(ctx, ccfg)
+	if err != nil || strings.Count(signed, ".") != 2 {
 		t.Fatalf("SignIn = %q, %v; want a signed token", signed, err)
 	}
 	// client presents tok and no password.
@@ -73,23 +78,20 @@ func TestSignedTokens(t *testing.T) {
 		t.Fatal("the watch saw no put")
 	}
 
-	rev, ok := jobauth.TokenRevision(signed)
-	if !ok {
-		t.Fatalf("the signed token %q names no auth revision", signed)
-	}
+	rev := revisionOf(t, signed)
 	other, _ := rendezvous.NewToken()
 	for _, tc := range []struct {
 		name string
 		tok  string
 	}{
-		{"another job's key", mustSign(t, jobauth.SignInKey(other), rev, time.Now().Add(time.Hour))},
-		{"an older auth revision", mustSign(t, jobauth.SignInKey(token), rev-1, time.Now().Add(time.Hour))},
-		{"expired", mustSign(t, jobauth.SignInKey(token), rev, time.Now().Add(-time.Minute))},
+		{"the job's derivable key, for root", sign(t, jobauth.SignInKey(token), "root", rev)},
+		{"the job's derivable key, for the job's user", sign(t, jobauth.SignInKey(token), rendezvous.EtcdUser, rev)},
+		{"another job's key", sign(t, jobauth.SignInKey(other), rendezvous.EtcdUser, rev)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 			defer ccancel()
-			_, err := client(tc.tok).Put(cctx, key, "forged")
+			_, err := client(tc.tok).Put(cctx, "/outside", "forged")
 			if err == nil || !strings.Contains(err.Error(), "auth") {
 				t.Errorf("put with a token signed with %s: %v; want it refused", tc.name, err)
 			}
@@ -101,13 +103,34 @@ func TestSignedTokens(t *testing.T) {
 	}
 }
 
-func mustSign(t *testing.T, key []byte, rev uint64, exp time.Time) string {
+// sign is a token etcd would accept from a store whose key is key: user
+// at auth revision rev, for an hour.
+func sign(t *testing.T, key []byte, user string, rev uint64) string {
 	t.Helper()
-	tok, err := jobauth.SignToken(key, rendezvous.EtcdUser, rev, exp)
+	claims, err := json.Marshal(map[string]any{"username": user, "revision": rev, "exp": time.Now().Add(time.Hour).Unix()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tok
+	enc := base64.RawURLEncoding
+	body := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc.EncodeToString(claims)
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(body))
+	return body + "." + enc.EncodeToString(m.Sum(nil))
+}
+
+// revisionOf is the auth revision a signed token names.
+func revisionOf(t *testing.T, token string) uint64 {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct{ Revision uint64 }
+	if err := json.Unmarshal(payload, &c); err != nil || c.Revision == 0 {
+		t.Fatalf("token names no revision: %s (%v)", payload, err)
+	}
+	return c.Revision
 }
 
 // TestPasswordStoreKeepsSimpleTokens: a store given a password and no
@@ -134,8 +157,7 @@ func TestPasswordStoreKeepsSimpleTokens(t *testing.T) {
 	if _, err := cli.Put(ctx, jobstore.DefaultPrefix+"/k", "v"); err != nil {
 		t.Fatalf("put as the job's user: %v", err)
 	}
-	token, _ := rendezvous.NewToken()
-	if signed, err := jobauth.SignIn(ctx, ccfg, token); err != nil || signed != "" {
+	if signed, err := jobauth.SignIn(ctx, ccfg); err != nil || signed != "" {
 		t.Errorf("SignIn on a store of simple tokens = %q, %v; want none, and no error", signed, err)
 	}
 }

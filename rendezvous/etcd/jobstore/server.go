@@ -3,6 +3,7 @@ package jobstore
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -385,22 +386,35 @@ func (cfg *ServerConfig) securePeers(runDir string) error {
 	return cfg.signedTokens(runDir)
 }
 
-// signedTokens makes the store's auth tokens signed ones (JWT), under
-// the key every node derives from the job token (jobauth.SignInKey): a
-// token is good at every member (etcd's simple tokens are one member's
-// own: a client that logged in at one member was refused by another),
-// and a node signs its own, so that its client never logs in again
-// (jobauth.SignIn). Without a job token the store keeps etcd's simple
+// signedTokens makes the store's auth tokens signed ones (JWT), good for
+// jobauth.SignInLife: a node logs in once and its client presents that
+// token from then on (jobauth.SignIn), instead of logging in again at
+// each stream it opens. A store of one member that no other will join
+// signs them with a random key of its own, which never leaves it: no
+// one can sign a token, for the job's user or for root. The members of
+// a store of several (or one that may grow) must share their key, and
+// derive it from the job token (jobauth.SignInKey), which also makes a
+// token good at every member (etcd's simple tokens are one member's own:
+// a client that logged in at one member was refused by another); a
+// holder of the job token can then sign one itself, for any user
+// (docs/security.md). Without a job token the store keeps etcd's simple
 // tokens.
 func (cfg *ServerConfig) signedTokens(runDir string) error {
 	if cfg.Token == nil {
 		return nil
 	}
+	secret := jobauth.SignInKey(cfg.Token)
+	if !cfg.peered() {
+		secret = make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return fmt.Errorf("embedded etcd: sign-in key: %w", err)
+		}
+	}
 	key := filepath.Join(runDir, "jwt.key")
-	if err := os.WriteFile(key, jobauth.SignInKey(cfg.Token), 0o600); err != nil {
+	if err := os.WriteFile(key, secret, 0o600); err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
-	cfg.authToken = "jwt,priv-key=" + key + ",sign-method=HS256,ttl=1h"
+	cfg.authToken = "jwt,priv-key=" + key + ",sign-method=HS256,ttl=" + jobauth.SignInLife.String()
 	return nil
 }
 
