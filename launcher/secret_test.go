@@ -90,20 +90,20 @@ func TestDryRunHidesSecret(t *testing.T) {
 		Entrypoint: Entrypoint{Script: "train.py", Python: []string{"python3"}}}
 	round := rendezvous.Round{RunID: "j", GroupWorldSize: 1, WorldSize: 2, RoleWorldSize: 2,
 		MasterAddr: "127.0.0.1", JobSecret: rendezvous.Token(strings.Repeat("cd", 32))}
-	plan, err := NewDryRun(&cfg, round, false, false)
+	dry, err := NewDryRun(&cfg, round, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, format := range []string{"text", "json"} {
 		var out bytes.Buffer
-		if err := plan.Write(&out, format); err != nil {
+		if err := dry.Write(&out, format); err != nil {
 			t.Fatal(err)
 		}
 		if s := out.String(); strings.Contains(s, "abab") || strings.Contains(s, "cdcd") || !strings.Contains(s, SecretPlaceholder) {
 			t.Errorf("%s: want %s in place of the secret:\n%s", format, SecretPlaceholder, s)
 		}
 	}
-	for _, w := range plan.Workers {
+	for _, w := range dry.Workers {
 		for _, kv := range w.Env {
 			if strings.HasPrefix(kv, workerenv.JobSecret+"=") && kv != workerenv.JobSecret+"="+SecretPlaceholder {
 				t.Errorf("worker env holds %s", kv)

@@ -8,7 +8,7 @@ func TestRoundPlace(t *testing.T) {
 	mixed := Nodes{Nprocs: []int{2, 3, 1, 4}, Roles: []string{"trainer", "reader", "trainer", "reader"}}
 	for _, tc := range []struct {
 		name  string
-		shape Nodes
+		nodes Nodes
 		node  int
 		want  Round
 	}{
@@ -19,7 +19,7 @@ func TestRoundPlace(t *testing.T) {
 		{"mixed, node 3", mixed, 3, Round{GroupRank: 3, GroupWorldSize: 4, BaseRank: 6, WorldSize: 10, BaseRoleRank: 3, RoleWorldSize: 7}},
 	} {
 		var got Round
-		got.Place(tc.node, tc.shape)
+		got.Place(tc.node, tc.nodes)
 		if got.GroupRank != tc.want.GroupRank || got.GroupWorldSize != tc.want.GroupWorldSize || got.BaseRank != tc.want.BaseRank ||
 			got.WorldSize != tc.want.WorldSize || got.BaseRoleRank != tc.want.BaseRoleRank || got.RoleWorldSize != tc.want.RoleWorldSize {
 			t.Errorf("%s: %+v; want %+v", tc.name, got, tc.want)

@@ -17,7 +17,7 @@ var ErrBadToken = errors.New("rendezvous: bad job token")
 // Token is a job's shared secret, given by the user (--rdzv-conf
 // token_file=, GORUN_RDZV_TOKEN) or made by NewToken: gorun's one secret
 // type (package secret), which never prints itself. Derived keys keep
-// its uses apart: records, workers (WorkerSecret) and the embedded
+// its uses apart: records, workers (JobSecret) and the embedded
 // etcd's password (EtcdPassword).
 type Token = secret.Secret
 

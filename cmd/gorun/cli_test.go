@@ -219,7 +219,7 @@ func TestDryRun(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	var plan struct {
+	var dry struct {
 		RunID   string `json:"run_id"`
 		Workers []struct {
 			Rank      int      `json:"rank"`
@@ -228,17 +228,17 @@ func TestDryRun(t *testing.T) {
 			Env       []struct{ Name, Value string }
 		} `json:"workers"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil {
+	if err := json.Unmarshal([]byte(r.stdout), &dry); err != nil {
 		t.Fatalf("dry-run JSON: %v\n%s", err, r.stdout)
 	}
-	if plan.RunID != "j" || len(plan.Workers) != 2 || plan.Workers[1].Rank != 3 || plan.Workers[1].LocalRank != 1 {
-		t.Fatalf("plan = %+v", plan)
+	if dry.RunID != "j" || len(dry.Workers) != 2 || dry.Workers[1].Rank != 3 || dry.Workers[1].LocalRank != 1 {
+		t.Fatalf("dry = %+v", dry)
 	}
-	if want := []string{"python3", "-u", "train.py", "--lr", "1"}; !reflect.DeepEqual(plan.Workers[1].Argv, want) {
-		t.Errorf("argv = %q; want %q", plan.Workers[1].Argv, want)
+	if want := []string{"python3", "-u", "train.py", "--lr", "1"}; !reflect.DeepEqual(dry.Workers[1].Argv, want) {
+		t.Errorf("argv = %q; want %q", dry.Workers[1].Argv, want)
 	}
 	env := map[string]string{}
-	for _, v := range plan.Workers[1].Env {
+	for _, v := range dry.Workers[1].Env {
 		env[v.Name] = v.Value
 	}
 	// What the agent adds at its start is shown too: the stop file and

@@ -28,16 +28,16 @@ func dryRunWorkers(t *testing.T, env, argv []string) []map[string]string {
 	if r.code != 0 {
 		t.Fatalf("gorun %s: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
 	}
-	var plan struct {
+	var dry struct {
 		Workers []struct {
 			Added []struct{ Name, Value string } `json:"env"`
 		} `json:"workers"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil {
+	if err := json.Unmarshal([]byte(r.stdout), &dry); err != nil {
 		t.Fatalf("%v\n%s", err, r.stdout)
 	}
 	var out []map[string]string
-	for _, w := range plan.Workers {
+	for _, w := range dry.Workers {
 		m := map[string]string{}
 		for _, v := range w.Added {
 			m[v.Name] = v.Value

@@ -26,13 +26,13 @@ const resizeWorker = `touch "$1/up.$WORLD_SIZE.$RANK.$2.$GORUN_DP.$GORUN_NUM_MIC
 while [ ! -e "$1/finish" ]; do sleep 0.05; done
 `
 
-// upRecord is one recorded worker start.
-type upRecord struct{ world, rank, node, dp, micro int }
+// upReport is one worker start, as the worker wrote it.
+type upReport struct{ world, rank, node, dp, micro int }
 
 // ups lists the recorded starts.
-func ups(dir string) []upRecord {
+func ups(dir string) []upReport {
 	files, _ := filepath.Glob(filepath.Join(dir, "up.*"))
-	var out []upRecord
+	var out []upReport
 	for _, f := range files {
 		p := strings.Split(filepath.Base(f), ".")
 		if len(p) != 7 {
@@ -42,7 +42,7 @@ func ups(dir string) []upRecord {
 		for i := range n {
 			n[i], _ = strconv.Atoi(p[i+1])
 		}
-		out = append(out, upRecord{n[0], n[1], n[2], n[3], n[4]})
+		out = append(out, upReport{n[0], n[1], n[2], n[3], n[4]})
 	}
 	return out
 }

@@ -26,8 +26,8 @@ type LaunchConfig struct {
 	Runs, Warmup int
 	// SkipTorchrun leaves out the anchor (e.g. torch is not installed).
 	SkipTorchrun bool
-	// Progress receives a line per case.
-	Progress io.Writer
+	// Notes receives a line per case.
+	Notes io.Writer
 }
 
 // LaunchResult holds the launch benchmark's figures.
@@ -125,8 +125,8 @@ type launchBench struct {
 
 // progress reports a step's result, when the caller asked for progress.
 func (b *launchBench) progress(format string, a ...any) {
-	if b.cfg.Progress != nil {
-		fmt.Fprintf(b.cfg.Progress, format+"\n", a...)
+	if b.cfg.Notes != nil {
+		fmt.Fprintf(b.cfg.Notes, format+"\n", a...)
 	}
 }
 

@@ -26,7 +26,7 @@ type ProbeConfig struct {
 	// start-up left out.
 	Short, Long int
 	Runs        int
-	Progress    io.Writer
+	Notes       io.Writer
 }
 
 // ProbeResult is the time a step takes with the probe off (the anchor)
@@ -55,7 +55,7 @@ func RunProbe(ctx context.Context, cfg ProbeConfig) (ProbeResult, error) {
 				wall[i] = d
 			}
 			per := (wall[1] - wall[0]) / time.Duration(cfg.Long-cfg.Short)
-			fmt.Fprintf(cfg.Progress, "bench probe: run %d, --worker-probe=%s: %v a step\n", run+1, probe, per)
+			fmt.Fprintf(cfg.Notes, "bench probe: run %d, --worker-probe=%s: %v a step\n", run+1, probe, per)
 			if probe == "off" {
 				off = append(off, per)
 			} else {

@@ -39,8 +39,8 @@ type RecoveryConfig struct {
 	// Only, when not empty, names the launchers and faults measured (a
 	// run for one of them); the rest are left out.
 	Only []string
-	// Progress receives a line per run.
-	Progress io.Writer
+	// Notes receives a line per run.
+	Notes io.Writer
 }
 
 // RecoveryResult holds the figures: Recovery by fault, then launcher
@@ -209,7 +209,7 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 				key := f.name + " " + l
 				if err != nil {
 					res.Failed[key]++
-					fmt.Fprintf(cfg.Progress, "bench recovery: %s, %s, run %d: %v\n", f.name, l, i+1, err)
+					fmt.Fprintf(cfg.Notes, "bench recovery: %s, %s, run %d: %v\n", f.name, l, i+1, err)
 					continue
 				}
 				add(key, d)
@@ -217,7 +217,7 @@ func RunRecovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error
 				if lost > 0 {
 					add("lost "+key, lost)
 				}
-				fmt.Fprintf(cfg.Progress, "bench recovery: %s, %s, run %d: %s\n", f.name, l, i+1, ms(d))
+				fmt.Fprintf(cfg.Notes, "bench recovery: %s, %s, run %d: %s\n", f.name, l, i+1, ms(d))
 			}
 		}
 	}

@@ -34,8 +34,8 @@ type SpareConfig struct {
 	// LeaseTTL and LastCall are the rendezvous settings of both jobs
 	// (--rdzv-conf lease_ttl, last_call_timeout).
 	LeaseTTL, LastCall time.Duration
-	// Progress receives a line per run.
-	Progress io.Writer
+	// Notes receives a line per run.
+	Notes io.Writer
 }
 
 // SpareResult holds the figures.
@@ -77,8 +77,8 @@ func RunSpare(ctx context.Context, cfg SpareConfig) (SpareResult, error) {
 				return res, fmt.Errorf("%s, run %d: %w", c.name, i+1, err)
 			}
 			*c.into = append(*c.into, d)
-			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "bench spare: %s run %d: node loss -> training again in %s\n", c.name, i+1, ms(d))
+			if cfg.Notes != nil {
+				fmt.Fprintf(cfg.Notes, "bench spare: %s run %d: node loss -> training again in %s\n", c.name, i+1, ms(d))
 			}
 		}
 	}

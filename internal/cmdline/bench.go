@@ -54,7 +54,7 @@ func benchLaunchCommand() *cli.Command {
 			}
 			cfg := bench.LaunchConfig{
 				Gorun: self, Python: c.String("python"), Runs: c.Int("runs"), Warmup: c.Int("warmup"),
-				SkipTorchrun: c.Bool("skip-torchrun"), Progress: c.App.ErrWriter,
+				SkipTorchrun: c.Bool("skip-torchrun"), Notes: c.App.ErrWriter,
 			}
 			res, err := bench.RunLaunch(c.Context, cfg)
 			if err != nil {
@@ -93,7 +93,7 @@ func benchSpareCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(message(err), 1)
 			}
-			cfg := bench.SpareConfig{Gorun: self, Runs: c.Int("runs"), LeaseTTL: c.Duration("lease-ttl"), LastCall: c.Duration("last-call"), Progress: c.App.ErrWriter}
+			cfg := bench.SpareConfig{Gorun: self, Runs: c.Int("runs"), LeaseTTL: c.Duration("lease-ttl"), LastCall: c.Duration("last-call"), Notes: c.App.ErrWriter}
 			res, err := bench.RunSpare(c.Context, cfg)
 			if err != nil {
 				return cli.Exit("bench spare: "+message(err), 1)
@@ -129,7 +129,7 @@ func benchProbeCommand() *cli.Command {
 				return cli.Exit(message(err), 1)
 			}
 			cfg := bench.ProbeConfig{Gorun: self, Python: c.String("python"), Script: c.String("script"), StepTime: c.Float64("step-time"),
-				Short: 20, Long: 220, Runs: c.Int("runs"), Progress: c.App.ErrWriter}
+				Short: 20, Long: 220, Runs: c.Int("runs"), Notes: c.App.ErrWriter}
 			res, err := bench.RunProbe(c.Context, cfg)
 			if err != nil {
 				return cli.Exit("bench probe: "+message(err), 1)
@@ -160,7 +160,7 @@ func benchRecoveryCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(message(err), 1)
 			}
-			cfg := bench.RecoveryConfig{Gorun: self, Python: c.String("python"), Runs: c.Int("runs"), SkipTorchrun: c.Bool("skip-torchrun"), Progress: c.App.ErrWriter}
+			cfg := bench.RecoveryConfig{Gorun: self, Python: c.String("python"), Runs: c.Int("runs"), SkipTorchrun: c.Bool("skip-torchrun"), Notes: c.App.ErrWriter}
 			cfg.FTLauncher = besidePython(c.String("ft-launcher"), cfg.Python, "ft_launcher")
 			cfg.Lighthouse = besidePython(c.String("lighthouse"), cfg.Python, "torchft_lighthouse")
 			if v := c.String("only"); v != "" {

@@ -68,10 +68,10 @@ func (s Secret) Derive(label string) []byte {
 	return m.Sum(nil)
 }
 
-// WorkerSecret is the job secret that the workers of run runID get from
+// JobSecret is the job secret that the workers of run runID get from
 // a job token (GORUN_JOB_SECRET, 64 hexadecimal digits), the same on
 // every node that holds the token.
-func (s Secret) WorkerSecret(runID string) Secret {
+func (s Secret) JobSecret(runID string) Secret {
 	return Secret(hex.EncodeToString(s.Derive("gorun worker secret v1\x00" + runID)))
 }
 

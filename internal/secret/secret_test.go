@@ -68,7 +68,7 @@ func TestNeverPrinted(t *testing.T) {
 	if s.Reveal() != string(s) || Secret(nil).String() != "" || len(s.Derive("x")) != 32 {
 		t.Error("Reveal, Derive or the empty secret's String is wrong")
 	}
-	if w := s.WorkerSecret("run"); len(w) != 64 || bytes.Equal(w, s.WorkerSecret("other")) {
+	if w := s.JobSecret("run"); len(w) != 64 || bytes.Equal(w, s.JobSecret("other")) {
 		t.Errorf("WorkerSecret: %d characters, the same for two runs: want 64 and distinct", len(w))
 	}
 }

@@ -224,7 +224,7 @@ type joiner struct {
 
 	// closer is true while this node counts the others and closes the
 	// round: it holds ctl/closer/<target>. closerID names the node that
-	// does, for the progress messages.
+	// does, for the waiting notes.
 	closer   bool
 	closerID string
 	members  map[string]NodeRecord // the closer's view of join/<target>/
@@ -248,8 +248,8 @@ type joiner struct {
 func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined, error) {
 	r := j.r
 	j.wctx = wctx
-	progress := time.NewTicker(r.cfg.WaitNoteInterval)
-	defer progress.Stop()
+	waitNote := time.NewTicker(r.cfg.WaitNoteInterval)
+	defer waitNote.Stop()
 	defer func() {
 		if j.lastCall != nil {
 			j.lastCall.Stop()
@@ -337,7 +337,7 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 			if err := j.maybeClose(true); err != nil {
 				return joined{}, err
 			}
-		case <-progress.C:
+		case <-waitNote.C:
 			j.report()
 		case <-wctx.Done():
 			return joined{}, wctx.Err()

@@ -273,8 +273,8 @@ func (r *Rendezvous) storedToken(ctx context.Context) (Token, error) {
 	return parseStoredToken(key, kvs[0].Value)
 }
 
-// WorkerSecret is the secret this job's workers share (GORUN_JOB_SECRET).
-func (r *Rendezvous) WorkerSecret() rendezvous.Token { return r.token.WorkerSecret(r.cfg.Shape.RunID) }
+// JobSecret is the secret this job's workers share (GORUN_JOB_SECRET).
+func (r *Rendezvous) JobSecret() rendezvous.Token { return r.token.JobSecret(r.cfg.Shape.RunID) }
 
 // ID is this agent's node id in the job.
 func (r *Rendezvous) ID() string { return r.id }
@@ -487,7 +487,7 @@ func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 		BaseRoleRank: res.roleBase, RoleWorldSize: res.roleWorld,
 		MasterAddr: rec.MasterAddr, MasterPort: rec.MasterPort, UseAgentStore: false,
 		StoreEndpoints: r.cli.Endpoints(), StorePrefix: r.k.store(rec.Round),
-		JobSecret: r.WorkerSecret(), SpareSince: r.spareSince,
+		JobSecret: r.JobSecret(), SpareSince: r.spareSince,
 	}
 }
 

@@ -278,16 +278,16 @@ func (r *running) wait(t *testing.T) outcome {
 	return r.result
 }
 
-// record is what one worker wrote: its variables, ARGV, NODE and JOINED.
-type record struct {
+// workerReport is what one worker wrote: its variables, ARGV, NODE and JOINED.
+type workerReport struct {
 	file string
 	vars map[string]string
 	argv []string
 }
 
-func (r record) String() string { return fmt.Sprintf("%s: %v argv=%q", r.file, r.vars, r.argv) }
+func (r workerReport) String() string { return fmt.Sprintf("%s: %v argv=%q", r.file, r.vars, r.argv) }
 
-func (r record) int(t *testing.T, key string) int {
+func (r workerReport) int(t *testing.T, key string) int {
 	t.Helper()
 	n, err := strconv.Atoi(r.vars[key])
 	if err != nil {
@@ -296,14 +296,14 @@ func (r record) int(t *testing.T, key string) int {
 	return n
 }
 
-// records reads the workers' records in dir.
-func records(t *testing.T, dir string) []record {
+// workerReports reads the workers' reports in dir.
+func workerReports(t *testing.T, dir string) []workerReport {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []record
+	var recs []workerReport
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -313,7 +313,7 @@ func records(t *testing.T, dir string) []record {
 		if err := json.Unmarshal(data, &raw); err != nil {
 			t.Fatalf("%s: %v: %s", f, err, data)
 		}
-		rec := record{file: filepath.Base(f), vars: map[string]string{}}
+		rec := workerReport{file: filepath.Base(f), vars: map[string]string{}}
 		for k, v := range raw {
 			switch v := v.(type) {
 			case string:
@@ -372,21 +372,21 @@ func launch(t *testing.T, j job, agents ...agent) {
 	if t.Failed() {
 		t.Fatal(all())
 	}
-	checkJob(t, j, agents, outs, records(t, out), all)
+	checkJob(t, j, agents, outs, workerReports(t, out), all)
 }
 
 // checkJob checks the workers' records and the agents' output against j.
-func checkJob(t *testing.T, j job, agents []agent, outs []outcome, recs []record, all func() string) {
+func checkJob(t *testing.T, j job, agents []agent, outs []outcome, recs []workerReport, all func() string) {
 	t.Helper()
 	world := 0
 	for _, n := range j.nproc {
 		world += n
 	}
 	if len(recs) != world {
-		t.Fatalf("%d workers wrote a record; want %d (the world the line describes)\n%v\n%s", len(recs), world, recs, all())
+		t.Fatalf("%d workers wrote a workerReport; want %d (the world the line describes)\n%v\n%s", len(recs), world, recs, all())
 	}
 	// The workers of each agent: local ranks 0..nproc-1, one group rank.
-	byAgent := make([][]record, len(agents))
+	byAgent := make([][]workerReport, len(agents))
 	for _, r := range recs {
 		i, err := strconv.Atoi(r.vars["NODE"])
 		if err != nil || i < 0 || i >= len(agents) {
@@ -549,7 +549,7 @@ func checkJob(t *testing.T, j job, agents []agent, outs []outcome, recs []record
 // without --log-dir.
 var logDirLine = regexp.MustCompile(`worker logs in (\S+)`)
 
-func ranksByAgent(byAgent [][]record) [][]string {
+func ranksByAgent(byAgent [][]workerReport) [][]string {
 	var out [][]string
 	for _, rs := range byAgent {
 		var ranks []string

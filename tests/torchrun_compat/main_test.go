@@ -376,11 +376,11 @@ func wantTouched(t *testing.T, dir string, n int, o outcome) {
 // file name.
 func dumps(t *testing.T, dir string) map[string]map[string]string {
 	t.Helper()
-	return jsonRecords[string](t, dir)
+	return workerReports[string](t, dir)
 }
 
-// jsonRecords reads the JSON objects in dir's *.json files, by file name.
-func jsonRecords[V any](t *testing.T, dir string) map[string]map[string]V {
+// workerReports reads the JSON objects in dir's *.json files, by file name.
+func workerReports[V any](t *testing.T, dir string) map[string]map[string]V {
 	t.Helper()
 	recs := map[string]map[string]V{}
 	for _, name := range fileNames(t, dir) {

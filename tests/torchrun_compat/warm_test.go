@@ -81,7 +81,7 @@ func TestWarmStart(t *testing.T) {
 				if outs[warm].code != tc.code {
 					t.Fatalf("warm %v: exit %d, want %d\n%s", warm, outs[warm].code, tc.code, outs[warm])
 				}
-				recs[warm] = records(t, dir)
+				recs[warm] = warmReports(t, dir)
 				if len(recs[warm]) != 2 {
 					t.Fatalf("warm %v: records %v; want ranks 0 and 1\n%s", warm, recs[warm], outs[warm])
 				}
@@ -198,7 +198,7 @@ func TestWarmRestart(t *testing.T) {
 		if o.code != 0 {
 			t.Fatalf("exit %d\n%s", o.code, o)
 		}
-		recs := records(t, dir)
+		recs := warmReports(t, dir)
 		for _, name := range []string{"a0.r0.json", "a0.r1.json", "a1.r0.json", "a1.r1.json"} {
 			if recs[name] == nil || recs[name]["warm"] != true {
 				t.Errorf("%s: %v; want a warm start", name, recs[name])
@@ -211,28 +211,28 @@ func TestWarmRestart(t *testing.T) {
 		fail := filepath.Join(dir, "fail-now")
 		r := gorun.start(t, job{args: append([]string{"--nproc-per-node=2", "--max-restarts=1"}, warmFlags...), tmp: tmp,
 			script: []string{script("introspect.py"), "failwhen", dir, fail}})
-		var spares []int
+		var warmPids []int
 		proctest.WaitFor(t, "the next attempt's two spare interpreters", launchTimeout, func() bool {
-			recs := records(t, dir)
+			recs := warmReports(t, dir)
 			if len(recs) < 2 {
 				return false
 			}
-			spares = nil
+			warmPids = nil
 			for _, pid := range jobProcesses(tmp) {
 				cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 				if strings.Contains(string(cmdline), "_gorun_warm") && pid != int(recs["a0.r0.json"]["pid"].(float64)) &&
 					pid != int(recs["a0.r1.json"]["pid"].(float64)) {
-					spares = append(spares, pid)
+					warmPids = append(warmPids, pid)
 				}
 			}
-			return len(spares) == 2
+			return len(warmPids) == 2
 		})
-		for _, pid := range spares {
+		for _, pid := range warmPids {
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 		}
-		proctest.WaitGone(t, "the killed spares", 30*time.Second, spares)
+		proctest.WaitGone(t, "the killed warmPids", 30*time.Second, warmPids)
 		if err := os.WriteFile(fail, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +240,7 @@ func TestWarmRestart(t *testing.T) {
 		if o.code != 0 || !strings.Contains(o.stderr, "was killed by SIGKILL (exit code 137) before its round: starting the rank cold") {
 			t.Fatalf("exit %d; want 0, and a warning for each killed spare\n%s", o.code, o)
 		}
-		recs := records(t, dir)
+		recs := warmReports(t, dir)
 		for _, name := range []string{"a1.r0.json", "a1.r1.json"} {
 			if recs[name] == nil || recs[name]["warm"] != false {
 				t.Errorf("%s: %v; want a cold start", name, recs[name])
@@ -269,14 +269,14 @@ func TestWarmRestart(t *testing.T) {
 			}
 			r := gorun.start(t, job{args: []string{"--nproc-per-node=2", "--warm-start", "--warm-imports=slowimport"}, tmp: tmp,
 				env: env, script: []string{script("introspect.py"), "ok", dir}})
-			// (The next attempt's spares, started once these are handed
+			// (The next attempt's warmPids, started once these are handed
 			// their workers, import too: 2 or more.)
-			proctest.WaitFor(t, "both spares to be in their import", launchTimeout, func() bool {
+			proctest.WaitFor(t, "both warmPids to be in their import", launchTimeout, func() bool {
 				m, _ := filepath.Glob(started + ".*")
 				return len(m) >= 2
 			})
 			if tc.stop {
-				// The spares are handed their workers, which wait for the
+				// The warmPids are handed their workers, which wait for the
 				// import: a stop ends them as it would cold workers in
 				// their imports (a KeyboardInterrupt in an import is no
 				// failed import, and the script never runs).
@@ -284,8 +284,8 @@ func TestWarmRestart(t *testing.T) {
 					t.Fatal(err)
 				}
 				o := r.wait(t)
-				if o.code != 128+int(tc.sig) || strings.Contains(o.stderr, "failed") || len(records(t, dir)) != 0 {
-					t.Errorf("exit %d after %v, records %v; want %d, no failed import, no script run\n%s", o.code, tc.sig, records(t, dir), 128+int(tc.sig), o)
+				if o.code != 128+int(tc.sig) || strings.Contains(o.stderr, "failed") || len(warmReports(t, dir)) != 0 {
+					t.Errorf("exit %d after %v, records %v; want %d, no failed import, no script run\n%s", o.code, tc.sig, warmReports(t, dir), 128+int(tc.sig), o)
 				}
 				proctest.WaitFor(t, "every process of the job to end", 30*time.Second, func() bool { return len(jobProcesses(tmp)) == 0 })
 				return
@@ -296,7 +296,7 @@ func TestWarmRestart(t *testing.T) {
 			if o := r.wait(t); o.code != 0 {
 				t.Fatalf("exit %d\n%s", o.code, o)
 			}
-			recs := records(t, dir)
+			recs := warmReports(t, dir)
 			if len(recs) != 2 {
 				t.Fatalf("records %v; want ranks 0 and 1", recs)
 			}
@@ -345,7 +345,7 @@ func TestWarmRestart(t *testing.T) {
 				t.Errorf("no %q in gorun's warning\n%s", want, o)
 			}
 		}
-		for name, rec := range records(t, dir) {
+		for name, rec := range warmReports(t, dir) {
 			if pre := rec["preloaded"]; !reflect.DeepEqual(pre, []any{}) {
 				t.Errorf("%s: modules imported before the script: %v; want none (a cold start)", name, pre)
 			}
@@ -383,7 +383,7 @@ func TestWarmRestart(t *testing.T) {
 		if o.code != 0 || !strings.Contains(o.stderr, "import no_such_module_here failed: ModuleNotFoundError") {
 			t.Fatalf("exit %d; want 0 and a warning that names the module\n%s", o.code, o)
 		}
-		if len(records(t, dir)) != 2 {
+		if len(warmReports(t, dir)) != 2 {
 			t.Errorf("the workers did not run cold\n%s", o)
 		}
 	})
@@ -424,10 +424,10 @@ func TestWarmRestart(t *testing.T) {
 	})
 }
 
-// records reads the JSON records introspect.py wrote in dir, by file name.
-func records(t *testing.T, dir string) map[string]map[string]any {
+// warmReports reads the JSON reports introspect.py wrote in dir, by file name.
+func warmReports(t *testing.T, dir string) map[string]map[string]any {
 	t.Helper()
-	return jsonRecords[any](t, dir)
+	return workerReports[any](t, dir)
 }
 
 // diffEnv reports the variables of a warm worker's environment that are

@@ -122,7 +122,7 @@ type roundScript struct {
 	faults   []scheduledFault
 }
 
-// plan draws every round's faults from the seed: each kind as often as
+// scripts draws every round's faults from the seed: each kind as often as
 // the others (in a shuffled order), at most one lost agent per round and
 // that one last, since a node whose agent is killed stays lost.
 func scripts(cfg Config) []roundScript {

@@ -92,7 +92,7 @@ type runner struct {
 	dir   string
 }
 
-// runRound runs round r of plan p.
+// runRound runs round r of script p.
 func (rn *runner) runRound(ctx context.Context, r int, p roundScript) (res roundResult) {
 	res.script = p
 	start := time.Now()

@@ -73,9 +73,9 @@ type Given struct {
 	Setting    setting.Name
 }
 
-// flagName names the setting that gave the token file, for messages:
-// the command's own flag when it gave one (Flag), else the rendezvous's
-// token_file key (a setting.Name).
+// settingName names the setting that gave the token file, for
+// messages: the command's own (Setting) when it gave one, else the
+// rendezvous's token_file key.
 func (g Given) settingName() setting.Name {
 	if g.Setting != "" {
 		return g.Setting
@@ -112,7 +112,7 @@ type Job struct {
 }
 
 // tokenFromFile reads the token at path; the host creates it (mode 0600)
-// when it does not exist, the other nodes wait up to wait for it. flag
+// when it does not exist, the other nodes wait up to wait for it. from
 // names the setting that gave path, for the messages.
 func tokenFromFile(ctx context.Context, from setting.Name, path string, host bool, wait time.Duration, log logrus.FieldLogger) (Token, error) {
 	deadline := time.Now().Add(wait)
