@@ -89,7 +89,7 @@ func RunLaunch(ctx context.Context, cfg LaunchConfig) (LaunchResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("launch overhead: %w", err)
 	}
-	b.progress("%s", res.Overhead)
+	b.note("%s", res.Overhead)
 	if err := b.emptyJob(ctx, &res); err != nil {
 		return res, err
 	}
@@ -109,7 +109,7 @@ func RunLaunch(ctx context.Context, cfg LaunchConfig) (LaunchResult, error) {
 	}); err != nil {
 		return res, err
 	}
-	b.progress("failure -> replacement's first statement, minimal Go supervisor: %s", res.RestartMinimal)
+	b.note("failure -> replacement's first statement, minimal Go supervisor: %s", res.RestartMinimal)
 	res.Interpreter, err = b.sample(func(int) (time.Duration, error) { return timeBare(ctx, b.bare(), 1) })
 	return res, err
 }
@@ -123,8 +123,8 @@ type launchBench struct {
 	launchers  []launcher
 }
 
-// progress reports a step's result, when the caller asked for progress.
-func (b *launchBench) progress(format string, a ...any) {
+// note writes a step's result to Notes, when the caller gave one.
+func (b *launchBench) note(format string, a ...any) {
 	if b.cfg.Notes != nil {
 		fmt.Fprintf(b.cfg.Notes, format+"\n", a...)
 	}
@@ -200,7 +200,7 @@ func (b *launchBench) emptyJob(ctx context.Context, res *LaunchResult) error {
 		}
 	}
 	res.EmptyGorun, res.EmptyTorchrun, res.EmptyBare = empty["gorun"].Stats(), empty["torchrun"].Stats(), empty["bare"].Stats()
-	b.progress("empty 2-worker job: gorun %s, torchrun %s, bare processes %s", res.EmptyGorun, res.EmptyTorchrun, res.EmptyBare)
+	b.note("empty 2-worker job: gorun %s, torchrun %s, bare processes %s", res.EmptyGorun, res.EmptyTorchrun, res.EmptyBare)
 	return nil
 }
 
@@ -234,7 +234,7 @@ func (b *launchBench) restarts(ctx context.Context, res *LaunchResult) error {
 		for name, s := range gaps {
 			*variant.out[name] = s.Stats()
 		}
-		b.progress("failure -> replacement's first statement (rank 0 sleeping %ss): gorun %s, torchrun %s",
+		b.note("failure -> replacement's first statement (rank 0 sleeping %ss): gorun %s, torchrun %s",
 			variant.sleep, variant.out["gorun"], variant.out["torchrun"])
 	}
 	return nil

@@ -69,6 +69,6 @@ func TestNeverPrinted(t *testing.T) {
 		t.Error("Reveal, Derive or the empty secret's String is wrong")
 	}
 	if w := s.JobSecret("run"); len(w) != 64 || bytes.Equal(w, s.JobSecret("other")) {
-		t.Errorf("WorkerSecret: %d characters, the same for two runs: want 64 and distinct", len(w))
+		t.Errorf("JobSecret: %d characters, the same for two runs: want 64 and distinct", len(w))
 	}
 }

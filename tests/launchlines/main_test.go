@@ -303,7 +303,7 @@ func workerReports(t *testing.T, dir string) []workerReport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []workerReport
+	var reports []workerReport
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -313,20 +313,20 @@ func workerReports(t *testing.T, dir string) []workerReport {
 		if err := json.Unmarshal(data, &raw); err != nil {
 			t.Fatalf("%s: %v: %s", f, err, data)
 		}
-		rec := workerReport{file: filepath.Base(f), vars: map[string]string{}}
+		report := workerReport{file: filepath.Base(f), vars: map[string]string{}}
 		for k, v := range raw {
 			switch v := v.(type) {
 			case string:
-				rec.vars[k] = v
+				report.vars[k] = v
 			case []any:
 				for _, a := range v {
-					rec.argv = append(rec.argv, fmt.Sprint(a))
+					report.argv = append(report.argv, fmt.Sprint(a))
 				}
 			}
 		}
-		recs = append(recs, rec)
+		reports = append(reports, report)
 	}
-	return recs
+	return reports
 }
 
 // launch runs agents at once, one gorun each, as the nodes of one job on
@@ -375,19 +375,19 @@ func launch(t *testing.T, j job, agents ...agent) {
 	checkJob(t, j, agents, outs, workerReports(t, out), all)
 }
 
-// checkJob checks the workers' records and the agents' output against j.
-func checkJob(t *testing.T, j job, agents []agent, outs []outcome, recs []workerReport, all func() string) {
+// checkJob checks the workers' reports and the agents' output against j.
+func checkJob(t *testing.T, j job, agents []agent, outs []outcome, reports []workerReport, all func() string) {
 	t.Helper()
 	world := 0
 	for _, n := range j.nproc {
 		world += n
 	}
-	if len(recs) != world {
-		t.Fatalf("%d workers wrote a workerReport; want %d (the world the line describes)\n%v\n%s", len(recs), world, recs, all())
+	if len(reports) != world {
+		t.Fatalf("%d workers wrote a workerReport; want %d (the world the line describes)\n%v\n%s", len(reports), world, reports, all())
 	}
 	// The workers of each agent: local ranks 0..nproc-1, one group rank.
 	byAgent := make([][]workerReport, len(agents))
-	for _, r := range recs {
+	for _, r := range reports {
 		i, err := strconv.Atoi(r.vars["NODE"])
 		if err != nil || i < 0 || i >= len(agents) {
 			t.Fatalf("a worker of no agent: %v", r)
@@ -413,13 +413,13 @@ func checkJob(t *testing.T, j job, agents []agent, outs []outcome, recs []worker
 		}
 	}
 	if got := slices.Sorted(slices.Values(group)); !slices.Equal(got, upTo(len(agents))) {
-		t.Fatalf("the agents' group ranks are %v; want 0..%d once each\n%v", group, len(agents)-1, recs)
+		t.Fatalf("the agents' group ranks are %v; want 0..%d once each\n%v", group, len(agents)-1, reports)
 	}
 	// Global ranks in group-rank order, as torchrun assigns them; the
 	// rest of the job's shape the same for every worker.
-	first := recs[0].vars
+	first := reports[0].vars
 	if j.masterAddr == "" && first["MASTER_ADDR"] == "" || j.masterPort == "" && first["MASTER_PORT"] == "" {
-		t.Errorf("no master: %v", recs[0])
+		t.Errorf("no master: %v", reports[0])
 	}
 	// One attempt: the first, but where an elastic round may have closed
 	// before every agent joined (the next round's attempt is the job's).

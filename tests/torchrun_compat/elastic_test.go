@@ -111,13 +111,13 @@ func agentJobs(agents []agent, ep, id string, script func(i int) []string) []job
 	return jobs
 }
 
-// checkRanks checks the workers' ranks (recs: one record per worker,
+// checkRanks checks the workers' ranks (reports: one record per worker,
 // TAG its agent's index) as torchrun assigns them (docs/sources.md, torchrun: ranks):
 // the agents' group ranks are 0..n-1; an agent's workers have global
 // ranks from the sum of the worker counts of the agents of lower group
 // rank, and role ranks from that sum over the agents of the same role;
 // WORLD_SIZE is every worker, ROLE_WORLD_SIZE every worker of the role.
-func checkRanks(t *testing.T, recs map[string]map[string]string, agents []agent) {
+func checkRanks(t *testing.T, reports map[string]map[string]string, agents []agent) {
 	t.Helper()
 	total, roleSize := 0, map[string]int{}
 	for _, a := range agents {
@@ -125,20 +125,20 @@ func checkRanks(t *testing.T, recs map[string]map[string]string, agents []agent)
 		roleSize[a.role] += a.nproc
 	}
 	byAgent := make([][]map[string]string, len(agents))
-	for _, rec := range recs {
-		i, err := strconv.Atoi(rec["TAG"])
+	for _, report := range reports {
+		i, err := strconv.Atoi(report["TAG"])
 		if err != nil || i < 0 || i >= len(agents) {
-			t.Fatalf("a worker of no agent: %v", rec)
+			t.Fatalf("a worker of no agent: %v", report)
 		}
-		byAgent[i] = append(byAgent[i], rec)
+		byAgent[i] = append(byAgent[i], report)
 	}
 	group := make([]int, len(agents))
 	for i, a := range agents {
 		var local []string
-		for _, rec := range byAgent[i] {
-			local = append(local, rec["LOCAL_RANK"])
-			if rec["GROUP_RANK"] != byAgent[i][0]["GROUP_RANK"] || rec["ROLE_NAME"] != a.role || rec["LOCAL_WORLD_SIZE"] != strconv.Itoa(a.nproc) {
-				t.Errorf("agent %d (%s, %d workers): worker %v", i, a.role, a.nproc, rec)
+		for _, report := range byAgent[i] {
+			local = append(local, report["LOCAL_RANK"])
+			if report["GROUP_RANK"] != byAgent[i][0]["GROUP_RANK"] || report["ROLE_NAME"] != a.role || report["LOCAL_WORLD_SIZE"] != strconv.Itoa(a.nproc) {
+				t.Errorf("agent %d (%s, %d workers): worker %v", i, a.role, a.nproc, report)
 			}
 		}
 		slices.Sort(local)
@@ -170,15 +170,15 @@ func checkRanks(t *testing.T, recs map[string]map[string]string, agents []agent)
 				}
 			}
 		}
-		for _, rec := range byAgent[i] {
-			lr, _ := strconv.Atoi(rec["LOCAL_RANK"])
+		for _, report := range byAgent[i] {
+			lr, _ := strconv.Atoi(report["LOCAL_RANK"])
 			want := map[string]string{
 				"RANK": strconv.Itoa(base + lr), "ROLE_RANK": strconv.Itoa(roleBase + lr), "WORLD_SIZE": strconv.Itoa(total),
 				"ROLE_WORLD_SIZE": strconv.Itoa(roleSize[a.role]), "GROUP_WORLD_SIZE": strconv.Itoa(len(agents)),
 			}
 			for k, v := range want {
-				if rec[k] != v {
-					t.Errorf("agent %d (%s, %d workers, group rank %d), local rank %d: %s=%s; want %s (all: %v)", i, a.role, a.nproc, group[i], lr, k, rec[k], v, rec)
+				if report[k] != v {
+					t.Errorf("agent %d (%s, %d workers, group rank %d), local rank %d: %s=%s; want %s (all: %v)", i, a.role, a.nproc, group[i], lr, k, report[k], v, report)
 				}
 			}
 		}
@@ -203,13 +203,13 @@ func TestHeterogeneous(t *testing.T) {
 				return []string{script("distsum.py"), dir, strconv.Itoa(i)}
 			}))
 			allExit(t, outs, 0)
-			recs := dumps(t, dir)
-			for name, rec := range recs {
-				if rec["SUM"] != "15" {
-					t.Errorf("%s: sum %s; want 15", name, rec["SUM"])
+			reports := dumps(t, dir)
+			for name, report := range reports {
+				if report["SUM"] != "15" {
+					t.Errorf("%s: sum %s; want 15", name, report["SUM"])
 				}
 			}
-			checkRanks(t, recs, agents)
+			checkRanks(t, reports, agents)
 		})
 	})
 

@@ -64,7 +64,7 @@ func TestWorkerEnv(t *testing.T) {
 			}
 			for r := range 2 {
 				rs := strconv.Itoa(r)
-				rec := got[l]["a0.r"+rs+".json"]
+				report := got[l]["a0.r"+rs+".json"]
 				want := map[string]string{
 					"LOCAL_RANK": rs, "RANK": rs, "GROUP_RANK": "0", "ROLE_RANK": rs, "ROLE_NAME": "default",
 					"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2", "ROLE_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "1",
@@ -85,19 +85,19 @@ func TestWorkerEnv(t *testing.T) {
 					}
 				}
 				for k, v := range want {
-					if rec[k] != v {
-						t.Errorf("%s rank %d: %s=%q; want %q", l, r, k, rec[k], v)
+					if report[k] != v {
+						t.Errorf("%s rank %d: %s=%q; want %q", l, r, k, report[k], v)
 					}
 				}
 				if torchMajor() >= 2 {
-					if v, set := rec["NCCL_ASYNC_ERROR_HANDLING"]; set {
+					if v, set := report["NCCL_ASYNC_ERROR_HANDLING"]; set {
 						t.Errorf("%s rank %d: NCCL_ASYNC_ERROR_HANDLING=%q; want it unset (torch 2.x warns on every rank)", l, r, v)
 					}
 				}
-				if p, err := strconv.Atoi(rec["MASTER_PORT"]); err != nil || p <= 0 || p > 65535 || rec["MASTER_PORT"] != got[l]["a0.r0.json"]["MASTER_PORT"] {
-					t.Errorf("%s rank %d: MASTER_PORT=%q; want a port, the same for every worker", l, r, rec["MASTER_PORT"])
+				if p, err := strconv.Atoi(report["MASTER_PORT"]); err != nil || p <= 0 || p > 65535 || report["MASTER_PORT"] != got[l]["a0.r0.json"]["MASTER_PORT"] {
+					t.Errorf("%s rank %d: MASTER_PORT=%q; want a port, the same for every worker", l, r, report["MASTER_PORT"])
 				}
-				if f := rec["TORCHELASTIC_ERROR_FILE"]; !strings.HasSuffix(f, "/attempt_0/"+rs+"/error.json") {
+				if f := report["TORCHELASTIC_ERROR_FILE"]; !strings.HasSuffix(f, "/attempt_0/"+rs+"/error.json") {
 					t.Errorf("%s rank %d: TORCHELASTIC_ERROR_FILE=%q; want .../attempt_0/%d/error.json", l, r, f, r)
 				}
 			}
@@ -146,10 +146,10 @@ func TestWorkerEnv(t *testing.T) {
 			if o.code != 0 {
 				t.Fatalf("exit %d\n%s", o.code, o)
 			}
-			for name, rec := range dumps(t, dir) {
-				if rec["TORCH_NCCL_ASYNC_ERROR_HANDLING"] != "0" || rec["OMP_NUM_THREADS"] != "3" {
+			for name, report := range dumps(t, dir) {
+				if report["TORCH_NCCL_ASYNC_ERROR_HANDLING"] != "0" || report["OMP_NUM_THREADS"] != "3" {
 					t.Errorf("%s: TORCH_NCCL_ASYNC_ERROR_HANDLING=%q OMP_NUM_THREADS=%q; want the launcher's 0 and 3", name,
-						rec["TORCH_NCCL_ASYNC_ERROR_HANDLING"], rec["OMP_NUM_THREADS"])
+						report["TORCH_NCCL_ASYNC_ERROR_HANDLING"], report["OMP_NUM_THREADS"])
 				}
 			}
 			if strings.Contains(o.stderr, "OMP_NUM_THREADS") {
@@ -173,13 +173,13 @@ func TestWorkerEnv(t *testing.T) {
 			if o.code != 0 {
 				t.Fatalf("exit %d\n%s", o.code, o)
 			}
-			recs := dumps(t, dir)
-			if len(recs) != 2 {
-				t.Errorf("workers %v; want ranks 0 and 1", recs)
+			reports := dumps(t, dir)
+			if len(reports) != 2 {
+				t.Errorf("workers %v; want ranks 0 and 1", reports)
 			}
-			for name, rec := range recs {
-				if rec["MASTER_ADDR"] != "localhost" || rec["MASTER_PORT"] != port {
-					t.Errorf("%s: MASTER_ADDR=%q MASTER_PORT=%q; want localhost and %s", name, rec["MASTER_ADDR"], rec["MASTER_PORT"], port)
+			for name, report := range reports {
+				if report["MASTER_ADDR"] != "localhost" || report["MASTER_PORT"] != port {
+					t.Errorf("%s: MASTER_ADDR=%q MASTER_PORT=%q; want localhost and %s", name, report["MASTER_ADDR"], report["MASTER_PORT"], port)
 				}
 			}
 		})
@@ -309,14 +309,14 @@ func TestNewerTorch(t *testing.T) {
 		if o.code != 0 {
 			t.Fatalf("exit %d; want 0\n%s", o.code, o)
 		}
-		recs := dumps(t, dir)
-		for name, rec := range recs {
-			if rec["MASTER_ADDR"] != "127.0.0.2" {
-				t.Errorf("%s: MASTER_ADDR=%q; want --local-addr's 127.0.0.2", name, rec["MASTER_ADDR"])
+		reports := dumps(t, dir)
+		for name, report := range reports {
+			if report["MASTER_ADDR"] != "127.0.0.2" {
+				t.Errorf("%s: MASTER_ADDR=%q; want --local-addr's 127.0.0.2", name, report["MASTER_ADDR"])
 			}
 		}
-		if len(recs) != 2 {
-			t.Errorf("workers %v; want 2", recs)
+		if len(reports) != 2 {
+			t.Errorf("workers %v; want 2", reports)
 		}
 	})
 

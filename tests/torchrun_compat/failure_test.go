@@ -30,18 +30,18 @@ func TestRestarts(t *testing.T) {
 			if o.code != 0 {
 				t.Errorf("exit %d; want 0\n%s", o.code, o)
 			}
-			recs := dumps(t, dir)
-			if _, ok := recs["a0.r1.json"]; !ok {
-				t.Errorf("rank 1 never ran attempt 0: %v", recs)
+			reports := dumps(t, dir)
+			if _, ok := reports["a0.r1.json"]; !ok {
+				t.Errorf("rank 1 never ran attempt 0: %v", reports)
 			}
 			for _, r := range []string{"0", "1"} {
-				rec, ok := recs["a1.r"+r+".json"]
-				if !ok || rec["TORCHELASTIC_RESTART_COUNT"] != "1" || rec["TORCHELASTIC_MAX_RESTARTS"] != "3" {
-					t.Errorf("rank %s on attempt 1: %v (ran: %v); want TORCHELASTIC_RESTART_COUNT=1, TORCHELASTIC_MAX_RESTARTS=3\n%s", r, rec, ok, o)
+				report, ok := reports["a1.r"+r+".json"]
+				if !ok || report["TORCHELASTIC_RESTART_COUNT"] != "1" || report["TORCHELASTIC_MAX_RESTARTS"] != "3" {
+					t.Errorf("rank %s on attempt 1: %v (ran: %v); want TORCHELASTIC_RESTART_COUNT=1, TORCHELASTIC_MAX_RESTARTS=3\n%s", r, report, ok, o)
 				}
 			}
-			if _, ok := recs["a2.r0.json"]; ok {
-				t.Errorf("a third attempt ran after attempt 1 succeeded: %v", recs)
+			if _, ok := reports["a2.r0.json"]; ok {
+				t.Errorf("a third attempt ran after attempt 1 succeeded: %v", reports)
 			}
 		})
 	})
@@ -58,13 +58,13 @@ func TestRestarts(t *testing.T) {
 			if want := l.failureCode(3); o.code != want {
 				t.Errorf("exit %d; want %d\n%s", o.code, want, o)
 			}
-			recs := dumps(t, dir)
+			reports := dumps(t, dir)
 			for _, name := range []string{"a0.r1.json", "a1.r1.json", "a2.r1.json"} {
-				if _, ok := recs[name]; !ok {
-					t.Errorf("no %s: attempts that ran: %v", name, recs)
+				if _, ok := reports[name]; !ok {
+					t.Errorf("no %s: attempts that ran: %v", name, reports)
 				}
 			}
-			if _, ok := recs["a3.r1.json"]; ok {
+			if _, ok := reports["a3.r1.json"]; ok {
 				t.Errorf("a 4th attempt ran with --max-restarts=2")
 			}
 			for _, want := range []string{"compat_worker.py FAILED", "rank      : 1 (local_rank: 1)", "exitcode  : 3"} {

@@ -203,9 +203,9 @@ func TestInitMethod(t *testing.T) {
 				if o.code != 0 {
 					t.Errorf("exit %d; want 0\n%s", o.code, o)
 				}
-				recs := dumps(t, dir)
-				if len(recs) != 2 || recs["r0.json"]["SUM"] != "1" || recs["r1.json"]["SUM"] != "1" {
-					t.Errorf("distributed sums %v; want 1 on ranks 0 and 1\n%s", recs, o)
+				reports := dumps(t, dir)
+				if len(reports) != 2 || reports["r0.json"]["SUM"] != "1" || reports["r1.json"]["SUM"] != "1" {
+					t.Errorf("distributed sums %v; want 1 on ranks 0 and 1\n%s", reports, o)
 				}
 			})
 		})

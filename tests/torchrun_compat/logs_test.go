@@ -184,9 +184,9 @@ func TestRunIDs(t *testing.T) {
 				if o.code != 0 {
 					t.Fatalf("exit %d; want 0\n%s", o.code, o)
 				}
-				for name, rec := range dumps(t, dir) {
-					if rec["TORCHELASTIC_RUN_ID"] != tt.id || rec["ROLE_NAME"] != tt.role {
-						t.Errorf("%s: TORCHELASTIC_RUN_ID=%q ROLE_NAME=%q; want %q and %q", name, rec["TORCHELASTIC_RUN_ID"], rec["ROLE_NAME"], tt.id, tt.role)
+				for name, report := range dumps(t, dir) {
+					if report["TORCHELASTIC_RUN_ID"] != tt.id || report["ROLE_NAME"] != tt.role {
+						t.Errorf("%s: TORCHELASTIC_RUN_ID=%q ROLE_NAME=%q; want %q and %q", name, report["TORCHELASTIC_RUN_ID"], report["ROLE_NAME"], tt.id, tt.role)
 					}
 				}
 				run := runFolder(t, base, tt.id, o)

@@ -372,7 +372,7 @@ func wantTouched(t *testing.T, dir string, n int, o outcome) {
 	}
 }
 
-// dumps reads the worker records (JSON objects of strings) in dir, by
+// dumps reads the worker reports (JSON objects of strings) in dir, by
 // file name.
 func dumps(t *testing.T, dir string) map[string]map[string]string {
 	t.Helper()
@@ -382,7 +382,7 @@ func dumps(t *testing.T, dir string) map[string]map[string]string {
 // workerReports reads the JSON objects in dir's *.json files, by file name.
 func workerReports[V any](t *testing.T, dir string) map[string]map[string]V {
 	t.Helper()
-	recs := map[string]map[string]V{}
+	reports := map[string]map[string]V{}
 	for _, name := range fileNames(t, dir) {
 		if !strings.HasSuffix(name, ".json") {
 			continue
@@ -391,13 +391,13 @@ func workerReports[V any](t *testing.T, dir string) map[string]map[string]V {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := map[string]V{}
-		if err := json.Unmarshal(data, &rec); err != nil {
+		report := map[string]V{}
+		if err := json.Unmarshal(data, &report); err != nil {
 			t.Fatalf("%s: %v: %s", name, err, data)
 		}
-		recs[name] = rec
+		reports[name] = report
 	}
-	return recs
+	return reports
 }
 
 // workerLines are the console lines of the workers' output that end with

@@ -71,11 +71,11 @@ func TestVirtualLocalRank(t *testing.T) {
 		if o.code != 0 {
 			t.Fatalf("exit %d; want 0\n%s", o.code, o)
 		}
-		recs := dumps(t, dir)
+		reports := dumps(t, dir)
 		for r, gpu := range []string{"3", "5"} {
-			rec := recs["a0.r"+strconv.Itoa(r)+".json"]
-			if rec["LOCAL_RANK"] != "0" || rec["CUDA_VISIBLE_DEVICES"] != gpu || rec["RANK"] != strconv.Itoa(r) {
-				t.Errorf("rank %d: LOCAL_RANK=%q CUDA_VISIBLE_DEVICES=%q RANK=%q; want 0, %s, %d", r, rec["LOCAL_RANK"], rec["CUDA_VISIBLE_DEVICES"], rec["RANK"], gpu, r)
+			report := reports["a0.r"+strconv.Itoa(r)+".json"]
+			if report["LOCAL_RANK"] != "0" || report["CUDA_VISIBLE_DEVICES"] != gpu || report["RANK"] != strconv.Itoa(r) {
+				t.Errorf("rank %d: LOCAL_RANK=%q CUDA_VISIBLE_DEVICES=%q RANK=%q; want 0, %s, %d", r, report["LOCAL_RANK"], report["CUDA_VISIBLE_DEVICES"], report["RANK"], gpu, r)
 			}
 		}
 
@@ -238,10 +238,10 @@ func TestDefaultRunID(t *testing.T) {
 			if o := l.launch(t, job{bare: true, args: []string{"--nproc-per-node=2"}, script: []string{script("compat_worker.py"), "env", dir}}); o.code != 0 {
 				t.Fatalf("exit %d\n%s", o.code, o)
 			}
-			recs := dumps(t, dir)
-			id := recs["a0.r0.json"]["TORCHELASTIC_RUN_ID"]
-			if !uuid.MatchString(id) || recs["a0.r1.json"]["TORCHELASTIC_RUN_ID"] != id {
-				t.Errorf("TORCHELASTIC_RUN_ID %q and %q; want one UUID for both ranks", id, recs["a0.r1.json"]["TORCHELASTIC_RUN_ID"])
+			reports := dumps(t, dir)
+			id := reports["a0.r0.json"]["TORCHELASTIC_RUN_ID"]
+			if !uuid.MatchString(id) || reports["a0.r1.json"]["TORCHELASTIC_RUN_ID"] != id {
+				t.Errorf("TORCHELASTIC_RUN_ID %q and %q; want one UUID for both ranks", id, reports["a0.r1.json"]["TORCHELASTIC_RUN_ID"])
 			}
 			ids = append(ids, id)
 		}

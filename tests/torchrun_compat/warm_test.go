@@ -45,7 +45,7 @@ func TestWarmStart(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		flags []string
-		// script is the command line, with DIR for the records' folder.
+		// script is the command line, with DIR for the reports' folder.
 		script []string
 		code   int
 		env    []string
@@ -64,7 +64,7 @@ func TestWarmStart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			outs := map[bool]outcome{}
-			recs := map[bool]map[string]map[string]any{}
+			reports := map[bool]map[string]map[string]any{}
 			// One after the other, with the same command line, HOME and
 			// TMPDIR.
 			dir, home, tmp := t.TempDir(), t.TempDir(), shortTempDir(t)
@@ -81,18 +81,18 @@ func TestWarmStart(t *testing.T) {
 				if outs[warm].code != tc.code {
 					t.Fatalf("warm %v: exit %d, want %d\n%s", warm, outs[warm].code, tc.code, outs[warm])
 				}
-				recs[warm] = warmReports(t, dir)
-				if len(recs[warm]) != 2 {
-					t.Fatalf("warm %v: records %v; want ranks 0 and 1\n%s", warm, recs[warm], outs[warm])
+				reports[warm] = warmReports(t, dir)
+				if len(reports[warm]) != 2 {
+					t.Fatalf("warm %v: reports %v; want ranks 0 and 1\n%s", warm, reports[warm], outs[warm])
 				}
-				for name := range recs[warm] {
+				for name := range reports[warm] {
 					if err := os.Remove(filepath.Join(dir, name)); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			for name, cold := range recs[false] {
-				warm := recs[true][name]
+			for name, cold := range reports[false] {
+				warm := reports[true][name]
 				if cold["warm"] != false || warm["warm"] != true {
 					t.Errorf("%s: the warm module imported before the script: cold %v, warm %v; want false and true", name, cold["warm"], warm["warm"])
 				}
@@ -198,10 +198,10 @@ func TestWarmRestart(t *testing.T) {
 		if o.code != 0 {
 			t.Fatalf("exit %d\n%s", o.code, o)
 		}
-		recs := warmReports(t, dir)
+		reports := warmReports(t, dir)
 		for _, name := range []string{"a0.r0.json", "a0.r1.json", "a1.r0.json", "a1.r1.json"} {
-			if recs[name] == nil || recs[name]["warm"] != true {
-				t.Errorf("%s: %v; want a warm start", name, recs[name])
+			if reports[name] == nil || reports[name]["warm"] != true {
+				t.Errorf("%s: %v; want a warm start", name, reports[name])
 			}
 		}
 	})
@@ -213,15 +213,15 @@ func TestWarmRestart(t *testing.T) {
 			script: []string{script("introspect.py"), "failwhen", dir, fail}})
 		var warmPids []int
 		proctest.WaitFor(t, "the next attempt's two spare interpreters", launchTimeout, func() bool {
-			recs := warmReports(t, dir)
-			if len(recs) < 2 {
+			reports := warmReports(t, dir)
+			if len(reports) < 2 {
 				return false
 			}
 			warmPids = nil
 			for _, pid := range jobProcesses(tmp) {
 				cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-				if strings.Contains(string(cmdline), "_gorun_warm") && pid != int(recs["a0.r0.json"]["pid"].(float64)) &&
-					pid != int(recs["a0.r1.json"]["pid"].(float64)) {
+				if strings.Contains(string(cmdline), "_gorun_warm") && pid != int(reports["a0.r0.json"]["pid"].(float64)) &&
+					pid != int(reports["a0.r1.json"]["pid"].(float64)) {
 					warmPids = append(warmPids, pid)
 				}
 			}
@@ -240,10 +240,10 @@ func TestWarmRestart(t *testing.T) {
 		if o.code != 0 || !strings.Contains(o.stderr, "was killed by SIGKILL (exit code 137) before its round: starting the rank cold") {
 			t.Fatalf("exit %d; want 0, and a warning for each killed spare\n%s", o.code, o)
 		}
-		recs := warmReports(t, dir)
+		reports := warmReports(t, dir)
 		for _, name := range []string{"a1.r0.json", "a1.r1.json"} {
-			if recs[name] == nil || recs[name]["warm"] != false {
-				t.Errorf("%s: %v; want a cold start", name, recs[name])
+			if reports[name] == nil || reports[name]["warm"] != false {
+				t.Errorf("%s: %v; want a cold start", name, reports[name])
 			}
 		}
 	})
@@ -285,7 +285,7 @@ func TestWarmRestart(t *testing.T) {
 				}
 				o := r.wait(t)
 				if o.code != 128+int(tc.sig) || strings.Contains(o.stderr, "failed") || len(warmReports(t, dir)) != 0 {
-					t.Errorf("exit %d after %v, records %v; want %d, no failed import, no script run\n%s", o.code, tc.sig, warmReports(t, dir), 128+int(tc.sig), o)
+					t.Errorf("exit %d after %v, reports %v; want %d, no failed import, no script run\n%s", o.code, tc.sig, warmReports(t, dir), 128+int(tc.sig), o)
 				}
 				proctest.WaitFor(t, "every process of the job to end", 30*time.Second, func() bool { return len(jobProcesses(tmp)) == 0 })
 				return
@@ -296,15 +296,15 @@ func TestWarmRestart(t *testing.T) {
 			if o := r.wait(t); o.code != 0 {
 				t.Fatalf("exit %d\n%s", o.code, o)
 			}
-			recs := warmReports(t, dir)
-			if len(recs) != 2 {
-				t.Fatalf("records %v; want ranks 0 and 1", recs)
+			reports := warmReports(t, dir)
+			if len(reports) != 2 {
+				t.Fatalf("reports %v; want ranks 0 and 1", reports)
 			}
-			for name, rec := range recs {
-				if !reflect.DeepEqual(rec["preloaded"], []any{"slowimport"}) {
-					t.Errorf("%s: modules imported before the script: %v; want slowimport (a warm start)", name, rec["preloaded"])
+			for name, report := range reports {
+				if !reflect.DeepEqual(report["preloaded"], []any{"slowimport"}) {
+					t.Errorf("%s: modules imported before the script: %v; want slowimport (a warm start)", name, report["preloaded"])
 				}
-				env := rec["environ"].(map[string]any)
+				env := report["environ"].(map[string]any)
 				for i := range 10 {
 					if v, _ := env[fmt.Sprintf("LARGE%d", i)].(string); len(v) != 30<<10 {
 						t.Errorf("%s: LARGE%d has %d bytes, want %d", name, i, len(v), 30<<10)
@@ -345,8 +345,8 @@ func TestWarmRestart(t *testing.T) {
 				t.Errorf("no %q in gorun's warning\n%s", want, o)
 			}
 		}
-		for name, rec := range warmReports(t, dir) {
-			if pre := rec["preloaded"]; !reflect.DeepEqual(pre, []any{}) {
+		for name, report := range warmReports(t, dir) {
+			if pre := report["preloaded"]; !reflect.DeepEqual(pre, []any{}) {
 				t.Errorf("%s: modules imported before the script: %v; want none (a cold start)", name, pre)
 			}
 		}

@@ -109,7 +109,7 @@ const (
 	detectWithin = 2*leaseTTL + lastCall + time.Second
 )
 
-// scheduledFault is one fault of a round's plan; the target node is drawn
+// scheduledFault is one fault of a round's script; the target node is drawn
 // when it is injected (among the nodes still there).
 type scheduledFault struct {
 	kind  Kind
@@ -187,7 +187,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// String describes the plan of a round for the log.
+// String describes a round's script for the log.
 func (p roundScript) String() string {
 	s := string(p.workload) + ":"
 	for _, f := range p.faults {

@@ -112,7 +112,7 @@ func (r *Report) Table() string {
 	return b.String()
 }
 
-// Rounds is one line per job: its plan, verdict, final line and time.
+// Rounds is one line per job: its script, verdict, final line and time.
 func (r *Report) Rounds() string {
 	var b strings.Builder
 	for i, rr := range r.rounds {
