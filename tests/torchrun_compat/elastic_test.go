@@ -111,7 +111,7 @@ func agentJobs(agents []agent, ep, id string, script func(i int) []string) []job
 	return jobs
 }
 
-// checkRanks checks the workers' ranks (reports: one record per worker,
+// checkRanks checks the workers' ranks (reports: one per worker,
 // TAG its agent's index) as torchrun assigns them (docs/sources.md, torchrun: ranks):
 // the agents' group ranks are 0..n-1; an agent's workers have global
 // ranks from the sum of the worker counts of the agents of lower group

@@ -105,15 +105,15 @@ func TestWorkerEnv(t *testing.T) {
 		if len(launchers) < 2 {
 			return
 		}
-		for name, trec := range got[torchrun] {
-			grec := got[gorun][name]
-			for k, tv := range trec {
+		for name, treport := range got[torchrun] {
+			greport := got[gorun][name]
+			for k, tv := range treport {
 				switch {
 				case k == "MASTER_PORT", k == "TORCHELASTIC_ERROR_FILE":
 					continue
 				case k == "PYTHONPATH":
 					// gorun's Python modules first, then the user's.
-					if gv := grec[k]; !regexp.MustCompile(`/gorun-python-[0-9]+:`).MatchString(gv) || !strings.HasSuffix(gv, ":"+tv) {
+					if gv := greport[k]; !regexp.MustCompile(`/gorun-python-[0-9]+:`).MatchString(gv) || !strings.HasSuffix(gv, ":"+tv) {
 						t.Errorf("%s: PYTHONPATH: gorun %q; want its modules' folder, then torchrun's %q", name, gv, tv)
 					}
 					continue
@@ -122,12 +122,12 @@ func TestWorkerEnv(t *testing.T) {
 					// folders, and torchrun gets PET_ settings.
 					continue
 				}
-				if gv, ok := grec[k]; !ok || gv != tv {
+				if gv, ok := greport[k]; !ok || gv != tv {
 					t.Errorf("%s: %s: gorun %q (set: %v), torchrun %q", name, k, gv, ok, tv)
 				}
 			}
-			for k, gv := range grec {
-				if _, ok := trec[k]; !ok && !gorunOnly(k) {
+			for k, gv := range greport {
+				if _, ok := treport[k]; !ok && !gorunOnly(k) {
 					t.Errorf("%s: %s=%q: gorun sets it and torchrun %s does not (docs/launcher.md lists what gorun adds)", name, k, gv, torchVersion)
 				}
 			}

@@ -212,7 +212,7 @@ func TestWarmRestart(t *testing.T) {
 		r := gorun.start(t, job{args: append([]string{"--nproc-per-node=2", "--max-restarts=1"}, warmFlags...), tmp: tmp,
 			script: []string{script("introspect.py"), "failwhen", dir, fail}})
 		var warmPids []int
-		proctest.WaitFor(t, "the next attempt's two spare interpreters", launchTimeout, func() bool {
+		proctest.WaitFor(t, "the next attempt's two warm interpreters", launchTimeout, func() bool {
 			reports := warmReports(t, dir)
 			if len(reports) < 2 {
 				return false
