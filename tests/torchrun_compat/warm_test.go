@@ -205,7 +205,7 @@ func TestWarmRestart(t *testing.T) {
 			}
 		}
 	})
-	t.Run("a spare killed before its round", func(t *testing.T) {
+	t.Run("a warm interpreter killed before its round", func(t *testing.T) {
 		t.Parallel()
 		dir, tmp := t.TempDir(), shortTempDir(t)
 		fail := filepath.Join(dir, "fail-now")
@@ -238,7 +238,7 @@ func TestWarmRestart(t *testing.T) {
 		}
 		o := r.wait(t)
 		if o.code != 0 || !strings.Contains(o.stderr, "was killed by SIGKILL (exit code 137) before its round: starting the rank cold") {
-			t.Fatalf("exit %d; want 0, and a warning for each killed spare\n%s", o.code, o)
+			t.Fatalf("exit %d; want 0, and a warning for each killed warm interpreter\n%s", o.code, o)
 		}
 		reports := warmReports(t, dir)
 		for _, name := range []string{"a1.r0.json", "a1.r1.json"} {
@@ -247,7 +247,7 @@ func TestWarmRestart(t *testing.T) {
 			}
 		}
 	})
-	// A spare still importing when its round starts gets the worker's
+	// A warm interpreter still importing when its round starts gets the worker's
 	// command line and environment (300 KB here, more than the socket
 	// holds) once its imports are done; meanwhile gorun stops on SIGTERM
 	// as for any worker (it used to wait in the write).
@@ -415,7 +415,7 @@ func TestWarmRestart(t *testing.T) {
 		})
 		// The next attempt's interpreters are forked once the workers
 		// are: with the workers and the store, at least 5 processes.
-		proctest.WaitFor(t, "the spare interpreters to start", launchTimeout, func() bool { return len(jobProcesses(tmp)) >= 5 })
+		proctest.WaitFor(t, "the warm interpreters to start", launchTimeout, func() bool { return len(jobProcesses(tmp)) >= 5 })
 		r.cmd.Process.Kill()
 		r.wait(t)
 		proctest.WaitFor(t, "every process of the killed gorun's job to end", 30*time.Second, func() bool {
