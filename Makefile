@@ -71,8 +71,8 @@ bench: bench-launch bench-rendezvous bench-leases bench-plan bench-memory bench-
 bench-launch: build ## gorun vs torchrun: empty job, failure -> replacement; writes docs/benchmarks.md
 	bin/gorun bench launch --python $(PYTHON) --write docs/benchmarks.md
 
-bench-rendezvous: build ## N agents through the etcd rendezvous vs the etcd floor; writes docs/benchmarks.md
-	bin/gorun bench rendezvous --agents 64,256,1024,4096 --format text --write docs/benchmarks.md
+bench-rendezvous: build ## N agents through the etcd rendezvous vs the etcd floor; writes docs/benchmarks.md and docs/rendezvous.svg
+	bin/gorun bench rendezvous --agents 64,256,512,1024,2048,4096 --format text --write docs/benchmarks.md --plot docs/rendezvous.svg
 
 bench-leases: build ## the store's cost of N nodes' leases at each TTL vs how fast a silent node is dropped; writes docs/benchmarks.md
 	bin/gorun bench leases --nodes 1024,4096 --ttl 2s,3s,4s,5s,10s --format text --write docs/benchmarks.md

@@ -2,6 +2,7 @@ package companion
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 			&cli.StringFlag{Name: "agents", Value: "1024", Usage: "number of agents, or a comma-separated list (64,256,1024,4096)"},
 			&cli.StringFlag{Name: "format", Value: "json", Usage: "json (one object per count) or text"},
 			&cli.StringFlag{Name: "write", Usage: "update this markdown file's rendezvous section (e.g. docs/benchmarks.md)"},
+			&cli.StringFlag{Name: "plot", Usage: "draw the run, time per round against agents with its floor, into this SVG file (e.g. docs/rendezvous.svg)"},
 		},
 		Action: func(c *cli.Context) error {
 			counts, err := flagval.ParseIntList("agents", c.String("agents"))
@@ -53,6 +55,13 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 				}
 				if err := cmdline.EmitBenchResult(c, format, res, text); err != nil {
 					return err
+				}
+			}
+			if path := c.String("plot"); path != "" {
+				note := fmt.Sprintf("gorun bench rendezvous, %s, %d cores, %s; one embedded etcd, agents in one process",
+					time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version())
+				if err := os.WriteFile(path, rdzvbench.Plot(results, note), 0o644); err != nil {
+					return cli.Exit("bench rendezvous: --plot: "+err.Error(), 1)
 				}
 			}
 			return cmdline.WriteBenchSection(c, "bench rendezvous", markdown(results))
