@@ -15,8 +15,9 @@ import (
 // v is the version of the records' forms, kind says what the record
 // holds, and data holds it. A record of another version (written by a
 // gorun of another release, with this job's secret) is refused, naming
-// its version; a record of another kind than its key holds is refused
-// too.
+// its version, and stops this node where it meets it among the control
+// keys (control.go, foreignErr); a record of another kind than its key
+// holds is refused too.
 
 // recordVersion is the version of the records this gorun writes, and
 // the only one it reads.
@@ -33,12 +34,12 @@ const (
 	kindRestarts        recordKind = "restarts"         // ctl/restarts: the restarts spent
 	kindOutcome         recordKind = "outcome"          // ctl/outcome: outcomeRecord
 	kindStop            recordKind = "stop_request"     // ctl/stop: rendezvous.StopRequest
-	kindClosed          recordKind = "closed_round"     // ctl/closed/N: closedRound
+	kindClosed          recordKind = "closed_round"     // ctl/closed/N: RoundRecord
 	kindRoundEnd        recordKind = "round_end"        // ctl/end/N: roundEnd
 	kindCloser          recordKind = "closer"           // ctl/closer/N: the id of the node closing round N
 	kindJoin            recordKind = "join"             // join/N/ID: NodeRecord
 	kindNodeRank        recordKind = "node_rank"        // noderank/N/R: the id of the node holding --node-rank R
-	kindRanks           recordKind = "ranks"            // rank/N/ID: memberRanks
+	kindRanks           recordKind = "ranks"            // rank/N/ID: rankRecord
 	kindDone            recordKind = "done"             // done/N/ID: "ok", or "stopped" on a stop request
 	kindHangVote        recordKind = "hang_vote"        // hangwatch/N/quiet/G: true, node G is quiet
 	kindHangDeclared    recordKind = "hang_declared"    // hangwatch/N/hung: rendezvous.HangDeclared
