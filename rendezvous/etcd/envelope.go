@@ -103,23 +103,19 @@ func decodeRecord(payload []byte, kind recordKind, out any) error {
 // false.
 func (r *Rendezvous) read(key string, value []byte, rev int64, kind recordKind, out any) bool {
 	payload, ok := r.g.Open(key, value, rev)
-	if !ok {
-		return false
-	}
-	if err := decodeRecord(payload, kind, out); err != nil {
-		r.g.Refuse(key, rev, err.Error())
-		return false
-	}
-	return true
+	return ok && r.decodeOpened(key, rev, payload, kind, out)
 }
 
 // readLarge is read for a record that may be as large as a node's
 // flight-recorder evidence.
 func (r *Rendezvous) readLarge(key string, value []byte, rev int64, kind recordKind, out any) bool {
 	payload, ok := r.g.OpenLarge(key, value, rev)
-	if !ok {
-		return false
-	}
+	return ok && r.decodeOpened(key, rev, payload, kind, out)
+}
+
+// decodeOpened decodes the opened payload of key as a record of kind
+// into out, refusing it (logged once) when it is not one.
+func (r *Rendezvous) decodeOpened(key string, rev int64, payload []byte, kind recordKind, out any) bool {
 	if err := decodeRecord(payload, kind, out); err != nil {
 		r.g.Refuse(key, rev, err.Error())
 		return false

@@ -3,11 +3,12 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -17,31 +18,12 @@ import (
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
 )
 
-// freeAddrs returns n host:port addresses free on 127.0.0.1 now.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
-
 // startCluster starts the members of a store of len(tokens) members at
 // once, member i with tokens[i], and returns them with their errors and
 // their client addresses.
 func startCluster(t *testing.T, tokens []Token, ready time.Duration) ([]*jobstore.Server, []error, []string) {
 	t.Helper()
-	addrs := freeAddrs(t, 2*len(tokens))
+	addrs := proctest.FreeAddrs(t, 2*len(tokens))
 	peers, clients := addrs[:len(tokens)], addrs[len(tokens):]
 	servers := make([]*jobstore.Server, len(tokens))
 	errs := make([]error, len(tokens))

@@ -135,6 +135,26 @@ func FreePort(t testing.TB, addr string) int {
 	return port
 }
 
+// FreeAddrs is n host:port addresses free on 127.0.0.1 now, distinct
+// (all are held until every one is chosen).
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
 // PickPort is FreePort for code that runs outside a test's goroutine (a
 // test cluster's set-up): the port, or why none could be had.
 func PickPort(addr string) (int, error) {

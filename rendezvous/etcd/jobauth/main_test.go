@@ -1,9 +1,7 @@
 package jobauth
 
 import (
-	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,13 +10,4 @@ import (
 
 // TestMain fails the package's tests if goroutines outlive them (a
 // probe's connection, a token file's wait).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakcheck.Wait(10 * time.Second); len(leaked) > 0 {
-			fmt.Fprintf(os.Stderr, "leakcheck: %d goroutines still running after the tests:\n\n%s\n", len(leaked), strings.Join(leaked, "\n\n"))
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m, 10*time.Second)) }

@@ -11,36 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/gorun-dev/gorun/rendezvous"
 )
 
-// freeAddrs returns n host:port addresses free on 127.0.0.1 now.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
-
 // startCluster starts the members of a store of len(tokens) members at
 // once, member i with tokens[i], and returns them with their errors.
 func startCluster(t *testing.T, tokens []rendezvous.Token, ready time.Duration) ([]*Server, []error, []string) {
 	t.Helper()
-	return startClusterAt(t, freeAddrs(t, 2*len(tokens)), tokens, ready)
+	return startClusterAt(t, proctest.FreeAddrs(t, 2*len(tokens)), tokens, ready)
 }
 
 // startClusterAt is startCluster with the members' peer addresses, then
@@ -130,7 +113,7 @@ func TestClusterOfHostNames(t *testing.T) {
 	if _, err := net.LookupHost(name); err != nil {
 		t.Skipf("SKIPPED: this machine's name %q does not resolve: %v", name, err)
 	}
-	addrs := freeAddrs(t, 6)
+	addrs := proctest.FreeAddrs(t, 6)
 	for i, a := range addrs {
 		addrs[i] = strings.Replace(a, "127.0.0.1:", name+":", 1)
 	}
@@ -190,7 +173,7 @@ func TestClusterRefusesAStranger(t *testing.T) {
 func TestClusterStartsWithoutMemberZero(t *testing.T) {
 	t.Parallel()
 	token := rendezvous.Token("gorun-cluster-test-token-no-zero-01")
-	addrs := freeAddrs(t, 6)
+	addrs := proctest.FreeAddrs(t, 6)
 	peers, clients := addrs[:3], addrs[3:]
 	servers := make([]*Server, 3)
 	errs := make([]error, 3)
@@ -237,7 +220,7 @@ func TestClusterStartsWithoutMemberZero(t *testing.T) {
 // with MemberTakenExit for its agent to go on as a client.
 func TestClusterMemberWhosePlaceIsTaken(t *testing.T) {
 	token := rendezvous.Token("gorun-cluster-test-token-0123456789")
-	addrs := freeAddrs(t, 6)
+	addrs := proctest.FreeAddrs(t, 6)
 	servers, errs, _ := startClusterAt(t, addrs, []rendezvous.Token{token, token, token}, 30*time.Second)
 	for i, err := range errs {
 		if err != nil {

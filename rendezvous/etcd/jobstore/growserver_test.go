@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+
 	"github.com/gorun-dev/gorun/rendezvous"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -19,7 +21,7 @@ func TestStoreGrowsToThreeMembers(t *testing.T) {
 	token := rendezvous.Token("gorun-grow-test-token-0123456789")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	addrs := freeAddrs(t, 6)
+	addrs := proctest.FreeAddrs(t, 6)
 	first, err := StartServer(ctx, ServerConfig{ClientAddr: addrs[0], PeerAddr: addrs[1], Token: token, Growable: true})
 	if err != nil {
 		t.Fatal(err)

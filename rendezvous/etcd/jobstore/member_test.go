@@ -5,9 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
 
 	"github.com/sirupsen/logrus"
 
@@ -47,7 +48,7 @@ func TestMemberRestartedWhateverItsExit(t *testing.T) {
 				t.Fatal(err)
 			}
 			log := logrus.New()
-			logged := &syncWriter{w: &strings.Builder{}}
+			logged := &proctest.Buffer{}
 			log.SetOutput(logged)
 			m := &MemberProcess{argv: []string{script, "store", "--listen", "127.0.0.1:1"}, token: []byte("0123456789abcdef0123"),
 				dir: tmp, log: log, stderr: io.Discard, stop: make(chan struct{}), done: make(chan struct{})}
@@ -84,23 +85,4 @@ func TestMemberRestartedWhateverItsExit(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncWriter is a writer safe for the supervisor's goroutine and the
-// test's.
-type syncWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (s *syncWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(b)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.String()
 }
