@@ -35,6 +35,9 @@ type clientPort struct {
 	limits pendingLimits
 	// presence serves the presence connections; nil without the job's TLS.
 	presence *presences
+	// grpc serves the proven connections, in place of the socket; nil
+	// without the job's TLS.
+	grpc *grpcPort
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool
@@ -194,12 +197,18 @@ func (p *clientPort) unpendLocked(src string, c net.Conn) {
 	}
 }
 
+// untrack forgets c and closes it.
 func (p *clientPort) untrack(c net.Conn) {
+	p.forget(c)
+	c.Close()
+}
+
+// forget drops c from the connections the port closes.
+func (p *clientPort) forget(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.unpendLocked(source(c), c)
 	p.mu.Unlock()
-	c.Close()
 }
 
 // prove runs the job's TLS handshake on c within the deadline; the
@@ -223,7 +232,12 @@ func (p *clientPort) prove(c net.Conn) (net.Conn, bool) {
 // side ends; then both connections are closed.
 func (p *clientPort) forward(c net.Conn) {
 	defer p.wg.Done()
-	defer p.untrack(c)
+	handed := false
+	defer func() {
+		if !handed {
+			p.untrack(c)
+		}
+	}()
 	client := c
 	if p.tls != nil {
 		var ok bool
@@ -233,6 +247,16 @@ func (p *clientPort) forward(c net.Conn) {
 		if client.(*tls.Conn).ConnectionState().NegotiatedProtocol == jobauth.PresenceProto {
 			if p.presence != nil {
 				p.presence.hold(client)
+			}
+			return
+		}
+		if p.grpc != nil {
+			// The gRPC server owns the connection from here, and closes
+			// it (at the latest when the port closes: grpcPort.stop).
+			p.forget(c)
+			handed = true
+			if !p.grpc.serve(client) {
+				client.Close()
 			}
 			return
 		}
@@ -275,4 +299,7 @@ func (p *clientPort) close() {
 	p.mu.Unlock()
 	p.ln.Close()
 	p.wg.Wait()
+	if p.grpc != nil {
+		p.grpc.stop()
+	}
 }

@@ -285,6 +285,9 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		s.closePeerPort()
 	}
 	go s.forwardErrors()
+	if s.port.tls != nil {
+		s.port.grpc = startGRPCPort(s.etcd)
+	}
 	s.port.open()
 	started, s.ready = true, true
 	return s, nil
@@ -421,10 +424,10 @@ func (cfg *ServerConfig) signedTokens(runDir string) error {
 // setUpClientPort binds the client port at listen, forwarding to socket
 // once opened, and sets cfg's job password.
 func (s *Server) setUpClientPort(cfg *ServerConfig, listen, socket string) error {
-	// Each client costs this process three descriptors (its connection,
-	// and both ends of the socket it is forwarded to): a store of a few
-	// thousand nodes needs more than a shell's usual soft limit, and etcd
-	// exits when it runs out.
+	// Each client costs this process a descriptor (three where the port
+	// forwards it to etcd's socket: without the job's TLS): a store of a
+	// few thousand nodes needs more than a shell's usual soft limit, and
+	// etcd exits when it runs out.
 	files := RaiseFileLimit()
 	// A store with a token ends the job's TLS at its client port, unless
 	// the user gave TLS of their own (etcd's, end to end).
