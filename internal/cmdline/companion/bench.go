@@ -3,7 +3,9 @@ package companion
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/gorun-dev/gorun/internal/bench/rdzvbench"
 	"github.com/gorun-dev/gorun/internal/cmdline"
+	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 )
 
 // Targets of the rendezvous benchmark (issue 3), for 1024 agents.
@@ -32,8 +35,30 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 			&cli.StringFlag{Name: "format", Value: "json", Usage: "json (one object per count) or text"},
 			&cli.StringFlag{Name: "write", Usage: "update this markdown file's rendezvous section (e.g. docs/benchmarks.md)"},
 			&cli.StringFlag{Name: "plot", Usage: "draw the run, time per round against agents with its floor, into this SVG file (e.g. docs/rendezvous.svg)"},
+			&cli.IntFlag{Name: "processes", Usage: "run the agents in this many processes of their own, beside the store's (1: every agent in the store's process; 0: one process when it has the descriptors, else one per " + strconv.Itoa(rdzvbench.AgentsPerProcess) + " agents)"},
+			&cli.BoolFlag{Name: "real-job", Usage: "run a real elastic job of N gorun agents (processes, workers of /bin/sleep, its store on the first agent): its first round, a node's loss and a node's join, then the in-process measure of N beside it"},
+			&cli.DurationFlag{Name: "lease-ttl", Usage: "the agents' lease TTL (0: the rendezvous's default, " + etcdrdzv.DefaultLeaseTTL.String() + ")"},
+			// A child process of --processes: its share of the agents.
+			&cli.StringFlag{Name: "agents-at", Hidden: true},
+			&cli.IntFlag{Name: "agents-from", Hidden: true},
+			&cli.IntFlag{Name: "agents-count", Hidden: true},
 		},
 		Action: func(c *cli.Context) error {
+			if at := c.String("agents-at"); at != "" {
+				cfg := rdzvbench.AgentsConfig{Endpoint: at, Agents: c.Int("agents"), First: c.Int("agents-from"), Count: c.Int("agents-count"), LeaseTTL: c.Duration("lease-ttl")}
+				if err := rdzvbench.ServeAgents(c.Context, cfg, os.Stdin, c.App.Writer); err != nil {
+					return cli.Exit("bench rendezvous agents: "+err.Error(), 1)
+				}
+				return nil
+			}
+			procs := c.Int("processes")
+			if procs < 0 {
+				return cmdline.Usagef("--processes=%d: want 0 (chosen by the count), 1 (one process) or more", procs)
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return cli.Exit("bench rendezvous: "+err.Error(), 1)
+			}
 			counts, err := flagval.ParseIntList("agents", c.String("agents"))
 			if err != nil || len(counts) == 0 {
 				return cmdline.Usagef("--agents=%q: want a number or a comma-separated list", c.String("agents"))
@@ -42,14 +67,21 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if c.Bool("real-job") {
+				return realJob(c, self, counts, format)
+			}
 			var results []rdzvbench.Result
 			for _, n := range counts {
-				res, err := rdzvbench.Run(c.Context, n)
+				res, err := runRendezvousBench(c, self, n, procs)
 				if err != nil {
 					return cli.Exit("bench rendezvous: "+err.Error(), 1)
 				}
 				results = append(results, res)
 				text := fmt.Sprintf("%d agents: %.3f s, floor %.3f s (%.2fx); logins %.3f s", res.Agents, res.Seconds, res.FloorSeconds, res.Seconds/res.FloorSeconds, res.LoginSeconds)
+				if res.Processes > 1 {
+					text += fmt.Sprintf("; %d processes; the store's CPU %.3f s, floor %.3f s (%.2fx); its memory %d KiB per agent",
+						res.Processes, res.StoreCPUSeconds, res.FloorStoreCPUSeconds, res.StoreCPUSeconds/res.FloorStoreCPUSeconds, res.StoreBytesPerAgent>>10)
+				}
 				if res.Skipped != "" {
 					text = fmt.Sprintf("%d agents: not run: %s", res.Agents, res.Skipped)
 				}
@@ -67,6 +99,48 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 			return cmdline.WriteBenchSection(c, "bench rendezvous", markdown(results))
 		},
 	}
+}
+
+// realJob runs `gorun bench rendezvous --real-job` for each count.
+func realJob(c *cli.Context, self string, counts []int, format string) error {
+	gorun := filepath.Join(filepath.Dir(self), "gorun")
+	if _, err := os.Stat(gorun); err != nil {
+		gorun = self // gorun-etcd runs a launch as gorun does
+	}
+	for _, n := range counts {
+		dir, err := os.MkdirTemp("", "gorun-bench-agents-")
+		if err != nil {
+			return cli.Exit("bench rendezvous --real-job: "+err.Error(), 1)
+		}
+		res, err := rdzvbench.RunJob(c.Context, gorun, n, dir)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("bench rendezvous --real-job: %v (the agents' logs are in %s)", err, dir), 1)
+		}
+		os.RemoveAll(dir)
+		t := res.Twin
+		text := fmt.Sprintf("%d gorun agents: started in %.3f s; round 0 %.3f s after the last joined; a node's loss %.3f s, a node's join %.3f s to workers again; %d MiB per agent. In-process, %d agents: %.3f s, floor %.3f s (%.2fx)",
+			n, res.StartSeconds, res.FormSeconds, res.LossSeconds, res.JoinSeconds, res.AgentBytes>>20, t.Agents, t.Seconds, t.FloorSeconds, t.Seconds/t.FloorSeconds)
+		if err := cmdline.EmitBenchResult(c, format, res, text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runRendezvousBench measures n agents in procs processes beside the
+// store's (0: as many as the descriptors need).
+func runRendezvousBench(c *cli.Context, self string, n, procs int) (rdzvbench.Result, error) {
+	if procs == 0 {
+		if rdzvbench.FilesNeeded(n) <= rdzvbench.FileLimit() {
+			procs = 1
+		} else {
+			procs = (n + rdzvbench.AgentsPerProcess - 1) / rdzvbench.AgentsPerProcess
+		}
+	}
+	if procs == 1 {
+		return rdzvbench.Run(c.Context, n, c.Duration("lease-ttl"))
+	}
+	return rdzvbench.RunSpread(c.Context, self, n, procs, c.Duration("lease-ttl"))
 }
 
 // markdown renders the results as a section of docs/benchmarks.md.
