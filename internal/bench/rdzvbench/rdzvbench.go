@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
@@ -173,14 +175,36 @@ const floorPrefix = etcdrdzv.DefaultPrefix + "/bench-floor/"
 // key's event.
 func floorAgent(ctx, wctx context.Context, c *clientv3.Client, i int) error {
 	watch := c.Watch(wctx, floorPrefix+"go")
-	lease, err := c.Grant(ctx, 10)
+	var lease *clientv3.LeaseGrantResponse
+	err := throttled(ctx, func() (err error) { lease, err = c.Grant(ctx, 10); return err })
 	if err != nil {
 		return err
 	}
-	if _, err := c.Put(ctx, floorPrefix+"keys/"+strconv.Itoa(i), "x", clientv3.WithLease(lease.ID)); err != nil {
+	err = throttled(ctx, func() error {
+		_, err := c.Put(ctx, floorPrefix+"keys/"+strconv.Itoa(i), "x", clientv3.WithLease(lease.ID))
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	return waitEvent(ctx, watch)
+}
+
+// throttled runs call again while etcd refuses it for too many requests
+// (its apply more than 5,000 entries behind its log), as an agent does:
+// a floor that gave up there would measure nothing.
+func throttled(ctx context.Context, call func() error) error {
+	delay := 10 * time.Millisecond
+	for {
+		err := call()
+		if !errors.Is(err, rpctypes.ErrTooManyRequests) {
+			return err
+		}
+		if ctxtime.Sleep(ctx, delay) != nil {
+			return err
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // watchFloorKeys is the floor coordinator's watch of the agents' keys.
