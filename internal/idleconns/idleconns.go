@@ -18,15 +18,47 @@ type Queue struct {
 	conns []net.Conn
 }
 
-// Add adds c, closing the oldest connections while more than limit wait.
+// Add adds c, closing the oldest connections that have not spoken while
+// more than limit wait. A connection whose bytes wait in its socket has
+// spoken, and only its reader has not come to it yet (a real peer on a
+// loaded host, whose first line went out at once): it is passed over,
+// until twice limit wait, when the oldest is closed whatever it sent.
 func (q *Queue) Add(c net.Conn, limit int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.conns = append(q.conns, c)
 	for len(q.conns) > limit {
-		q.conns[0].Close()
-		q.conns = q.conns[1:]
+		i := 0
+		if len(q.conns) <= 2*limit {
+			if i = slices.IndexFunc(q.conns, silent); i < 0 {
+				return
+			}
+		}
+		q.conns[i].Close()
+		q.conns = slices.Delete(q.conns, i, i+1)
 	}
+}
+
+// silent says whether nothing c's peer sent waits to be read: a peek that
+// does not wait, and takes no lock a blocked reader of c holds. A
+// connection whose peer closed, or that cannot be asked, is silent.
+func silent(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	n := 0
+	var b [1]byte
+	if raw.Control(func(fd uintptr) {
+		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	}) != nil {
+		return true
+	}
+	return n <= 0
 }
 
 // Remove forgets c once it spoke or left.
