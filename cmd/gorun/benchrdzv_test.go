@@ -42,6 +42,7 @@ func TestBenchRendezvousRealJob(t *testing.T) {
 	var res struct {
 		Nodes       int
 		Form        float64              `json:"form_seconds"`
+		FormFirst   float64              `json:"form_first_seconds"`
 		LossSeconds float64              `json:"loss_seconds"`
 		JoinSeconds float64              `json:"join_seconds"`
 		AgentBytes  int64                `json:"agent_bytes"`
@@ -50,8 +51,9 @@ func TestBenchRendezvousRealJob(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
-	if res.Nodes != 4 || res.Form <= 0 || res.LossSeconds <= 0 || res.JoinSeconds <= 0 || res.AgentBytes <= 0 || res.Twin.Agents != 4 {
-		t.Errorf("result %+v: want 4 nodes, each step timed, the agents' memory, and the in-process twin of 4", res)
+	if res.Nodes != 4 || res.Form <= 0 || res.LossSeconds <= 0 || res.JoinSeconds <= 0 || res.AgentBytes <= 0 || res.Twin.Agents != 4 ||
+		res.FormFirst <= 0 || res.FormFirst > res.Form {
+		t.Errorf("result %+v: want 4 nodes, each step timed (the first agent's workers no later than the last's), the agents' memory, and the in-process twin of 4", res)
 	}
 }
 

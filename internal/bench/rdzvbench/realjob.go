@@ -26,14 +26,22 @@ type JobResult struct {
 	StartSeconds float64 `json:"start_seconds"`
 	// FormSeconds is the time from the last agent's join (its first
 	// rendezvous event) to the last agent's workers of round 0 starting:
-	// the rendezvous once every node is there.
-	FormSeconds float64 `json:"form_seconds"`
+	// the rendezvous once every node is there. FormFirstSeconds is the
+	// same to the first agent's workers: the round had closed by then,
+	// and what follows is the agents starting their workers, here all on
+	// one machine's cores.
+	FormSeconds      float64 `json:"form_seconds"`
+	FormFirstSeconds float64 `json:"form_first_seconds"`
 	// LossSeconds is the time from one agent's kill (SIGKILL, with its
-	// worker) to the last survivor's workers of the round without it.
-	LossSeconds float64 `json:"loss_seconds"`
+	// worker) to the last survivor's workers of the round without it;
+	// LossFirstSeconds to the first survivor's.
+	LossSeconds      float64 `json:"loss_seconds"`
+	LossFirstSeconds float64 `json:"loss_first_seconds"`
 	// JoinSeconds is the time from a new agent's start to the last
-	// agent's workers of the round with it.
-	JoinSeconds float64 `json:"join_seconds"`
+	// agent's workers of the round with it; JoinFirstSeconds to the
+	// first agent's.
+	JoinSeconds      float64 `json:"join_seconds"`
+	JoinFirstSeconds float64 `json:"join_first_seconds"`
 	// AgentBytes is an agent process's mean resident memory.
 	AgentBytes int64 `json:"agent_bytes"`
 	// Twin is `gorun bench rendezvous` for the same count, run after the
@@ -86,6 +94,7 @@ func RunJob(ctx context.Context, gorun string, n int, dir string) (JobResult, er
 	}
 	res.StartSeconds = first.lastStart.Sub(first.firstStart).Seconds()
 	res.FormSeconds = first.lastSpawn.Sub(first.lastJoin).Seconds()
+	res.FormFirstSeconds = first.firstSpawn.Sub(first.lastJoin).Seconds()
 	res.AgentBytes = job.meanResident()
 
 	// A node's loss: the last agent (not the store's host), with its worker.
@@ -98,6 +107,7 @@ func RunJob(ctx context.Context, gorun string, n int, dir string) (JobResult, er
 		return res, fmt.Errorf("after the loss of agent %d: %w", victim, err)
 	}
 	res.LossSeconds = after.lastSpawn.Sub(lost).Seconds()
+	res.LossFirstSeconds = after.firstSpawn.Sub(lost).Seconds()
 
 	// A node's join: a new agent; the round after it has n nodes again.
 	joined := time.Now()
@@ -109,6 +119,7 @@ func RunJob(ctx context.Context, gorun string, n int, dir string) (JobResult, er
 		return res, fmt.Errorf("after agent %d joined: %w", n, err)
 	}
 	res.JoinSeconds = back.lastSpawn.Sub(joined).Seconds()
+	res.JoinFirstSeconds = back.firstSpawn.Sub(joined).Seconds()
 	job.stop()
 
 	if res.Twin, err = Run(ctx, n, 0); err != nil {
@@ -188,8 +199,8 @@ func (j *realJob) meanResident() int64 {
 
 // spawned is what the agents' event logs say of a round.
 type spawned struct {
-	round                                      int
-	firstStart, lastStart, lastJoin, lastSpawn time.Time
+	round                                                  int
+	firstStart, lastStart, lastJoin, firstSpawn, lastSpawn time.Time
 }
 
 // waitSpawn waits until each of agents has started workers in a world of
@@ -252,6 +263,9 @@ func (j *realJob) readSpawns(agents []int, round, size int) (spawned, int, error
 		}
 		if spawn.After(s.lastSpawn) {
 			s.lastSpawn = spawn
+		}
+		if s.firstSpawn.IsZero() || spawn.Before(s.firstSpawn) {
+			s.firstSpawn = spawn
 		}
 	}
 	if missing == 0 {

@@ -118,8 +118,10 @@ func realJob(c *cli.Context, self string, counts []int, format string) error {
 		}
 		os.RemoveAll(dir)
 		t := res.Twin
-		text := fmt.Sprintf("%d gorun agents: started in %.3f s; round 0 %.3f s after the last joined; a node's loss %.3f s, a node's join %.3f s to workers again; %d MiB per agent. In-process, %d agents: %.3f s, floor %.3f s (%.2fx)",
-			n, res.StartSeconds, res.FormSeconds, res.LossSeconds, res.JoinSeconds, res.AgentBytes>>20, t.Agents, t.Seconds, t.FloorSeconds, t.Seconds/t.FloorSeconds)
+		text := fmt.Sprintf("%d gorun agents, started in %.3f s. To the first / the last agent's workers: round 0 %.3f / %.3f s after the last agent joined; "+
+			"a node's loss %.3f / %.3f s; a node's join %.3f / %.3f s. %d MiB per agent. In-process, %d agents: %.3f s, floor %.3f s (%.2fx)",
+			n, res.StartSeconds, res.FormFirstSeconds, res.FormSeconds, res.LossFirstSeconds, res.LossSeconds, res.JoinFirstSeconds, res.JoinSeconds,
+			res.AgentBytes>>20, t.Agents, t.Seconds, t.FloorSeconds, t.Seconds/t.FloorSeconds)
 		if err := cmdline.EmitBenchResult(c, format, res, text); err != nil {
 			return err
 		}
