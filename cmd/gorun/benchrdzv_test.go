@@ -21,12 +21,13 @@ func TestBenchRendezvousAcrossProcesses(t *testing.T) {
 		StoreCPU           float64 `json:"store_cpu_seconds"`
 		FloorStoreCPU      float64 `json:"floor_store_cpu_seconds"`
 		StoreBytesPerAgent int64   `json:"store_bytes_per_agent"`
+		Running            float64 `json:"running_store_cores"`
 	}
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
-	if res.Agents != 24 || res.Processes != 3 || res.Seconds <= 0 || res.FloorSeconds <= 0 || res.StoreCPU <= 0 || res.FloorStoreCPU <= 0 {
-		t.Errorf("result %+v: want 24 agents in 3 processes, both clocks and the store's CPU in each", res)
+	if res.Agents != 24 || res.Processes != 3 || res.Seconds <= 0 || res.FloorSeconds <= 0 || res.StoreCPU <= 0 || res.FloorStoreCPU <= 0 || res.Running <= 0 {
+		t.Errorf("result %+v: want 24 agents in 3 processes, both clocks, the store's CPU in each and while the job runs", res)
 	}
 	if left := agentProcesses(t); len(left) > 0 {
 		t.Errorf("agent processes left behind: %v", left)

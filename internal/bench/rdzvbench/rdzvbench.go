@@ -49,6 +49,10 @@ type Result struct {
 	StoreCPUSeconds      float64 `json:"store_cpu_seconds,omitempty"`
 	FloorStoreCPUSeconds float64 `json:"floor_store_cpu_seconds,omitempty"`
 	StoreBytesPerAgent   int64   `json:"store_bytes_per_agent,omitempty"`
+	// RunningStoreCores is the store's CPU while the job runs after the
+	// round (every agent keeping its lease alive, its watch open), in
+	// cores, over 10 s (RunSpread).
+	RunningStoreCores float64 `json:"running_store_cores,omitempty"`
 	// Skipped, when set, says why this count was not measured.
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -155,15 +159,35 @@ func closeClients(clients []*clientv3.Client) {
 func measureFloor(ctx context.Context, clients []*clientv3.Client) (time.Duration, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	leases := make([]clientv3.LeaseID, len(clients))
 	start := time.Now()
 	coord := watchFloorKeys(wctx, clients[0])
 	g, gctx := errgroup.WithContext(ctx)
 	for i, c := range clients {
-		g.Go(func() error { return floorAgent(gctx, wctx, c, i) })
+		g.Go(func() (err error) { leases[i], err = floorAgent(gctx, wctx, c, i); return err })
 	}
 	g.Go(func() error { return coordinateFloor(gctx, clients[0], coord, len(clients)) })
 	err := g.Wait()
-	return time.Since(start), err
+	d := time.Since(start)
+	if err == nil {
+		err = revokeLeases(ctx, clients, leases)
+	}
+	return d, err
+}
+
+// revokeLeases ends the floor's leases, outside both clocks: left, they
+// would end with their TTL inside the rendezvous's.
+func revokeLeases(ctx context.Context, clients []*clientv3.Client, leases []clientv3.LeaseID) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(256)
+	for i, c := range clients {
+		if leases[i] != 0 {
+			g.Go(func() error {
+				return throttled(gctx, func() error { _, err := c.Revoke(gctx, leases[i]); return err })
+			})
+		}
+	}
+	return g.Wait()
 }
 
 // floorPrefix holds the floor's keys: the job user may write only below
@@ -172,23 +196,28 @@ const floorPrefix = etcdrdzv.DefaultPrefix + "/bench-floor/"
 
 // floorAgent is agent i's part of the floor: a watch on the "go" key
 // (open until wctx ends), a lease, one key put under it, and the go
-// key's event.
-func floorAgent(ctx, wctx context.Context, c *clientv3.Client, i int) error {
+// key's event. It returns the lease, for revokeLeases.
+func floorAgent(ctx, wctx context.Context, c *clientv3.Client, i int) (clientv3.LeaseID, error) {
 	watch := c.Watch(wctx, floorPrefix+"go")
 	var lease *clientv3.LeaseGrantResponse
-	err := throttled(ctx, func() (err error) { lease, err = c.Grant(ctx, 10); return err })
+	err := throttled(ctx, func() (err error) { lease, err = c.Grant(ctx, floorLeaseTTL); return err })
 	if err != nil {
-		return err
+		return 0, err
 	}
 	err = throttled(ctx, func() error {
 		_, err := c.Put(ctx, floorPrefix+"keys/"+strconv.Itoa(i), "x", clientv3.WithLease(lease.ID))
 		return err
 	})
 	if err != nil {
-		return err
+		return lease.ID, err
 	}
-	return waitEvent(ctx, watch)
+	return lease.ID, waitEvent(ctx, watch)
 }
+
+// floorLeaseTTL is the floor's leases' TTL, in seconds: long enough for
+// the slowest floor here (16,384 agents, their puts refused for too many
+// requests and tried again); the floor revokes them after its clock.
+const floorLeaseTTL = 120
 
 // throttled runs call again while etcd refuses it for too many requests
 // (its apply more than 5,000 entries behind its log), as an agent does:

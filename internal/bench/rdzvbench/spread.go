@@ -13,7 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobstore"
@@ -23,7 +26,8 @@ import (
 // a job's first node, and the agents in child processes, each with its
 // own descriptors (AgentsArgs). A child logs its clients in, says it is
 // ready, then runs each phase it is told on its standard input: "floor",
-// "rendezvous", and "exit". It answers each with one JSON line
+// "tidy" (the floor's leases revoked, outside both clocks), "rendezvous",
+// and "exit". It answers each with one JSON line
 // (agentReply) on its standard output. Both clocks run in this process,
 // from the command sent to every child to the last child's answer.
 
@@ -81,6 +85,7 @@ func ServeAgents(ctx context.Context, cfg AgentsConfig, in io.Reader, out io.Wri
 	defer cancel()
 	rdzvs := make([]*etcdrdzv.Rendezvous, len(clients))
 	defer closeRendezvous(rdzvs)
+	leases := make([]clientv3.LeaseID, len(clients))
 	lines := bufio.NewScanner(in)
 	for lines.Scan() {
 		phase := lines.Text()
@@ -89,8 +94,10 @@ func ServeAgents(ctx context.Context, cfg AgentsConfig, in io.Reader, out io.Wri
 		switch phase {
 		case "floor":
 			for i, c := range clients {
-				g.Go(func() error { return floorAgent(gctx, wctx, c, cfg.First+i) })
+				g.Go(func() (err error) { leases[i], err = floorAgent(gctx, wctx, c, cfg.First+i); return err })
 			}
+		case "tidy":
+			g.Go(func() error { return revokeLeases(gctx, clients, leases) })
 		case "rendezvous":
 			reply.Ranks = make([]int, len(clients))
 			log := benchLog()
@@ -104,7 +111,7 @@ func ServeAgents(ctx context.Context, cfg AgentsConfig, in io.Reader, out io.Wri
 		case "exit":
 			return nil
 		default:
-			return fail(phase, fmt.Errorf("unknown phase %q: want floor, rendezvous or exit", phase))
+			return fail(phase, fmt.Errorf("unknown phase %q: want floor, tidy, rendezvous or exit", phase))
 		}
 		if err := g.Wait(); err != nil {
 			return fail(phase, err)
@@ -164,6 +171,9 @@ func RunSpread(ctx context.Context, binary string, n, procs int, ttl time.Durati
 		return Result{}, fmt.Errorf("floor: %w", err)
 	}
 	floor, floorCPU := time.Since(start), processCPU()-cpu0
+	if _, err := kids.phase("tidy"); err != nil {
+		return Result{}, fmt.Errorf("floor: %w", err)
+	}
 
 	cpu0, start = processCPU(), time.Now()
 	replies, err := kids.phase("rendezvous")
@@ -180,9 +190,20 @@ func RunSpread(ctx context.Context, binary string, n, procs int, ttl time.Durati
 	if len(ranks) != n {
 		return Result{}, fmt.Errorf("rendezvous: %d agents got %d distinct group ranks", n, len(ranks))
 	}
+	// The job runs: every agent keeps its lease alive and its watch open.
+	cpu0 = processCPU()
+	if err := ctxtime.Sleep(ctx, keepAliveWindow); err != nil {
+		return Result{}, err
+	}
+	idle := processCPU() - cpu0
 	return Result{Agents: n, Processes: procs + 1, Seconds: full.Seconds(), FloorSeconds: floor.Seconds(), LoginSeconds: login.Seconds(),
-		StoreCPUSeconds: fullCPU.Seconds(), FloorStoreCPUSeconds: floorCPU.Seconds(), StoreBytesPerAgent: perAgent}, nil
+		StoreCPUSeconds: fullCPU.Seconds(), FloorStoreCPUSeconds: floorCPU.Seconds(), StoreBytesPerAgent: perAgent,
+		RunningStoreCores: idle.Seconds() / keepAliveWindow.Seconds()}, nil
 }
+
+// keepAliveWindow is how long the store's CPU is measured while the job
+// runs, after the round.
+const keepAliveWindow = 10 * time.Second
 
 // agentProcs are RunSpread's children.
 type agentProcs struct {

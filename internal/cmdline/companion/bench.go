@@ -79,8 +79,8 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 				results = append(results, res)
 				text := fmt.Sprintf("%d agents: %.3f s, floor %.3f s (%.2fx); logins %.3f s", res.Agents, res.Seconds, res.FloorSeconds, res.Seconds/res.FloorSeconds, res.LoginSeconds)
 				if res.Processes > 1 {
-					text += fmt.Sprintf("; %d processes; the store's CPU %.3f s, floor %.3f s (%.2fx); its memory %d KiB per agent",
-						res.Processes, res.StoreCPUSeconds, res.FloorStoreCPUSeconds, res.StoreCPUSeconds/res.FloorStoreCPUSeconds, res.StoreBytesPerAgent>>10)
+					text += fmt.Sprintf("; %d processes; the store's CPU %.3f s, floor %.3f s (%.2fx); its memory %d KiB per agent; while the job runs, %.1f%% of a core",
+						res.Processes, res.StoreCPUSeconds, res.FloorStoreCPUSeconds, res.StoreCPUSeconds/res.FloorStoreCPUSeconds, res.StoreBytesPerAgent>>10, 100*res.RunningStoreCores)
 				}
 				if res.Skipped != "" {
 					text = fmt.Sprintf("%d agents: not run: %s", res.Agents, res.Skipped)
@@ -153,18 +153,19 @@ func markdown(results []rdzvbench.Result) string {
 		"Floor: the same clients each opening a watch, granting a lease, putting one key under it and receiving one watch event, measured in the same run. "+
 		"Clients log in and connect before either clock starts (logins: every client logging in at once, timed apart); watches are opened inside both clocks (an agent has none before it starts). "+
 		"Processes: 1 is every agent in the store's process; more is the agents in processes of their own beside it, where the store's CPU inside each clock is its process's alone.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version())
-	b.WriteString("| agents | processes | rendezvous | floor | ratio | logins | the store's CPU, rendezvous / floor | its memory per agent |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| agents | processes | rendezvous | floor | ratio | logins | the store's CPU, rendezvous / floor | its memory per agent | the store while the job runs |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(&b, "| %d | %d | not run: %s | | | | | |\n", r.Agents, r.Processes, r.Skipped)
+			fmt.Fprintf(&b, "| %d | %d | not run: %s | | | | | | |\n", r.Agents, r.Processes, r.Skipped)
 			continue
 		}
-		cpu, mem := "", ""
+		cpu, mem, running := "", "", ""
 		if r.Processes > 1 {
 			cpu = fmt.Sprintf("%.3f / %.3f s (%.2fx)", r.StoreCPUSeconds, r.FloorStoreCPUSeconds, r.StoreCPUSeconds/r.FloorStoreCPUSeconds)
 			mem = fmt.Sprintf("%d KiB", r.StoreBytesPerAgent>>10)
+			running = fmt.Sprintf("%.1f%% of a core", 100*r.RunningStoreCores)
 		}
-		fmt.Fprintf(&b, "| %d | %d | %.3f s | %.3f s | %.2fx | %.3f s | %s | %s |\n", r.Agents, r.Processes, r.Seconds, r.FloorSeconds, r.Seconds/r.FloorSeconds, r.LoginSeconds, cpu, mem)
+		fmt.Fprintf(&b, "| %d | %d | %.3f s | %.3f s | %.2fx | %.3f s | %s | %s | %s |\n", r.Agents, r.Processes, r.Seconds, r.FloorSeconds, r.Seconds/r.FloorSeconds, r.LoginSeconds, cpu, mem, running)
 	}
 	for _, r := range results {
 		if slices.Contains(targetAgents, r.Agents) && r.Skipped == "" {
