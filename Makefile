@@ -12,7 +12,7 @@ PYTHON   ?= $(TORCH2_PYTHON)
 TORCH1_PYTHON ?= /usr/bin/python3
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build torch2-python rivals-python test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-leases bench-recovery bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
+.PHONY: all build torch2-python rivals-python test test-slurm test-gpu chaos demo demo-torch bench bench-launch bench-spare bench-rendezvous bench-rendezvous-scale bench-leases bench-recovery bench-plan bench-memory bench-comm bench-watchdog lint fmt tidy-check update-golden clean help
 
 all: build
 
@@ -73,6 +73,10 @@ bench-launch: build ## gorun vs torchrun: empty job, failure -> replacement; wri
 
 bench-rendezvous: build ## N agents through the etcd rendezvous vs the etcd floor; writes docs/benchmarks.md and docs/rendezvous.svg
 	bin/gorun bench rendezvous --agents 64,256,512,1024,2048,4096 --format text --write docs/benchmarks.md --plot docs/rendezvous.svg
+
+bench-rendezvous-scale: build ## 2,048 to 16,384 agents in 4 processes beside the store (its CPU, memory and keep-alive cost; a count this machine cannot carry says why), then a real job of 256 gorun agents beside its in-process twin
+	bin/gorun bench rendezvous --agents 2048,4096,8192,16384 --processes 4 --format text
+	bin/gorun bench rendezvous --agents 256 --real-job --format text
 
 bench-leases: build ## the store's cost of N nodes' leases at each TTL vs how fast a silent node is dropped; writes docs/benchmarks.md
 	bin/gorun bench leases --nodes 1024,4096 --ttl 2s,3s,4s,5s,10s --format text --write docs/benchmarks.md

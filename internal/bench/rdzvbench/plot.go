@@ -13,7 +13,7 @@ import (
 func Plot(results []Result, note string) []byte {
 	var pts []Result
 	for _, r := range results {
-		if r.Skipped == "" && r.Agents > 0 {
+		if r.Skipped == "" && r.Failed == "" && r.Agents > 0 {
 			pts = append(pts, r)
 		}
 	}

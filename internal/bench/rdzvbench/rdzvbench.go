@@ -53,8 +53,10 @@ type Result struct {
 	// round (every agent keeping its lease alive, its watch open), in
 	// cores, over 10 s (RunSpread).
 	RunningStoreCores float64 `json:"running_store_cores,omitempty"`
-	// Skipped, when set, says why this count was not measured.
+	// Skipped, when set, says why this count was not measured; Failed,
+	// why its measurement did not complete.
 	Skipped string `json:"skipped,omitempty"`
+	Failed  string `json:"failed,omitempty"`
 }
 
 // FilesNeeded estimates the open files a run of n agents holds in this

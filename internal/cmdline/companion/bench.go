@@ -74,7 +74,10 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 			for _, n := range counts {
 				res, err := runRendezvousBench(c, self, n, procs)
 				if err != nil {
-					return cli.Exit("bench rendezvous: "+err.Error(), 1)
+					// A count this machine cannot carry through is a
+					// measurement too: the row says why, and the next
+					// count runs.
+					res = rdzvbench.Result{Agents: n, Processes: procs, Failed: err.Error()}
 				}
 				results = append(results, res)
 				text := fmt.Sprintf("%d agents: %.3f s, floor %.3f s (%.2fx); logins %.3f s", res.Agents, res.Seconds, res.FloorSeconds, res.Seconds/res.FloorSeconds, res.LoginSeconds)
@@ -84,6 +87,9 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 				}
 				if res.Skipped != "" {
 					text = fmt.Sprintf("%d agents: not run: %s", res.Agents, res.Skipped)
+				}
+				if res.Failed != "" {
+					text = fmt.Sprintf("%d agents: did not complete: %s", res.Agents, res.Failed)
 				}
 				if err := cmdline.EmitBenchResult(c, format, res, text); err != nil {
 					return err
@@ -155,8 +161,12 @@ func markdown(results []rdzvbench.Result) string {
 		"Processes: 1 is every agent in the store's process; more is the agents in processes of their own beside it, where the store's CPU inside each clock is its process's alone.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version())
 	b.WriteString("| agents | processes | rendezvous | floor | ratio | logins | the store's CPU, rendezvous / floor | its memory per agent | the store while the job runs |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		if r.Skipped != "" {
-			fmt.Fprintf(&b, "| %d | %d | not run: %s | | | | | | |\n", r.Agents, r.Processes, r.Skipped)
+		if r.Skipped != "" || r.Failed != "" {
+			why := "not run: " + r.Skipped
+			if r.Failed != "" {
+				why = "did not complete: " + r.Failed
+			}
+			fmt.Fprintf(&b, "| %d | %d | %s | | | | | | |\n", r.Agents, r.Processes, why)
 			continue
 		}
 		cpu, mem, running := "", "", ""
@@ -168,7 +178,7 @@ func markdown(results []rdzvbench.Result) string {
 		fmt.Fprintf(&b, "| %d | %d | %.3f s | %.3f s | %.2fx | %.3f s | %s | %s | %s |\n", r.Agents, r.Processes, r.Seconds, r.FloorSeconds, r.Seconds/r.FloorSeconds, r.LoginSeconds, cpu, mem, running)
 	}
 	for _, r := range results {
-		if slices.Contains(targetAgents, r.Agents) && r.Skipped == "" {
+		if slices.Contains(targetAgents, r.Agents) && r.Skipped == "" && r.Failed == "" {
 			ok := "met"
 			if r.Seconds > targetRatio*r.FloorSeconds {
 				ok = "NOT met"
