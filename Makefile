@@ -66,7 +66,7 @@ demo: build ## three workers that print their ranks, rank 1 fails once and all r
 demo-torch: build ## the PyTorch DDP example on three CPU workers (PyTorch 2.x, made first)
 	bin/gorun --nproc-per-node=3 --python $(PYTHON) examples/pytorch/train_ddp.py --steps 20
 
-bench: bench-launch bench-rendezvous bench-leases bench-plan bench-memory bench-comm bench-watchdog bench-spare bench-recovery bench-probe ## every benchmark
+bench: bench-launch bench-rendezvous bench-rendezvous-scale bench-leases bench-plan bench-memory bench-comm bench-watchdog bench-spare bench-recovery bench-probe ## every benchmark
 
 bench-launch: build ## gorun vs torchrun: empty job, failure -> replacement; writes docs/benchmarks.md
 	bin/gorun bench launch --python $(PYTHON) --write docs/benchmarks.md
