@@ -45,7 +45,10 @@ type Result struct {
 	// StoreCPUSeconds and FloorStoreCPUSeconds are the CPU time the
 	// store's process spent inside each clock, and StoreBytesPerAgent
 	// what its memory grew by per connected agent: measured when the
-	// agents ran in processes of their own (RunSpread).
+	// agents ran in processes of their own (RunSpread). The memory is the
+	// live heap after a collection and the goroutines' stacks (etcd's
+	// index, each connection's buffers and goroutines), not the process's
+	// resident size.
 	StoreCPUSeconds      float64 `json:"store_cpu_seconds,omitempty"`
 	FloorStoreCPUSeconds float64 `json:"floor_store_cpu_seconds,omitempty"`
 	StoreBytesPerAgent   int64   `json:"store_bytes_per_agent,omitempty"`

@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -141,7 +143,7 @@ func RunSpread(ctx context.Context, binary string, n, procs int, ttl time.Durati
 		return Result{}, err
 	}
 	defer server.Close()
-	before := residentBytes()
+	before := liveHeap()
 	loginStart := time.Now()
 	kids, err := startAgents(ctx, binary, AgentsConfig{Endpoint: server.Endpoints()[0], Agents: n, LeaseTTL: ttl}, procs)
 	defer kids.stop()
@@ -152,7 +154,7 @@ func RunSpread(ctx context.Context, binary string, n, procs int, ttl time.Durati
 		return Result{}, err
 	}
 	login := time.Since(loginStart)
-	perAgent := (residentBytes() - before) / int64(n)
+	perAgent := (liveHeap() - before) / int64(n)
 	coordClients, _, err := connectClients(ctx, server.Endpoints(), 1)
 	defer closeClients(coordClients)
 	if err != nil {
@@ -249,18 +251,32 @@ func (k *agentProcs) phase(phase string) ([]agentReply, error) {
 	}
 	replies := make([]agentReply, len(k.outs))
 	g := errgroup.Group{}
+	var once sync.Once
 	for p, out := range k.outs {
 		g.Go(func() error {
-			if err := out.Decode(&replies[p]); err != nil {
-				return fmt.Errorf("agent process %d ended: %w", p, err)
+			err := out.Decode(&replies[p])
+			switch {
+			case err != nil:
+				err = fmt.Errorf("agent process %d ended: %w", p, err)
+			case replies[p].Error != "":
+				err = fmt.Errorf("agent process %d: %s", p, replies[p].Error)
 			}
-			if replies[p].Error != "" {
-				return fmt.Errorf("agent process %d: %s", p, replies[p].Error)
+			if err != nil {
+				// The others' agents would wait for this one's for ever
+				// (a job of n nodes never forms without them): end them.
+				once.Do(k.kill)
 			}
-			return nil
+			return err
 		})
 	}
 	return replies, g.Wait()
+}
+
+// kill ends every child at once.
+func (k *agentProcs) kill() {
+	for _, cmd := range k.cmds {
+		_ = cmd.Process.Kill()
+	}
 }
 
 // stop tells the children to exit and waits for them; a child that does
@@ -286,14 +302,14 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// residentBytes is this process's resident memory (VmRSS), or 0.
-func residentBytes() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	kb, _ := vmRSS(string(b))
-	return kb << 10
+// liveHeap is what this process's heap holds after a collection, with
+// its goroutines' stacks: the store's memory, where the resident size
+// also counts what earlier counts freed and the runtime kept.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc + m.StackInuse)
 }
 
 // vmRSS reads the resident memory, in KiB, of a /proc/PID/status.
