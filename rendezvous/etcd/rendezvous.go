@@ -230,12 +230,17 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 }
 
 // openLease grants a lease under ctx, so that an unreachable etcd ends
-// the call, and keeps it alive until Close.
+// the call (an overloaded one is asked again: RetryOverload), and keeps
+// it alive until Close.
 func (r *Rendezvous) openLease(ctx context.Context) error {
 	ttl := int64((r.cfg.LeaseTTL + time.Second - 1) / time.Second)
-	gctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	grant, err := r.cli.Grant(gctx, ttl)
+	var grant *clientv3.LeaseGrantResponse
+	err := RetryOverload(ctx, r.cfg.UnreachableTimeout, func() (err error) {
+		gctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		grant, err = r.cli.Grant(gctx, ttl)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("rendezvous: open a lease on %v: %w", r.cli.Endpoints(), err)
 	}

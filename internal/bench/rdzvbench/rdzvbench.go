@@ -17,12 +17,10 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/rendezvous"
 	etcdrdzv "github.com/gorun-dev/gorun/rendezvous/etcd"
 	"github.com/gorun-dev/gorun/rendezvous/etcd/jobauth"
@@ -188,7 +186,7 @@ func revokeLeases(ctx context.Context, clients []*clientv3.Client, leases []clie
 	for i, c := range clients {
 		if leases[i] != 0 {
 			g.Go(func() error {
-				return throttled(gctx, func() error { _, err := c.Revoke(gctx, leases[i]); return err })
+				return etcdrdzv.RetryOverload(gctx, overloadLimit, func() error { _, err := c.Revoke(gctx, leases[i]); return err })
 			})
 		}
 	}
@@ -205,11 +203,11 @@ const floorPrefix = etcdrdzv.DefaultPrefix + "/bench-floor/"
 func floorAgent(ctx, wctx context.Context, c *clientv3.Client, i int) (clientv3.LeaseID, error) {
 	watch := c.Watch(wctx, floorPrefix+"go")
 	var lease *clientv3.LeaseGrantResponse
-	err := throttled(ctx, func() (err error) { lease, err = c.Grant(ctx, floorLeaseTTL); return err })
+	err := etcdrdzv.RetryOverload(ctx, overloadLimit, func() (err error) { lease, err = c.Grant(ctx, floorLeaseTTL); return err })
 	if err != nil {
 		return 0, err
 	}
-	err = throttled(ctx, func() error {
+	err = etcdrdzv.RetryOverload(ctx, overloadLimit, func() error {
 		_, err := c.Put(ctx, floorPrefix+"keys/"+strconv.Itoa(i), "x", clientv3.WithLease(lease.ID))
 		return err
 	})
@@ -219,27 +217,15 @@ func floorAgent(ctx, wctx context.Context, c *clientv3.Client, i int) (clientv3.
 	return lease.ID, waitEvent(ctx, watch)
 }
 
+// overloadLimit is how long a floor agent asks again a call etcd refuses
+// for too many requests, as an agent does (etcdrdzv.RetryOverload): a
+// floor that gave up there would measure nothing.
+const overloadLimit = time.Minute
+
 // floorLeaseTTL is the floor's leases' TTL, in seconds: long enough for
 // the slowest floor here (16,384 agents, their puts refused for too many
 // requests and tried again); the floor revokes them after its clock.
 const floorLeaseTTL = 120
-
-// throttled runs call again while etcd refuses it for too many requests
-// (its apply more than 5,000 entries behind its log), as an agent does:
-// a floor that gave up there would measure nothing.
-func throttled(ctx context.Context, call func() error) error {
-	delay := 10 * time.Millisecond
-	for {
-		err := call()
-		if !errors.Is(err, rpctypes.ErrTooManyRequests) {
-			return err
-		}
-		if ctxtime.Sleep(ctx, delay) != nil {
-			return err
-		}
-		delay = min(2*delay, time.Second)
-	}
-}
 
 // watchFloorKeys is the floor coordinator's watch of the agents' keys.
 func watchFloorKeys(wctx context.Context, c *clientv3.Client) clientv3.WatchChan {

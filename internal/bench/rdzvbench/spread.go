@@ -180,7 +180,9 @@ func RunSpread(ctx context.Context, binary string, n, procs int, ttl time.Durati
 	cpu0, start = processCPU(), time.Now()
 	replies, err := kids.phase("rendezvous")
 	if err != nil {
-		return Result{}, fmt.Errorf("rendezvous: %w", err)
+		// The floor's figures stand: the row says what the rendezvous met.
+		return Result{Agents: n, Processes: procs + 1, FloorSeconds: floor.Seconds(), LoginSeconds: login.Seconds(),
+			FloorStoreCPUSeconds: floorCPU.Seconds(), StoreBytesPerAgent: perAgent, Failed: "rendezvous: " + err.Error()}, nil
 	}
 	full, fullCPU := time.Since(start), processCPU()-cpu0
 	ranks := map[int]bool{}

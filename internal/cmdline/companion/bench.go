@@ -90,6 +90,9 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 				}
 				if res.Failed != "" {
 					text = fmt.Sprintf("%d agents: did not complete: %s", res.Agents, res.Failed)
+					if res.FloorSeconds > 0 {
+						text += fmt.Sprintf(" (the floor did: %.3f s)", res.FloorSeconds)
+					}
 				}
 				if err := cmdline.EmitBenchResult(c, format, res, text); err != nil {
 					return err
@@ -165,6 +168,10 @@ func markdown(results []rdzvbench.Result) string {
 			why := "not run: " + r.Skipped
 			if r.Failed != "" {
 				why = "did not complete: " + r.Failed
+			}
+			if r.FloorSeconds > 0 {
+				fmt.Fprintf(&b, "| %d | %d | %s | %.3f s | | %.3f s | | | |\n", r.Agents, r.Processes, why, r.FloorSeconds, r.LoginSeconds)
+				continue
 			}
 			fmt.Fprintf(&b, "| %d | %d | %s | | | | | | |\n", r.Agents, r.Processes, why)
 			continue
