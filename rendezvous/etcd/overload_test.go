@@ -10,7 +10,7 @@ import (
 )
 
 // TestRetryOverload: a call etcd refuses for too many requests is asked
-// again until it passes or the limit ends; any other error ends it at once.
+// again (as one etcd timed out) until it passes or the limit ends; any other error ends it at once.
 func TestRetryOverload(t *testing.T) {
 	other := errors.New("permission denied")
 	cases := []struct {
@@ -24,6 +24,7 @@ func TestRetryOverload(t *testing.T) {
 		{"another error at once", []error{other}, time.Minute, 1, other},
 		{"refused past the limit", []error{rpctypes.ErrTooManyRequests}, 0, 1, rpctypes.ErrTooManyRequests},
 		{"passes at once", []error{nil}, time.Minute, 1, nil},
+		{"passes after a timeout", []error{rpctypes.ErrTimeout, nil}, time.Minute, 2, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
