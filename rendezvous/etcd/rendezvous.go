@@ -230,8 +230,8 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 }
 
 // openLease grants a lease under ctx, so that an unreachable etcd ends
-// the call (an overloaded one is asked again: RetryOverload), and keeps
-// it alive until Close.
+// the call (an overloaded or slow one is asked again, up to
+// UnreachableTimeout: RetryOverload), and keeps it alive until Close.
 func (r *Rendezvous) openLease(ctx context.Context) error {
 	ttl := int64((r.cfg.LeaseTTL + time.Second - 1) / time.Second)
 	var grant *clientv3.LeaseGrantResponse
@@ -239,6 +239,11 @@ func (r *Rendezvous) openLease(ctx context.Context) error {
 		gctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		grant, err = r.cli.Grant(gctx, ttl)
+		if err != nil && gctx.Err() != nil && ctx.Err() == nil {
+			// No answer within callTimeout: as etcd's own timeout of a
+			// call it could not commit in time, asked again.
+			err = fmt.Errorf("%w (no answer within %v)", rpctypes.ErrTimeout, callTimeout)
+		}
 		return err
 	})
 	if err != nil {
