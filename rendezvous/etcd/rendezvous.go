@@ -230,20 +230,19 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 }
 
 // openLease grants a lease under ctx, so that an unreachable etcd ends
-// the call (an overloaded or slow one is asked again, up to
-// UnreachableTimeout: RetryOverload), and keeps it alive until Close.
+// the call (within UnreachableTimeout; one refused as overloaded is asked
+// again: RetryOverload), and keeps it alive until Close.
 func (r *Rendezvous) openLease(ctx context.Context) error {
 	ttl := int64((r.cfg.LeaseTTL + time.Second - 1) / time.Second)
+	// One request at a time, waiting as long as the store may take to
+	// answer: a request given up and sent again would be proposed twice
+	// to a store already behind (at 16,384 agents here, grants given up
+	// after 5 s and sent again never caught up).
+	gctx, cancel := context.WithTimeout(ctx, r.cfg.UnreachableTimeout)
+	defer cancel()
 	var grant *clientv3.LeaseGrantResponse
-	err := RetryOverload(ctx, r.cfg.UnreachableTimeout, func() (err error) {
-		gctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
+	err := RetryOverload(gctx, r.cfg.UnreachableTimeout, func() (err error) {
 		grant, err = r.cli.Grant(gctx, ttl)
-		if err != nil && gctx.Err() != nil && ctx.Err() == nil {
-			// No answer within callTimeout: as etcd's own timeout of a
-			// call it could not commit in time, asked again.
-			err = fmt.Errorf("%w (no answer within %v)", rpctypes.ErrTimeout, callTimeout)
-		}
 		return err
 	})
 	if err != nil {
