@@ -21,12 +21,12 @@ import (
 // With the job's TLS (a store with a token, jobauth.ServerTLS) the port
 // ends the TLS itself: a connection is pending until its handshake proves
 // the client holds the token, and only then is it served, by etcd's gRPC
-// services in this process (grpcport.go). Pending connections are capped (in all, and per source address,
-// the oldest closed first) and must prove themselves within a deadline,
-// so a flood of idle connections costs one descriptor each, and a bounded
-// number of them. A proven connection that negotiated
-// jobauth.PresenceProto is held, not served: the node's presence
-// (presence.go). Without the job's TLS (the user's own, which is etcd's
+// services in this process (grpcport.go). Pending connections are capped
+// (in all, and per source address, the oldest closed first) and must
+// prove themselves within a deadline, so a flood of idle connections
+// costs one descriptor each, and a bounded number of them. A proven
+// connection that negotiated jobauth.PresenceProto is held, not served:
+// the node's presence (presence.go). Without the job's TLS (the user's own, which is etcd's
 // end to end, or none), bytes are forwarded as they are.
 type clientPort struct {
 	ln     net.Listener
@@ -228,8 +228,9 @@ func (p *clientPort) prove(c net.Conn) (net.Conn, bool) {
 	return tc, !closed
 }
 
-// forward copies between a client and the store's socket until either
-// side ends; then both connections are closed.
+// forward serves c: with the job's TLS, once proven, it hands c to the
+// gRPC port (or holds it as a presence); otherwise it copies between c
+// and the store's socket until either side ends, then closes both.
 func (p *clientPort) forward(c net.Conn) {
 	defer p.wg.Done()
 	handed := false
