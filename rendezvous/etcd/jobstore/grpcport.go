@@ -21,6 +21,29 @@ type grpcPort struct {
 	srv   *grpc.Server
 	queue *connQueue
 	done  chan struct{} // closed when Serve returned
+
+	// conns are the connections handed to the server and not closed yet:
+	// stop closes them, for gRPC's Stop waits for, without closing, one
+	// that has not sent its HTTP/2 preface.
+	mu     sync.Mutex
+	conns  map[*servedConn]bool
+	closed bool
+}
+
+// servedConn is a connection handed to the server; its Close forgets it.
+type servedConn struct {
+	net.Conn
+	port *grpcPort
+	once sync.Once
+}
+
+func (c *servedConn) Close() error {
+	c.once.Do(func() {
+		c.port.mu.Lock()
+		delete(c.port.conns, c)
+		c.port.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // startGRPCPort serves e's gRPC services on proven connections handed to
@@ -34,7 +57,10 @@ func startGRPCPort(e *embed.Etcd) *grpcPort {
 	if cfg.GRPCKeepAliveInterval > 0 && cfg.GRPCKeepAliveTimeout > 0 {
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.GRPCKeepAliveInterval, Timeout: cfg.GRPCKeepAliveTimeout}))
 	}
-	p := &grpcPort{srv: v3rpc.Server(e.Server, nil, nil, opts...), queue: newConnQueue(), done: make(chan struct{})}
+	// A proven client sends its preface at once: one that does not is
+	// closed as a pending one would be (gRPC's default waits 120 s).
+	opts = append(opts, grpc.ConnectionTimeout(handshakeDeadline))
+	p := &grpcPort{srv: v3rpc.Server(e.Server, nil, nil, opts...), queue: newConnQueue(), done: make(chan struct{}), conns: map[*servedConn]bool{}}
 	go func() {
 		defer close(p.done)
 		_ = p.srv.Serve(p.queue)
@@ -44,12 +70,42 @@ func startGRPCPort(e *embed.Etcd) *grpcPort {
 
 // serve hands c to the gRPC server; false once the port is stopped (c is
 // then the caller's to close).
-func (p *grpcPort) serve(c net.Conn) bool { return p.queue.put(c) }
+func (p *grpcPort) serve(c net.Conn) bool {
+	sc := &servedConn{Conn: c, port: p}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	p.conns[sc] = true
+	p.mu.Unlock()
+	if !p.queue.put(sc) {
+		p.forget(sc)
+		return false
+	}
+	return true
+}
+
+func (p *grpcPort) forget(c *servedConn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
 
 // stop closes every connection the port serves and waits for it to end.
 func (p *grpcPort) stop() {
-	p.srv.Stop()
 	p.queue.Close()
+	p.mu.Lock()
+	p.closed = true
+	conns := make([]*servedConn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Conn.Close()
+	}
+	p.srv.Stop()
 	<-p.done
 }
 

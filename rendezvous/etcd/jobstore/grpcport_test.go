@@ -2,6 +2,9 @@ package jobstore
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"io"
 	"os"
 	"testing"
 	"time"
@@ -76,4 +79,48 @@ func openFiles(t *testing.T) int {
 		t.Skipf("no /proc/self/fd: %v", err)
 	}
 	return len(fds)
+}
+
+// TestCloseEndsASilentProvenConnection: a client that proved the job's
+// TLS and then sends nothing (no HTTP/2 preface) holds neither the
+// store's Close nor its descriptor: gRPC's Stop waits for such a
+// connection without closing it, for up to 120 s (found by a probe: a
+// job's hosting agent exited 2 minutes late).
+func TestCloseEndsASilentProvenConnection(t *testing.T) {
+	token, _ := rendezvous.NewToken()
+	s, err := StartServer(context.Background(), ServerConfig{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tlsCfg, err := jobauth.ClientTLS(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg.NextProtos = []string{"h2"}
+	c, err := tls.Dial("tcp", s.Endpoints()[0], tlsCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The gRPC server writes its settings first: then it holds c.
+	head := make([]byte, 9)
+	if _, err := io.ReadFull(c, head); err != nil {
+		t.Fatalf("no HTTP/2 settings from the store: %v", err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		s.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the store's Close still waits for a proven connection that sent nothing, after 30 s")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// Closed: an end of file, or a reset; still open: the deadline.
+	if _, err := io.ReadAll(c); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the silent connection was not closed by the store: %v", err)
+	}
 }
