@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -58,16 +60,41 @@ func TestBenchRendezvousRealJob(t *testing.T) {
 	}
 }
 
+// TestBenchRealJobEndsWithItsAgents: the real job's agents, each in a
+// process group of its own, end with the benchmark when it is stopped
+// (SIGINT, as Ctrl-C; SIGTERM, as timeout(1)): they were left running,
+// with their workers (helper-25's probe). Not parallel: it counts every
+// real-job agent of these tests' binary.
+func TestBenchRealJobEndsWithItsAgents(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(signalName(sig), func(t *testing.T) {
+			cmd, _, stderr := startGorun(t, testEnv(), "bench", "rendezvous", "--agents", "6", "--real-job", "--format", "json")
+			waitFor(t, "3 agents of the real job to start\n"+stderr.String(), func() bool { return len(benchProcesses("rdzv-id=bench-agents")) >= 3 })
+			_ = cmd.Process.Signal(sig)
+			_ = cmd.Wait()
+			if left := benchProcesses("rdzv-id=bench-agents"); len(left) > 0 {
+				t.Errorf("agents left after the benchmark ended on SIG%s: %v", signalName(sig), left)
+			}
+		})
+	}
+}
+
 // agentProcesses lists the benchmark's agent processes still running.
 func agentProcesses(t *testing.T) []string {
 	t.Helper()
+	return benchProcesses("--agents-at")
+}
+
+// benchProcesses lists the running processes of these tests' binaries
+// whose command line has marker.
+func benchProcesses(marker string) []string {
 	procs, _ := os.ReadDir("/proc")
-	var left []string
+	var found []string
 	for _, p := range procs {
 		b, err := os.ReadFile("/proc/" + p.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), "--agents-at") && strings.Contains(string(b), gorunBin) {
-			left = append(left, strings.ReplaceAll(string(b), "\x00", " "))
+		if err == nil && strings.Contains(string(b), marker) && strings.Contains(string(b), filepath.Dir(gorunBin)) {
+			found = append(found, strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
-	return left
+	return found
 }

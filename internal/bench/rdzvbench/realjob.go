@@ -57,7 +57,7 @@ const jobLimit = 3 * time.Minute
 // twin.
 func RunJob(ctx context.Context, gorun string, n int, dir string) (JobResult, error) {
 	if n < 2 {
-		return JobResult{}, fmt.Errorf("--nodes %d: want at least 2", n)
+		return JobResult{}, fmt.Errorf("--agents %d: want at least 2 for a real job (one is lost, and one joins)", n)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -3,11 +3,13 @@ package companion
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorun-dev/gorun/internal/cmdline/flagval"
@@ -63,6 +65,21 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 			if err != nil || len(counts) == 0 {
 				return cmdline.Usagef("--agents=%q: want a number or a comma-separated list", c.String("agents"))
 			}
+			least := 1
+			if c.Bool("real-job") {
+				least = 2 // one is lost, and one joins
+			}
+			for _, n := range counts {
+				switch {
+				case n < least:
+					return cmdline.Usagef("--agents=%q: want counts of at least %d", c.String("agents"), least)
+				case procs > n:
+					return cmdline.Usagef("--processes=%d with --agents=%d: want at most one process per agent", procs, n)
+				}
+			}
+			if ttl := c.Duration("lease-ttl"); ttl < 0 || (ttl > 0 && ttl < time.Second) {
+				return cmdline.Usagef("--lease-ttl=%v: want 0 (the default, %v) or at least 1s", ttl, etcdrdzv.DefaultLeaseTTL)
+			}
 			format, err := cmdline.BenchFormat(c)
 			if err != nil {
 				return err
@@ -110,8 +127,11 @@ func (e *Commands) BenchRendezvousCommand() *cli.Command {
 	}
 }
 
-// realJob runs `gorun bench rendezvous --real-job` for each count.
+// realJob runs `gorun bench rendezvous --real-job` for each count; SIGINT
+// or SIGTERM ends the job's agents before the benchmark exits.
 func realJob(c *cli.Context, self string, counts []int, format string) error {
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	gorun := filepath.Join(filepath.Dir(self), "gorun")
 	if _, err := os.Stat(gorun); err != nil {
 		gorun = self // gorun-etcd runs a launch as gorun does
@@ -121,7 +141,7 @@ func realJob(c *cli.Context, self string, counts []int, format string) error {
 		if err != nil {
 			return cli.Exit("bench rendezvous --real-job: "+err.Error(), 1)
 		}
-		res, err := rdzvbench.RunJob(c.Context, gorun, n, dir)
+		res, err := rdzvbench.RunJob(ctx, gorun, n, dir)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("bench rendezvous --real-job: %v (the agents' logs are in %s)", err, dir), 1)
 		}
