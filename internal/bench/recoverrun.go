@@ -19,6 +19,7 @@ import (
 
 	"github.com/gorun-dev/gorun/launcher/goodput"
 
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/internal/sys/netns"
 )
 
@@ -292,7 +293,7 @@ func (r *recoveryRun) startAgents(ctx context.Context, ag *recoveryAgents, ep, i
 			// The first agent hosts the store (gorun's embedded etcd,
 			// torchrun's TCPStore) once it listens: the agent lost is
 			// another (a host's loss ends either job: its store goes).
-			if err := waitListening(ctx, ep, time.Minute); err != nil {
+			if err := WaitListening(ctx, ep, time.Minute); err != nil {
 				return fmt.Errorf("the first agent never opened its store at %s: %w", ep, err)
 			}
 		}
@@ -418,20 +419,7 @@ func spawnAfter(events []goodput.Event, t0 float64) (float64, error) {
 // waitUntil polls cond every 20 ms until it holds, limit passes or ctx
 // ends.
 func waitUntil(ctx context.Context, limit time.Duration, cond func() bool) error {
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			return fmt.Errorf("not within %v", limit)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return ctxtime.Poll(ctx, 20*time.Millisecond, limit, cond)
 }
 
 // killNode kills agent a as a node's loss would: its process group and
@@ -471,8 +459,8 @@ func (r *recoveryRun) hitWorker(ag *recoveryAgents, a int) error {
 	return syscall.Kill(pid, syscall.SIGKILL)
 }
 
-// waitListening waits until something accepts TCP connections at addr.
-func waitListening(ctx context.Context, addr string, limit time.Duration) error {
+// WaitListening waits until something accepts TCP connections at addr.
+func WaitListening(ctx context.Context, addr string, limit time.Duration) error {
 	return waitUntil(ctx, limit, func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {

@@ -80,7 +80,7 @@ func startLighthouse(ctx context.Context, lighthouse, addr string) (*exec.Cmd, e
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("torchft's lighthouse: %w", err)
 	}
-	if err := waitListening(ctx, addr, time.Minute); err != nil {
+	if err := WaitListening(ctx, addr, time.Minute); err != nil {
 		stopProcess(cmd)
 		return nil, fmt.Errorf("torchft's lighthouse never listened at %s: %w", addr, err)
 	}

@@ -2,7 +2,6 @@ package rdzvbench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun-dev/gorun/internal/bench"
+	"github.com/gorun-dev/gorun/internal/sys/ctxtime"
 	"github.com/gorun-dev/gorun/launcher/goodput"
 )
 
@@ -76,7 +77,7 @@ func RunJob(ctx context.Context, gorun string, n int, dir string) (JobResult, er
 	if err := job.start(0); err != nil {
 		return res, err
 	}
-	if err := waitDial(ctx, endpoint, jobLimit); err != nil {
+	if err := bench.WaitListening(ctx, endpoint, jobLimit); err != nil {
 		return res, fmt.Errorf("agent 0 never opened the store at %s: %w", endpoint, err)
 	}
 	for a := 1; a < n; a++ {
@@ -208,23 +209,23 @@ type spawned struct {
 // when the last of them did. A round of another size that starts
 // meanwhile is passed over.
 func (j *realJob) waitSpawn(ctx context.Context, agents []int, round, size int) (spawned, error) {
-	deadline := time.Now().Add(jobLimit)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		s, missing, err := j.readSpawns(agents, round, size)
-		if err != nil || missing < 0 {
-			return s, err
-		}
-		if time.Now().After(deadline) {
-			return s, fmt.Errorf("%d of %d agents did not start workers in a world of %d within %v (their logs: %s)", missing, len(agents), size, jobLimit, j.dir)
-		}
-		select {
-		case <-ctx.Done():
-			return s, ctx.Err()
-		case <-tick.C:
-		}
+	var s spawned
+	var missing int
+	var rerr error
+	// Every 100 ms: each look reads every agent's event log.
+	err := ctxtime.Poll(ctx, 100*time.Millisecond, jobLimit, func() bool {
+		s, missing, rerr = j.readSpawns(agents, round, size)
+		return rerr != nil || missing < 0
+	})
+	switch {
+	case rerr != nil:
+		return s, rerr
+	case err != nil && ctx.Err() != nil:
+		return s, err
+	case err != nil:
+		return s, fmt.Errorf("%d of %d agents did not start workers in a world of %d within %v (their logs: %s)", missing, len(agents), size, jobLimit, j.dir)
 	}
+	return s, nil
 }
 
 // readSpawns reads the agents' event logs once: missing is how many have
@@ -287,26 +288,4 @@ func agentEvents(dir string) ([]goodput.Event, error) {
 	}
 	defer f.Close()
 	return goodput.ReadEvents(f)
-}
-
-// waitDial waits until something accepts connections at addr.
-func waitDial(ctx context.Context, addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.Join(err, fmt.Errorf("nothing listens after %v", limit))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
 }

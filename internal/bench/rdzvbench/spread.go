@@ -57,7 +57,8 @@ func AgentsArgs(cfg AgentsConfig) []string {
 
 // agentReply is a child's answer to a phase.
 type agentReply struct {
-	// Phase is "ready" (logged in and connected), "floor" or "rendezvous".
+	// Phase is "ready" (logged in and connected), "floor", "tidy" or
+	// "rendezvous".
 	Phase string `json:"phase"`
 	// Ranks are the group ranks the child's agents got (rendezvous).
 	Ranks []int `json:"ranks,omitempty"`
@@ -128,7 +129,8 @@ func ServeAgents(ctx context.Context, cfg AgentsConfig, in io.Reader, out io.Wri
 // RunSpread measures n agents spread over procs child processes of
 // binary (gorun-etcd), against a store in this process, with the floor of
 // the same clients in the same run. It also measures what the store's
-// process spends: its CPU inside each clock, and its memory per agent.
+// process spends: its CPU inside each clock, its memory per agent, and
+// its CPU while the job runs after the round.
 func RunSpread(ctx context.Context, binary string, n, procs int, ttl time.Duration) (Result, error) {
 	if n < 1 || procs < 1 || procs > n {
 		return Result{}, fmt.Errorf("--agents %d over %d processes: want at least 1 agent per process", n, procs)

@@ -4,6 +4,7 @@ package ctxtime
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -48,3 +49,22 @@ func (b *AcceptBackoff) Wait(done <-chan struct{}) bool {
 
 // Reset starts the steps over, after an accept that succeeded.
 func (b *AcceptBackoff) Reset() { b.d = 0 }
+
+// Poll checks cond every interval until it holds, limit passes or ctx
+// ends; it returns nil once cond held.
+func Poll(ctx context.Context, interval, limit time.Duration, cond func() bool) error {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return fmt.Errorf("not within %v", limit)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
