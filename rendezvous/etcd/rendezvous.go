@@ -41,7 +41,8 @@ const (
 	// DefaultUnreachableTimeout is Config.UnreachableTimeout's default.
 	DefaultUnreachableTimeout = 60 * time.Second
 	// callTimeout bounds one call that must not wait for etcd forever
-	// (a lease grant: etcd's client waits for a connection otherwise).
+	// (etcd's client waits for a connection otherwise). The lease grant
+	// waits up to UnreachableTimeout instead (openLease).
 	callTimeout = 5 * time.Second
 	// revokeTimeout bounds Close's revoke of the lease.
 	revokeTimeout = 2 * time.Second
