@@ -277,19 +277,19 @@ func acceptHellos(ctx context.Context, ln net.Listener, arrivals chan<- arrival,
 			continue
 		}
 		backoff.Reset()
+		_ = c.SetReadDeadline(time.Now().Add(HelloTimeout))
 		pending.Add(c, limit)
 		wg.Go(func() {
 			defer pending.Remove(c)
 			context.AfterFunc(ctx, func() { c.Close() })
-			_ = c.SetReadDeadline(time.Now().Add(HelloTimeout))
 			var h staticHello
 			line, err := bufio.NewReaderSize(c, 4096).ReadSlice('\n')
 			if err != nil || json.Unmarshal(line, &h) != nil || h.Version != staticVersion {
 				c.Close()
 				return
 			}
+			pending.Remove(c) // before the deadline: Add may cut c off until then
 			_ = c.SetReadDeadline(time.Time{})
-			pending.Remove(c)
 			select {
 			case arrivals <- arrival{c, h}:
 			case <-ctx.Done():

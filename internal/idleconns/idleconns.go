@@ -1,7 +1,8 @@
 // Package idleconns bounds the connections a listener holds before they
-// said anything: past a limit, the one that waited longest is closed. A
-// peer of the protocol speaks as soon as it connects; a flood of idle
-// connections ages out first, and cannot hold a listener's descriptors.
+// said anything: past a limit, the reader of the one that waited longest
+// is cut off, and closes it. A peer of the protocol speaks as soon as it
+// connects; a flood of idle connections ages out first, and cannot hold a
+// listener's descriptors.
 package idleconns
 
 import (
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Queue is the connections that have not spoken yet, oldest first. The
@@ -18,11 +20,19 @@ type Queue struct {
 	conns []net.Conn
 }
 
-// Add adds c, closing the oldest connections that have not spoken while
-// more than limit wait. A connection whose bytes wait in its socket has
-// spoken, and only its reader has not come to it yet (a real peer on a
-// loaded host, whose first line went out at once): it is passed over,
-// until twice limit wait, when the oldest is closed whatever it sent.
+// Add adds c, while more than limit wait cutting off the oldest
+// connections that have not spoken: their read deadline is put in the
+// past, which fails the read their reader waits in, and the reader closes
+// them. A connection whose bytes wait in its socket has spoken, and only
+// its reader has not come to it yet (a real peer on a loaded host, whose
+// first line went out at once): it is passed over, until twice limit
+// wait, when the oldest is cut off whatever it sent.
+//
+// A deadline, not a close, so that a reader that has just read its
+// peer's first bytes (the socket empty again, and c not yet removed)
+// keeps its connection: it calls Remove, then sets the deadline it
+// wants. So c's reader sets its own read deadline before Add, and calls
+// Remove before it changes it.
 func (q *Queue) Add(c net.Conn, limit int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -34,7 +44,9 @@ func (q *Queue) Add(c net.Conn, limit int) {
 				return
 			}
 		}
-		q.conns[i].Close()
+		// A deadline in the past ends a read that waits and fails the
+		// next, and leaves what was read already to its reader.
+		_ = q.conns[i].SetReadDeadline(time.Unix(1, 0))
 		q.conns = slices.Delete(q.conns, i, i+1)
 	}
 }

@@ -54,13 +54,13 @@ func (s *Server) diverts(c *conn) bool {
 	if d == nil {
 		return false
 	}
-	d.waiting.Add(c.nc, d.maxWaiting)
 	_ = c.nc.SetReadDeadline(time.Now().Add(d.wait))
+	d.waiting.Add(c.nc, d.maxWaiting)
 	head, err := c.r.Peek(1)
 	d.waiting.Remove(c.nc)
 	_ = c.nc.SetReadDeadline(time.Time{})
 	if err != nil {
-		c.nc.Close() // silent past the wait, or closed for a newer caller
+		c.nc.Close() // silent past the wait, or cut off for a newer caller
 		s.forget(c)
 		return true
 	}
