@@ -15,6 +15,15 @@ import (
 // key and watches for more.
 func (j *joiner) startCounting(ctx context.Context) (clientv3.WatchChan, error) {
 	r := j.r
+	if !j.c.full {
+		// Joined by the guarded transaction alone: the round's record
+		// needs the restart count, and a later round the previous one's.
+		c, _, err := r.readControl(ctx)
+		if err != nil {
+			return nil, err
+		}
+		j.c = c
+	}
 	resp, err := r.cli.Get(ctx, r.k.joinPrefix(j.target), clientv3.WithPrefix())
 	if err != nil {
 		return nil, err

@@ -47,6 +47,9 @@ type control struct {
 	// roundRev and restartsRev are the counters' revisions, to fence the
 	// mending of one that is behind.
 	roundRev, restartsRev int64
+	// full is set when every control key was read (applyKVs); a join by
+	// the guarded transaction alone knows the round and the shape only.
+	full bool
 }
 
 // newControl returns what is known of the control keys before reading
@@ -223,6 +226,7 @@ func (r *Rendezvous) settle(c *control) {
 
 // applyKVs records a full read of the control keys.
 func (r *Rendezvous) applyKVs(ctx context.Context, c *control, kvs []*mvccpb.KeyValue) {
+	c.full = true
 	for _, kv := range kvs {
 		r.apply(c, string(kv.Key), kv.Value, kv.ModRevision)
 	}

@@ -70,12 +70,19 @@ func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
 
 // putJoin puts this node's join key into the round it can join, with the
 // closer's key if the round has none yet (the first node to join counts
-// the others and closes), and returns the control keys. The first try
-// is one transaction that also checks the job's shape and reads the
-// control keys: it assumes the round after the last this node ran (0 at
-// first) is open. If it is not, the keys it read say which round to
-// join, and a second transaction joins that one. errRetry means the
-// round moved on meanwhile.
+// the others and closes), and returns what it knows of the control keys.
+// The first try is one transaction that also checks the job's shape: it
+// assumes the round after the last this node ran (0 at first) is open.
+// If it is, the transaction's guards are all this node learns: the round
+// counter is at that round, which has not closed, the job has no outcome,
+// and its shape is this node's, sealed with this job's secret. The
+// closer reads the other control keys when it starts counting
+// (startCounting): nobody else needs them, and a job's every node
+// reading them made each join a read of the control keys too. If the
+// round is not open, the transaction reads the control keys instead
+// (creating the job first, if this node is its first), they say which
+// round to join, and a second transaction joins that one. errRetry means
+// the round moved on meanwhile.
 func (r *Rendezvous) putJoin(ctx context.Context, val NodeRecord) (*control, int, *clientv3.TxnResponse, error) {
 	guess := r.lastRound + 1
 	readCtl := clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())
@@ -84,26 +91,22 @@ func (r *Rendezvous) putJoin(ctx context.Context, val NodeRecord) (*control, int
 			clientv3.Compare(clientv3.CreateRevision(r.k.closed(guess)), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(r.k.outcome()), "=", 0),
 			r.isShape()).
-		Then(r.joinOps(guess, val, readCtl)...).
-		Else(r.createOrRead(guess, val, readCtl)).
+		Then(r.joinOps(guess, val)...).
+		Else(r.createOrRead(guess, readCtl)).
 		Commit()
 	if err != nil {
 		return nil, 0, nil, etcdFailure(err)
 	}
-	joinedNow := resp.Succeeded
-	if !joinedNow {
-		// This node created the job and joined round 0, or only read.
-		inner := (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
-		inner.Header = resp.Header
-		resp, joinedNow = inner, guess == 0 && inner.Succeeded
-	}
 	c := newControl()
-	r.applyKVs(ctx, c, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs)
+	if resp.Succeeded {
+		c.round, c.shape = guess, []byte(r.shape)
+		r.trusted.Store(true) // the guard matched this node's sealed shape
+		return c, guess, resp, nil
+	}
+	read := resp.Responses[0].GetResponseTxn().Responses // readCtl's is last
+	r.applyKVs(ctx, c, read[len(read)-1].GetResponseRange().Kvs)
 	if err := c.foreignErr(); err != nil {
 		return nil, 0, nil, err
-	}
-	if joinedNow {
-		return c, guess, resp, nil
 	}
 	if c.outcome != nil {
 		return nil, 0, nil, outcomeErr(c.outcome)
@@ -140,25 +143,24 @@ func (r *Rendezvous) putJoin(ctx context.Context, val NodeRecord) (*control, int
 	return c, target, resp, nil
 }
 
-// createOrRead is the first try's other branch. For a node's first join
-// into a job that does not exist yet, it records the job's shape, creates
-// the round and restart counters and joins round 0, all at once, then
-// reads the control keys; otherwise it only reads them.
-func (r *Rendezvous) createOrRead(guess int, val NodeRecord, readCtl clientv3.Op) clientv3.Op {
+// createOrRead is the first try's other branch: it reads the control
+// keys, after recording the job's shape and creating the round and
+// restart counters if there is no job yet (the job's first node, which
+// then joins round 0 with the second transaction).
+func (r *Rendezvous) createOrRead(guess int, readCtl clientv3.Op) clientv3.Op {
 	if guess != 0 {
 		return clientv3.OpTxn(nil, []clientv3.Op{readCtl}, nil)
 	}
-	create := []clientv3.Op{r.putShape(), r.putRound(0), r.putRestarts(0)}
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)},
-		r.joinOps(0, val, append(create, readCtl)...),
+		[]clientv3.Op{r.putShape(), r.putRound(0), r.putRestarts(0), readCtl},
 		[]clientv3.Op{readCtl})
 }
 
 // joinOps puts this node's join key into round t and claims the round's
 // closer key if it has none (a nested transaction that reads the key
-// otherwise); more operations follow.
-func (r *Rendezvous) joinOps(t int, val NodeRecord, more ...clientv3.Op) []clientv3.Op {
+// otherwise).
+func (r *Rendezvous) joinOps(t int, val NodeRecord) []clientv3.Op {
 	lease := r.lease.Load().id
 	claim := clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.closer(t)), "=", 0)},
@@ -173,7 +175,7 @@ func (r *Rendezvous) joinOps(t int, val NodeRecord, more ...clientv3.Op) []clien
 			[]clientv3.Op{r.put(key, kindNodeRank, r.id, clientv3.WithLease(lease))},
 			[]clientv3.Op{clientv3.OpGet(key)}))
 	}
-	return append(ops, more...)
+	return ops
 }
 
 // nodeRankTaken handles a join into round t whose --node-rank another

@@ -142,8 +142,9 @@ type Rendezvous struct {
 	// spareSince is when this node began to wait as a hot spare in the
 	// current Next (zero when it has not).
 	spareSince time.Time
-	// shape is cfg.Shape as recorded in etcd.
-	shape string
+	// shape is cfg.Shape as recorded in etcd; sealedShape its record,
+	// sealed (sealShape).
+	shape, sealedShape string
 	// token is the job's secret (cfg.Token, or the one kept in etcd); g
 	// seals and opens values with it.
 	token Token
@@ -214,6 +215,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Rendezvous, er
 		}
 	}
 	r.g = jobauth.NewGuard(r.token, cfg.Log)
+	r.sealedShape = r.sealShape()
 	if cfg.Presence {
 		if r.presenceTLS, err = presenceTLS(r.token); err != nil {
 			stop()

@@ -50,10 +50,14 @@ func (r *Rendezvous) putRestarts(n int) clientv3.Op { return r.put(r.k.restarts(
 
 // isShape compares the job's shape record with this node's shape.
 func (r *Rendezvous) isShape() clientv3.Cmp {
-	return r.is(r.k.shape(), kindShape, json.RawMessage(r.shape))
+	return clientv3.Compare(clientv3.Value(r.k.shape()), "=", r.sealedShape)
 }
 
 // putShape records this node's shape as the job's.
-func (r *Rendezvous) putShape() clientv3.Op {
-	return r.put(r.k.shape(), kindShape, json.RawMessage(r.shape))
+func (r *Rendezvous) putShape() clientv3.Op { return clientv3.OpPut(r.k.shape(), r.sealedShape) }
+
+// sealShape is the job's shape record as this node writes it, sealed
+// once: every join compares it.
+func (r *Rendezvous) sealShape() string {
+	return r.seal(r.k.shape(), kindShape, json.RawMessage(r.shape))
 }
