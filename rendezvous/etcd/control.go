@@ -50,6 +50,10 @@ type control struct {
 	// full is set when every control key was read (applyKVs); a join by
 	// the guarded transaction alone knows the round and the shape only.
 	full bool
+	// rev is the revision this knowledge is of: a watch event at or
+	// before it is old news (applied again, an older counter would be
+	// refused as behind).
+	rev int64
 }
 
 // newControl returns what is known of the control keys before reading
@@ -234,10 +238,11 @@ func (r *Rendezvous) applyKVs(ctx context.Context, c *control, kvs []*mvccpb.Key
 	r.mend(ctx, c)
 }
 
-// applyEvents records the control keys that a watch reports written.
+// applyEvents records the control keys that a watch reports written
+// after c's revision.
 func (r *Rendezvous) applyEvents(ctx context.Context, c *control, events []*clientv3.Event) {
 	for _, ev := range events {
-		if ev.Type == clientv3.EventTypePut {
+		if ev.Type == clientv3.EventTypePut && ev.Kv.ModRevision > c.rev {
 			r.apply(c, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
 		}
 	}
@@ -315,6 +320,7 @@ func (r *Rendezvous) readControl(ctx context.Context) (*control, int64, error) {
 		return nil, 0, err
 	}
 	c := newControl()
+	c.rev = resp.Header.Revision
 	r.applyKVs(ctx, c, resp.Kvs)
 	if err := c.foreignErr(); err != nil {
 		return nil, 0, err

@@ -20,17 +20,27 @@ import (
 // join runs one attempt to join a round: it puts this node's join key
 // (fenced by the round counter) and waits until the round closes. It
 // returns errRetry when the round moved on before closing.
-func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (joined, error) {
+func (r *Rendezvous) join(ctx context.Context, me NodeRecord) (_ joined, err error) {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	// Watch first, then write and read: a watch from the current revision
 	// starts at once, while one from a past revision waits for etcd's
-	// catch-up.
-	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
+	// catch-up. The control watch outlives a join that succeeds: the
+	// round's Watch goes on with it (keepCtlWatch).
+	cctx, ccancel := context.WithCancel(r.life)
+	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(cctx), r.k.ctl(), clientv3.WithPrefix())
 	c, target, put, err := r.putJoin(ctx, me)
 	if err != nil {
+		ccancel()
 		return joined{}, err
 	}
+	defer func() {
+		if err != nil {
+			ccancel()
+			return
+		}
+		r.keepCtlWatch(target, ctlWatch, ccancel)
+	}()
 	r.joining = target
 	j := &joiner{r: r, ctx: ctx, target: target, c: c, joinRev: put.Header.Revision}
 	if prev := put.Responses[0].GetResponsePut().PrevKv; prev != nil {
@@ -98,6 +108,7 @@ func (r *Rendezvous) putJoin(ctx context.Context, val NodeRecord) (*control, int
 		return nil, 0, nil, etcdFailure(err)
 	}
 	c := newControl()
+	c.rev = resp.Header.Revision
 	if resp.Succeeded {
 		c.round, c.shape = guess, []byte(r.shape)
 		r.trusted.Store(true) // the guard matched this node's sealed shape
@@ -279,6 +290,9 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 			}
 			closerGone := false
 			for _, ev := range wr.Events {
+				if ev.Kv.ModRevision <= j.c.rev {
+					continue // known when the join or the closer's read was
+				}
 				key := string(ev.Kv.Key)
 				switch {
 				case key == r.k.closer(j.target) && ev.Type == clientv3.EventTypeDelete:

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -120,9 +121,14 @@ type Rendezvous struct {
 	// was lost (etcd unreachable for longer than its TTL) and the node
 	// joins again.
 	lease atomic.Pointer[keptLease]
-	// life ends with Close (stop), and with it the lease's keep-alive.
+	// life ends with Close (stop), and with it the lease's keep-alive
+	// and a kept control watch.
 	life context.Context
-	stop context.CancelFunc
+	// kept is the last successful join's control watch, kept for the
+	// round's Watch (keepCtlWatch).
+	keptMu sync.Mutex
+	kept   *ctlWatch
+	stop   context.CancelFunc
 	// storeAlive ends when the store is gone for good (storeGone, with
 	// goneWhy's reason): see watchStoreHost.
 	storeAlive context.Context

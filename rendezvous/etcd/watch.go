@@ -55,7 +55,11 @@ func (r *Rendezvous) Watch(ctx context.Context, round rendezvous.Round) <-chan r
 func (r *Rendezvous) watchRound(ctx context.Context, t int) (rendezvous.Event, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ctlWatch := r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix())
+	ctlWatch, stopCtl := r.takeCtlWatch(t)
+	if ctlWatch == nil {
+		ctlWatch, stopCtl = r.cli.Watch(clientv3.WithRequireLeader(wctx), r.k.ctl(), clientv3.WithPrefix()), cancel
+	}
+	defer stopCtl()
 	c, _, err := r.readControl(ctx)
 	if err != nil {
 		return rendezvous.Event{}, err
@@ -243,4 +247,43 @@ func (r *Rendezvous) lostAddr(ctx context.Context, kv *mvccpb.KeyValue, id strin
 		return ""
 	}
 	return n.Addr
+}
+
+// ctlWatch is the control watch of a join that succeeded, kept open for
+// the round's Watch: an agent's watch stream then stays open from its
+// join to the round's end, instead of being closed and opened again
+// between the two, by every node at once as the round closes.
+type ctlWatch struct {
+	round  int
+	ch     clientv3.WatchChan
+	cancel context.CancelFunc
+}
+
+// keepCtlWatch keeps the control watch of the join into round t (ended
+// by cancel, or Close) for takeCtlWatch; one kept before is ended.
+func (r *Rendezvous) keepCtlWatch(t int, ch clientv3.WatchChan, cancel context.CancelFunc) {
+	r.keptMu.Lock()
+	old := r.kept
+	r.kept = &ctlWatch{round: t, ch: ch, cancel: cancel}
+	r.keptMu.Unlock()
+	if old != nil {
+		old.cancel()
+	}
+}
+
+// takeCtlWatch returns the kept control watch of round t and its end, or
+// nil (a kept watch of another round is ended).
+func (r *Rendezvous) takeCtlWatch(t int) (clientv3.WatchChan, context.CancelFunc) {
+	r.keptMu.Lock()
+	kept := r.kept
+	r.kept = nil
+	r.keptMu.Unlock()
+	switch {
+	case kept == nil:
+		return nil, nil
+	case kept.round != t:
+		kept.cancel()
+		return nil, nil
+	}
+	return kept.ch, kept.cancel
 }
