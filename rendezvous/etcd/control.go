@@ -22,9 +22,12 @@ type control struct {
 	outcome  *outcomeRecord
 	// stop is the job's stop request, once one is recorded.
 	stop *rendezvous.StopRequest
-	// shape is the job's recorded shape (nil before the first node).
-	shape  []byte
-	closed map[int]RoundRecord
+	// shape is the job's recorded shape (nil before the first node);
+	// jobShape the same, read, by which its records are checked (a node
+	// of another shape must not refuse, and mend, the job's own).
+	shape    []byte
+	jobShape *Shape
+	closed   map[int]RoundRecord
 	// closedRev is the revision at which each round closed.
 	closedRev map[int]int64
 	// ends holds why each ended round ended (ctl/end/<r>): the round
@@ -124,7 +127,7 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 		if !decode(kindRestarts, &n) {
 			return
 		}
-		if n < 0 || n > r.cfg.Shape.MaxRestarts || n < c.restarts {
+		if n < 0 || n > r.shapeOf(c).MaxRestarts || n < c.restarts {
 			refuse("restart count " + strconv.Itoa(n) + " is out of range")
 			return
 		}
@@ -156,6 +159,10 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 			return
 		}
 		c.shape = shape
+		var job Shape
+		if json.Unmarshal(shape, &job) == nil {
+			c.jobShape = &job
+		}
 		r.trusted.Store(true)
 	case strings.HasPrefix(key, ctl+"closed/"):
 		t, ok := ctlIndex(key, ctl+"closed/")
@@ -167,7 +174,7 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 		if !decode(kindClosed, &rec) {
 			return
 		}
-		if err := checkRound(rec, t, r.cfg.Shape); err != nil {
+		if err := checkRound(rec, t, r.shapeOf(c)); err != nil {
 			refuse(err.Error())
 			return
 		}
@@ -194,6 +201,15 @@ func (r *Rendezvous) apply(c *control, key string, value []byte, rev int64) {
 		return
 	}
 	c.good[key] = string(value)
+}
+
+// shapeOf is the shape by which c's records are checked: the job's, as
+// recorded, or this node's before it is read.
+func (r *Rendezvous) shapeOf(c *control) Shape {
+	if c.jobShape != nil {
+		return *c.jobShape
+	}
+	return r.cfg.Shape
 }
 
 // settle mends the counters after a full read of the control keys: the
@@ -231,8 +247,18 @@ func (r *Rendezvous) settle(c *control) {
 // applyKVs records a full read of the control keys.
 func (r *Rendezvous) applyKVs(ctx context.Context, c *control, kvs []*mvccpb.KeyValue) {
 	c.full = true
+	// The shape first (it sorts last): the other records are checked by
+	// it.
+	shape := r.k.shape()
 	for _, kv := range kvs {
-		r.apply(c, string(kv.Key), kv.Value, kv.ModRevision)
+		if string(kv.Key) == shape {
+			r.apply(c, shape, kv.Value, kv.ModRevision)
+		}
+	}
+	for _, kv := range kvs {
+		if string(kv.Key) != shape {
+			r.apply(c, string(kv.Key), kv.Value, kv.ModRevision)
+		}
 	}
 	r.settle(c)
 	r.mend(ctx, c)
@@ -255,8 +281,11 @@ func (r *Rendezvous) applyEvents(ctx context.Context, c *control, events []*clie
 // Each write is fenced by the refused value's revision (0: any), so a
 // newer write wins. Errors are left to the next read to surface.
 func (r *Rendezvous) mend(ctx context.Context, c *control) {
-	if !r.trusted.Load() {
+	if !r.trusted.Load() || len(c.forged) == 0 {
 		return
+	}
+	if c.jobShape != nil && r.cfg.Shape.Diff(*c.jobShape) != nil {
+		return // not this node's job to mend: it is refused (checkShape)
 	}
 	for key, rev := range c.forged {
 		delete(c.forged, key)

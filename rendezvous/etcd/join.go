@@ -311,6 +311,16 @@ func (j *joiner) run(wctx context.Context, ctlWatch clientv3.WatchChan) (joined,
 			if err := j.c.foreignErr(); err != nil {
 				return joined{}, err
 			}
+			if len(j.c.forged) > 0 && !j.c.full {
+				// A refused value to put right, by a node that joined by
+				// the guards alone: what is right (the counters, from the
+				// ends of the rounds) takes a full read, which mends.
+				c, _, err := r.readControl(j.ctx)
+				if err != nil {
+					return joined{}, err
+				}
+				j.c = c
+			}
 			r.mend(j.ctx, j.c)
 			if j.closer && j.c.round == j.target {
 				// The round may have opened after enough nodes were waiting.

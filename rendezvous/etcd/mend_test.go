@@ -1,0 +1,141 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gorun-dev/gorun/internal/testkit/proctest"
+	"github.com/gorun-dev/gorun/rendezvous"
+)
+
+// failRound ends every agent's round with a failure (by the first) and
+// returns the next round, joined by all.
+func failRound(t *testing.T, as []*agent, rounds []rendezvous.Round) []rendezvous.Round {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if restart, err := as[0].r.Fail(ctx, rounds[0], "rank 0 failed", 1, true); err != nil || !restart {
+		t.Fatalf("Fail: restart %v, %v", restart, err)
+	}
+	return nextAll(t, as, 1)
+}
+
+// restartsAt reads the restart counter's value and revision as agent a
+// opens it (-1 if it is not this job's).
+func restartsAt(t *testing.T, a *agent, rev int64) (int, int64) {
+	t.Helper()
+	key := a.r.k.restarts()
+	resp, err := a.cli.Get(context.Background(), key, clientv3.WithRev(rev))
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("get %s at %d: %v", key, rev, err)
+	}
+	kv := resp.Kvs[0]
+	n := -1
+	if payload, ok := a.r.g.Open(key, kv.Value, kv.ModRevision); ok && decodeRecord(payload, kindRestarts, &n) != nil {
+		n = -1
+	}
+	return n, kv.ModRevision
+}
+
+// TestJoinerMendsWhatItRead: a node that joined by the guards alone
+// knows the round and the shape only. A stranger's value on the restart
+// counter is put right with the count the job has (from a full read),
+// never with the 0 such a node would otherwise hold.
+func TestJoinerMendsWhatItRead(t *testing.T) {
+	t.Parallel()
+	log := &syncBuf{}
+	l := logrus.New()
+	l.SetOutput(log)
+	token, _ := rendezvous.NewToken()
+	cfg := Config{Shape: shape(t.Name(), 3, 3, 1), Token: token, Log: l}
+	cfg.Shape.MaxRestarts = 3
+	as := mustAgents(t, 3, cfg)
+	failRound(t, as, nextAll(t, as, 1)) // round 1: one restart
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Round 2's closer is agent 2, which never counts: the round stays
+	// open, and agent 1 is its only joiner, by the guards alone.
+	if restart, err := as[0].r.Fail(ctx, rendezvous.Round{Number: 1}, "rank 0 failed again", 1, true); err != nil || !restart {
+		t.Fatalf("Fail: restart %v, %v", restart, err)
+	}
+	closer := as[2].r.k.closer(2)
+	if _, err := as[2].cli.Put(ctx, closer, as[2].r.seal(closer, kindCloser, as[2].r.id), clientv3.WithLease(as[2].r.lease.Load().id)); err != nil {
+		t.Fatal(err)
+	}
+	joined := make(chan error, 1)
+	go func() {
+		_, err := as[1].r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"})
+		joined <- err
+	}()
+	proctest.WaitFor(t, "agent 1 in round 2", 10*time.Second, func() bool {
+		resp, err := as[1].cli.Get(ctx, as[1].r.k.joinPrefix(2), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 1
+	})
+	if n, _ := restartsAt(t, as[1], 0); n != 2 {
+		t.Fatalf("restart count %d before the stranger, want 2", n)
+	}
+	forged, err := rawClient(t).Put(ctx, as[1].r.k.restarts(), "garbage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, log, "mended "+as[1].r.k.restarts())
+	for rev := forged.Header.Revision + 1; ; rev++ {
+		resp, err := as[1].cli.Get(ctx, "x", clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rev > resp.Header.Revision {
+			break
+		}
+		if n, at := restartsAt(t, as[1], rev); at == rev && n != 2 {
+			t.Errorf("revision %d: the restart counter was put back as %d, want 2\n%s", rev, n, log)
+		}
+	}
+	cancel()
+	if err := <-joined; !errors.Is(err, context.Canceled) {
+		t.Errorf("agent 1's Next: %v, want it cancelled", err)
+	}
+}
+
+// TestRefusedShapeLeavesTheJobAlone: a node of another shape (fewer
+// restarts allowed than the job used) is refused, and neither refuses
+// nor removes the job's round records, which it reads by the job's
+// shape (it deleted the running round's record, and a node then waited
+// for ever).
+func TestRefusedShapeLeavesTheJobAlone(t *testing.T) {
+	t.Parallel()
+	log := &syncBuf{}
+	l := logrus.New()
+	l.SetOutput(log)
+	token, _ := rendezvous.NewToken()
+	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token, Log: l}
+	cfg.Shape.MaxRestarts = 3
+	as := mustAgents(t, 2, cfg)
+	rounds := failRound(t, as, failRound(t, as, nextAll(t, as, 1))) // round 2, two restarts
+	other := cfg
+	other.Shape.MaxRestarts = 1
+	b, err := newAgent(t, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"}); !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "MaxRestarts") {
+		t.Errorf("the other node's Next: %v, want refused for its restarts", err)
+	}
+	for r := 0; r <= rounds[0].Number; r++ {
+		resp, err := b.cli.Get(ctx, b.r.k.closed(r), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 1 {
+			t.Errorf("round %d's record after the other node: %v, count %d; want it kept", r, err, resp.Count)
+		}
+	}
+	if strings.Contains(log.String(), "refused") || strings.Contains(log.String(), "mended") {
+		t.Errorf("the job's own records were refused or mended:\n%s", log)
+	}
+}
