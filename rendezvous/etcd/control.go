@@ -66,6 +66,12 @@ func newControl() *control {
 		ends: map[int]roundEnd{}, good: map[string]string{}, forged: map[string]int64{}, foreignKeys: map[string]bool{}}
 }
 
+// jobExists says whether c holds a sign of a job that it sealed: its
+// round counter, a round's record, or a round's end.
+func (r *Rendezvous) jobExists(c *control) bool {
+	return c.round >= 0 || len(c.closed) > 0 || len(c.ends) > 0
+}
+
 // ctlIndex returns r for key = prefix + r.
 func ctlIndex(key, prefix string) (int, bool) {
 	s, ok := strings.CutPrefix(key, prefix)
@@ -226,6 +232,11 @@ func (r *Rendezvous) settle(c *control) {
 		if end.Failure {
 			failures++
 		}
+	}
+	// A round's record holds the restart count it closed with: a lower
+	// bound that deleting ends of rounds does not lower.
+	for t, rec := range c.closed {
+		next, failures = max(next, t), max(failures, rec.Restarts)
 	}
 	if c.foreignKeys[r.k.round()] || c.foreignKeys[r.k.restarts()] {
 		return // another release's counters: this node stops (foreignErr), and mends nothing

@@ -162,8 +162,7 @@ func (r *Rendezvous) createOrRead(guess int, readCtl clientv3.Op) clientv3.Op {
 	if guess != 0 {
 		return clientv3.OpTxn(nil, []clientv3.Op{readCtl}, nil)
 	}
-	return clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)},
+	return clientv3.OpTxn(r.noJob(nil),
 		[]clientv3.Op{r.putShape(), r.putRound(0), r.putRestarts(0), readCtl},
 		[]clientv3.Op{readCtl})
 }

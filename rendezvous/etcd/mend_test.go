@@ -139,3 +139,101 @@ func TestRefusedShapeLeavesTheJobAlone(t *testing.T) {
 		t.Errorf("the job's own records were refused or mended:\n%s", log)
 	}
 }
+
+// TestDeletedShapeIsNotMadeAgain: when someone who can write to the store
+// deletes a running job's shape, a node (here of another shape) is
+// refused, saying so, and does not make the job again: the round counter,
+// the restart counter and the rounds' records stay as they were (it reset
+// the counters, then removed the records it judged by its own shape).
+func TestDeletedShapeIsNotMadeAgain(t *testing.T) {
+	t.Parallel()
+	log := &syncBuf{}
+	l := logrus.New()
+	l.SetOutput(log)
+	token, _ := rendezvous.NewToken()
+	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token, Log: l}
+	cfg.Shape.MaxRestarts = 3
+	as := mustAgents(t, 2, cfg)
+	failRound(t, as, failRound(t, as, nextAll(t, as, 1))) // round 2, two restarts
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before, err := as[0].cli.Get(ctx, as[0].r.k.ctl(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawClient(t).Delete(ctx, as[0].r.k.shape()); err != nil {
+		t.Fatal(err)
+	}
+	other := cfg
+	other.Shape.MaxRestarts = 1
+	b, err := newAgent(t, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"}); !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "is gone while its rounds are there") {
+		t.Errorf("Next on a job whose shape was deleted: %v; want refused, saying so", err)
+	}
+	after, err := as[0].cli.Get(ctx, as[0].r.k.ctl(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]string{}
+	for _, kv := range after.Kvs {
+		kept[string(kv.Key)] = string(kv.Value)
+	}
+	for _, kv := range before.Kvs {
+		if key := string(kv.Key); key != as[0].r.k.shape() && kept[key] != string(kv.Value) {
+			t.Errorf("%s changed or went after the refused node", key)
+		}
+	}
+	if strings.Contains(log.String(), "mended") {
+		t.Errorf("something was mended:\n%s", log)
+	}
+}
+
+// TestRestartCountOutlivesDeletedEnds: the restart counter, forged after
+// the ends of the rounds it counts were deleted, is put back to at least
+// the count the last round's record closed with (it went back to 0,
+// handing the job its restarts again).
+func TestRestartCountOutlivesDeletedEnds(t *testing.T) {
+	t.Parallel()
+	token, _ := rendezvous.NewToken()
+	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token, Log: testLog(t)}
+	cfg.Shape.MaxRestarts = 3
+	as := mustAgents(t, 2, cfg)
+	failRound(t, as, failRound(t, as, nextAll(t, as, 1))) // round 2, two restarts
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw := rawClient(t)
+	for _, key := range []string{as[0].r.k.end(0), as[0].r.k.end(1)} {
+		if _, err := raw.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := raw.Put(ctx, as[0].r.k.restarts(), "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := as[0].r.readControl(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := restartsAt(t, as[0], 0); n != 2 {
+		t.Errorf("restart counter put back as %d, want 2", n)
+	}
+}
+
+// TestStrangersRoundCounterBeforeTheJob: a round counter a stranger wrote
+// before the job existed is replaced when the job is made: the job
+// forms (a stranger's counter is no sign of a job).
+func TestStrangersRoundCounterBeforeTheJob(t *testing.T) {
+	t.Parallel()
+	token, _ := rendezvous.NewToken()
+	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token, Log: testLog(t)}
+	probe := &Rendezvous{k: newKeys(DefaultPrefix, cfg.Shape.RunID)}
+	if _, err := rawClient(t).Put(context.Background(), probe.k.round(), "7"); err != nil {
+		t.Fatal(err)
+	}
+	rounds := nextAll(t, mustAgents(t, 2, cfg), 1)
+	if rounds[0].Number != 0 {
+		t.Errorf("the job's first round is %d, want 0", rounds[0].Number)
+	}
+}

@@ -310,8 +310,11 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	if _, forged := c.forged[r.k.shape()]; forged {
 		return r.untrustedShape()
 	}
+	if r.jobExists(c) {
+		return r.missingShape()
+	}
 	resp, err := r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)).
+		If(r.noJob(c)...).
 		Then(r.putShape(), r.putRound(0), r.putRestarts(0)).
 		Else(clientv3.OpGet(r.k.ctl(), clientv3.WithPrefix())).Commit()
 	if err != nil {
@@ -328,9 +331,33 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 		return err
 	}
 	if c.shape == nil {
+		if r.jobExists(c) {
+			return r.missingShape()
+		}
 		return r.untrustedShape()
 	}
 	return r.compareShape(c.shape)
+}
+
+// noJob guards the creation of the job: neither its shape nor its round
+// counter is there, or the counter is a stranger's that c refused (and
+// the creation replaces). A job whose shape alone is gone (deleted by
+// someone who can write to the store) is not made again: that would
+// reset its counters, and a node of another shape would then judge the
+// job's records by its own. c is nil before any read.
+func (r *Rendezvous) noJob(c *control) []clientv3.Cmp {
+	round := clientv3.Compare(clientv3.CreateRevision(r.k.round()), "=", 0)
+	if c != nil {
+		if rev, forged := c.forged[r.k.round()]; forged {
+			round = clientv3.Compare(clientv3.ModRevision(r.k.round()), "=", rev)
+		}
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0), round}
+}
+
+// missingShape refuses a node whose job has rounds but no shape.
+func (r *Rendezvous) missingShape() error {
+	return setting.Errorf("%w %s: the job's shape at %s is gone while its rounds are there (someone who can write to the store deleted it): this node cannot check that it joins the same job, and does not make it again; start the job under a new %s", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, r.k.shape(), setting.Name("RunID"))
 }
 
 // compareShape refuses this node if the job's recorded shape differs.
