@@ -26,6 +26,33 @@ func failRound(t *testing.T, as []*agent, rounds []rendezvous.Round) []rendezvou
 	return nextAll(t, as, 1)
 }
 
+// twiceFailedJob is a job of two agents (up to 3 restarts) whose rounds
+// 0 and 1 failed: its config, agents and round 2, and its log.
+func twiceFailedJob(t *testing.T) (Config, []*agent, []rendezvous.Round, *syncBuf) {
+	t.Helper()
+	log := &syncBuf{}
+	l := logrus.New()
+	l.SetOutput(log)
+	token, _ := rendezvous.NewToken()
+	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token, Log: l}
+	cfg.Shape.MaxRestarts = 3
+	as := mustAgents(t, 2, cfg)
+	return cfg, as, failRound(t, as, failRound(t, as, nextAll(t, as, 1))), log
+}
+
+// nextOfOneRestart starts a node of cfg's job allowing one restart (the
+// job allows 3) and returns it and its Next's error.
+func nextOfOneRestart(ctx context.Context, t *testing.T, cfg Config) (*agent, error) {
+	t.Helper()
+	cfg.Shape.MaxRestarts = 1
+	b, err := newAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"})
+	return b, err
+}
+
 // restartsAt reads the restart counter's value and revision as agent a
 // opens it (-1 if it is not this job's).
 func restartsAt(t *testing.T, a *agent, rev int64) (int, int64) {
@@ -110,23 +137,11 @@ func TestJoinerMendsWhatItRead(t *testing.T) {
 // for ever).
 func TestRefusedShapeLeavesTheJobAlone(t *testing.T) {
 	t.Parallel()
-	log := &syncBuf{}
-	l := logrus.New()
-	l.SetOutput(log)
-	token, _ := rendezvous.NewToken()
-	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token, Log: l}
-	cfg.Shape.MaxRestarts = 3
-	as := mustAgents(t, 2, cfg)
-	rounds := failRound(t, as, failRound(t, as, nextAll(t, as, 1))) // round 2, two restarts
-	other := cfg
-	other.Shape.MaxRestarts = 1
-	b, err := newAgent(t, other)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, _, rounds, log := twiceFailedJob(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := b.r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"}); !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "MaxRestarts") {
+	b, err := nextOfOneRestart(ctx, t, cfg)
+	if !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "MaxRestarts") {
 		t.Errorf("the other node's Next: %v, want refused for its restarts", err)
 	}
 	for r := 0; r <= rounds[0].Number; r++ {
@@ -147,14 +162,7 @@ func TestRefusedShapeLeavesTheJobAlone(t *testing.T) {
 // the counters, then removed the records it judged by its own shape).
 func TestDeletedShapeIsNotMadeAgain(t *testing.T) {
 	t.Parallel()
-	log := &syncBuf{}
-	l := logrus.New()
-	l.SetOutput(log)
-	token, _ := rendezvous.NewToken()
-	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token, Log: l}
-	cfg.Shape.MaxRestarts = 3
-	as := mustAgents(t, 2, cfg)
-	failRound(t, as, failRound(t, as, nextAll(t, as, 1))) // round 2, two restarts
+	cfg, as, _, log := twiceFailedJob(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	before, err := as[0].cli.Get(ctx, as[0].r.k.ctl(), clientv3.WithPrefix())
@@ -164,13 +172,7 @@ func TestDeletedShapeIsNotMadeAgain(t *testing.T) {
 	if _, err := rawClient(t).Delete(ctx, as[0].r.k.shape()); err != nil {
 		t.Fatal(err)
 	}
-	other := cfg
-	other.Shape.MaxRestarts = 1
-	b, err := newAgent(t, other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"}); !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "is gone while its rounds are there") {
+	if _, err := nextOfOneRestart(ctx, t, cfg); !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "is gone while its rounds are there") {
 		t.Errorf("Next on a job whose shape was deleted: %v; want refused, saying so", err)
 	}
 	after, err := as[0].cli.Get(ctx, as[0].r.k.ctl(), clientv3.WithPrefix())
@@ -197,11 +199,7 @@ func TestDeletedShapeIsNotMadeAgain(t *testing.T) {
 // handing the job its restarts again).
 func TestRestartCountOutlivesDeletedEnds(t *testing.T) {
 	t.Parallel()
-	token, _ := rendezvous.NewToken()
-	cfg := Config{Shape: shape(t.Name(), 2, 2, 1), Token: token, Log: testLog(t)}
-	cfg.Shape.MaxRestarts = 3
-	as := mustAgents(t, 2, cfg)
-	failRound(t, as, failRound(t, as, nextAll(t, as, 1))) // round 2, two restarts
+	_, as, _, _ := twiceFailedJob(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	raw := rawClient(t)
