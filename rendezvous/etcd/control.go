@@ -271,6 +271,9 @@ func (r *Rendezvous) applyKVs(ctx context.Context, c *control, kvs []*mvccpb.Key
 			r.apply(c, string(kv.Key), kv.Value, kv.ModRevision)
 		}
 	}
+	if c.shape == nil && r.jobExists(c) {
+		r.putShapeBack(ctx, c)
+	}
 	r.settle(c)
 	r.mend(ctx, c)
 }

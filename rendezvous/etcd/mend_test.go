@@ -156,40 +156,64 @@ func TestRefusedShapeLeavesTheJobAlone(t *testing.T) {
 }
 
 // TestDeletedShapeIsNotMadeAgain: when someone who can write to the store
-// deletes a running job's shape, a node (here of another shape) is
-// refused, saying so, and does not make the job again: the round counter,
-// the restart counter and the rounds' records stay as they were (it reset
-// the counters, then removed the records it judged by its own shape).
+// deletes a running job's shape (and its round counter), a node of
+// another shape is refused, saying so, and does not make the job again:
+// the job's other keys stay as they were (it reset the counters, then
+// removed the records it judged by its own shape, and rewrote the
+// restart counter in a loop). The running nodes put the shape back at
+// their next round, which forms with the right restart count.
 func TestDeletedShapeIsNotMadeAgain(t *testing.T) {
 	t.Parallel()
-	cfg, as, _, log := twiceFailedJob(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	before, err := as[0].cli.Get(ctx, as[0].r.k.ctl(), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rawClient(t).Delete(ctx, as[0].r.k.shape()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nextOfOneRestart(ctx, t, cfg); !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "is gone while its rounds are there") {
-		t.Errorf("Next on a job whose shape was deleted: %v; want refused, saying so", err)
-	}
-	after, err := as[0].cli.Get(ctx, as[0].r.k.ctl(), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept := map[string]string{}
-	for _, kv := range after.Kvs {
-		kept[string(kv.Key)] = string(kv.Value)
-	}
-	for _, kv := range before.Kvs {
-		if key := string(kv.Key); key != as[0].r.k.shape() && kept[key] != string(kv.Value) {
-			t.Errorf("%s changed or went after the refused node", key)
-		}
-	}
-	if strings.Contains(log.String(), "mended") {
-		t.Errorf("something was mended:\n%s", log)
+	for _, tc := range []struct {
+		name    string
+		deleted func(k keys) []string
+	}{
+		{"shape", func(k keys) []string { return []string{k.shape()} }},
+		{"shape and round", func(k keys) []string { return []string{k.shape(), k.round()} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, as, rounds, log := twiceFailedJob(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			before, err := as[0].cli.Get(ctx, as[0].r.k.ctl(), clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			deleted := map[string]bool{}
+			for _, key := range tc.deleted(as[0].r.k) {
+				deleted[key] = true
+				if _, err := rawClient(t).Delete(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := nextOfOneRestart(ctx, t, cfg); !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "is gone while its rounds are there") {
+				t.Errorf("Next on a job whose shape was deleted: %v; want refused, saying so", err)
+			}
+			after, err := as[0].cli.Get(ctx, as[0].r.k.ctl(), clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept := map[string]string{}
+			for _, kv := range after.Kvs {
+				kept[string(kv.Key)] = string(kv.Value)
+			}
+			for _, kv := range before.Kvs {
+				if key := string(kv.Key); !deleted[key] && kept[key] != string(kv.Value) {
+					t.Errorf("%s changed or went after the refused node", key)
+				}
+			}
+			if strings.Contains(log.String(), "mended") {
+				t.Errorf("something was mended:\n%s", log)
+			}
+			next := failRound(t, as, rounds)
+			if next[0].Number != 3 || next[0].RestartCount != 3 {
+				t.Errorf("the running nodes' next round: %d with %d restarts, want 3 with 3\n%s", next[0].Number, next[0].RestartCount, log)
+			}
+			if resp, err := as[0].cli.Get(ctx, as[0].r.k.shape(), clientv3.WithCountOnly()); err != nil || resp.Count != 1 {
+				t.Errorf("the job's shape after the running nodes' next round: %v; want it put back", err)
+			}
+		})
 	}
 }
 

@@ -323,6 +323,10 @@ func (k keys) closed(r int) string {
 	return k.root + "ctl/closed/" + strconv.Itoa(r)
 }
 func (k keys) end(r int) string { return k.root + "ctl/end/" + strconv.Itoa(r) }
+
+// closedPrefix and endPrefix hold every round's record and end.
+func (k keys) closedPrefix() string { return k.root + "ctl/closed/" }
+func (k keys) endPrefix() string    { return k.root + "ctl/end/" }
 func (k keys) closer(r int) string {
 	return k.root + "ctl/closer/" + strconv.Itoa(r)
 }

@@ -159,6 +159,9 @@ type Rendezvous struct {
 	// its own token: only then does it mend refused values (a node given
 	// the wrong token must not "mend" the job's own).
 	trusted atomic.Bool
+	// member is set once this node ran a round of the job: its shape is
+	// the job's (it matched to join), which it puts back if deleted.
+	member atomic.Bool
 }
 
 // New checks cfg and opens this node's lease (kept alive until Close).
@@ -311,7 +314,7 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 		return r.untrustedShape()
 	}
 	if r.jobExists(c) {
-		return r.missingShape()
+		return r.missingShape() // a member put it back as it read (applyKVs)
 	}
 	resp, err := r.cli.Txn(ctx).
 		If(r.noJob(c)...).
@@ -339,9 +342,28 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	return r.compareShape(c.shape)
 }
 
+// putShapeBack puts back the shape of a job whose rounds are there but
+// whose shape is gone (deleted by someone who can write to the store),
+// if this node ran one of its rounds: its own shape matched the job's
+// to join. Any other node cannot tell whether it joins the same job, and
+// is refused (missingShape).
+func (r *Rendezvous) putShapeBack(ctx context.Context, c *control) {
+	if !r.member.Load() {
+		return
+	}
+	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0)).Then(r.putShape()).Commit()
+	if err != nil {
+		return // the next read tries again
+	}
+	if resp.Succeeded {
+		r.cfg.Log.Warnf("rendezvous: put back the job's shape at %s (it was deleted)", r.k.shape())
+	}
+	c.shape, c.jobShape = []byte(r.shape), &r.cfg.Shape
+}
+
 // noJob guards the creation of the job: neither its shape nor its round
-// counter is there, or the counter is a stranger's that c refused (and
-// the creation replaces). A job whose shape alone is gone (deleted by
+// counter is there (or the counter is a stranger's that c refused, and
+// the creation replaces), nor any round's record or end. A job whose shape alone is gone (deleted by
 // someone who can write to the store) is not made again: that would
 // reset its counters, and a node of another shape would then judge the
 // job's records by its own. c is nil before any read.
@@ -352,7 +374,10 @@ func (r *Rendezvous) noJob(c *control) []clientv3.Cmp {
 			round = clientv3.Compare(clientv3.ModRevision(r.k.round()), "=", rev)
 		}
 	}
-	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0), round}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.k.shape()), "=", 0), round,
+		// No round's record or end (a compare over an empty range holds).
+		clientv3.Compare(clientv3.CreateRevision(r.k.closedPrefix()), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(r.k.endPrefix()), "=", 0).WithPrefix()}
 }
 
 // missingShape refuses a node whose job has rounds but no shape.
@@ -523,6 +548,7 @@ func (r *Rendezvous) AgentStorePort() int { return 0 }
 func (r *Rendezvous) roundFor(res joined) rendezvous.Round {
 	rec := res.rec
 	r.prevRank, r.lastRound, r.lastRec = res.group, rec.Round, rec
+	r.member.Store(true)
 	if r.cfg.NodeRank >= 0 && res.group != r.cfg.NodeRank {
 		r.cfg.Log.Warnf("rendezvous %s: round %d has %d nodes: this node (--node-rank=%d) runs as group rank %d", r.cfg.Shape.RunID, rec.Round, rec.Size, r.cfg.NodeRank, res.group)
 	}
