@@ -259,3 +259,24 @@ func TestStrangersRoundCounterBeforeTheJob(t *testing.T) {
 		t.Errorf("the job's first round is %d, want 0", rounds[0].Number)
 	}
 }
+
+// TestStrangersRoundEndBeforeTheJob: a round's end that a stranger wrote
+// before the job existed stops the job's creation (no job is made over a
+// round's record or end); the node is refused naming the keys, not its
+// token.
+func TestStrangersRoundEndBeforeTheJob(t *testing.T) {
+	t.Parallel()
+	token, _ := rendezvous.NewToken()
+	cfg := Config{Shape: shape(t.Name(), 1, 1, 1), Token: token, Log: testLog(t)}
+	probe := &Rendezvous{k: newKeys(DefaultPrefix, cfg.Shape.RunID)}
+	if _, err := rawClient(t).Put(context.Background(), probe.k.end(7), "junk"); err != nil {
+		t.Fatal(err)
+	}
+	a := mustAgents(t, 1, cfg)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := a.r.Next(ctx, rendezvous.Node{LocalWorldSize: 1, Role: "default"})
+	if !errors.Is(err, rendezvous.ErrShapeMismatch) || !strings.Contains(err.Error(), "keys that this job did not seal are there") {
+		t.Errorf("Next over a stranger's round end: %v; want refused, naming the keys", err)
+	}
+}

@@ -333,13 +333,17 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	if err := c.foreignErr(); err != nil {
 		return err
 	}
-	if c.shape == nil {
-		if r.jobExists(c) {
-			return r.missingShape()
-		}
+	switch _, forged := c.forged[r.k.shape()]; {
+	case c.shape != nil:
+		return r.compareShape(c.shape)
+	case r.jobExists(c):
+		return r.missingShape()
+	case forged:
 		return r.untrustedShape()
 	}
-	return r.compareShape(c.shape)
+	// No shape, and no round of this job's: what stopped the creation is
+	// a stranger's record of a round (refused above).
+	return setting.Errorf("%w %s: the job cannot be made at %s: keys that this job did not seal are there (refused above); start the job under a new %s", rendezvous.ErrShapeMismatch, r.cfg.Shape.RunID, r.k.ctl(), setting.Name("RunID"))
 }
 
 // putShapeBack puts back the shape of a job whose rounds are there but
