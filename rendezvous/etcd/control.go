@@ -68,7 +68,7 @@ func newControl() *control {
 
 // jobExists says whether c holds a sign of a job that it sealed: its
 // round counter, a round's record, or a round's end.
-func (r *Rendezvous) jobExists(c *control) bool {
+func (c *control) jobExists() bool {
 	return c.round >= 0 || len(c.closed) > 0 || len(c.ends) > 0
 }
 
@@ -271,7 +271,7 @@ func (r *Rendezvous) applyKVs(ctx context.Context, c *control, kvs []*mvccpb.Key
 			r.apply(c, string(kv.Key), kv.Value, kv.ModRevision)
 		}
 	}
-	if c.shape == nil && r.jobExists(c) {
+	if c.shape == nil && c.jobExists() {
 		r.putShapeBack(ctx, c)
 	}
 	r.settle(c)

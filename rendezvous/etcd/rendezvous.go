@@ -127,7 +127,7 @@ type Rendezvous struct {
 	// kept is the last successful join's control watch, kept for the
 	// round's Watch (keepCtlWatch).
 	keptMu sync.Mutex
-	kept   *ctlWatch
+	kept   *keptWatch
 	stop   context.CancelFunc
 	// storeAlive ends when the store is gone for good (storeGone, with
 	// goneWhy's reason): see watchStoreHost.
@@ -313,7 +313,7 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	if _, forged := c.forged[r.k.shape()]; forged {
 		return r.untrustedShape()
 	}
-	if r.jobExists(c) {
+	if c.jobExists() {
 		return r.missingShape() // a member put it back as it read (applyKVs)
 	}
 	resp, err := r.cli.Txn(ctx).
@@ -336,7 +336,7 @@ func (r *Rendezvous) checkShape(ctx context.Context, c *control) error {
 	switch _, forged := c.forged[r.k.shape()]; {
 	case c.shape != nil:
 		return r.compareShape(c.shape)
-	case r.jobExists(c):
+	case c.jobExists():
 		return r.missingShape()
 	case forged:
 		return r.untrustedShape()

@@ -249,11 +249,11 @@ func (r *Rendezvous) lostAddr(ctx context.Context, kv *mvccpb.KeyValue, id strin
 	return n.Addr
 }
 
-// ctlWatch is the control watch of a join that succeeded, kept open for
+// keptWatch is the control watch of a join that succeeded, kept open for
 // the round's Watch: an agent's watch stream then stays open from its
 // join to the round's end, instead of being closed and opened again
 // between the two, by every node at once as the round closes.
-type ctlWatch struct {
+type keptWatch struct {
 	round  int
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc
@@ -264,7 +264,7 @@ type ctlWatch struct {
 func (r *Rendezvous) keepCtlWatch(t int, ch clientv3.WatchChan, cancel context.CancelFunc) {
 	r.keptMu.Lock()
 	old := r.kept
-	r.kept = &ctlWatch{round: t, ch: ch, cancel: cancel}
+	r.kept = &keptWatch{round: t, ch: ch, cancel: cancel}
 	r.keptMu.Unlock()
 	if old != nil {
 		old.cancel()
